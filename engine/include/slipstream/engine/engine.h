@@ -1,0 +1,86 @@
+// Engine: an LSM key-value store with hybrid key-value placement, shared by many processes.
+//
+// The host provides a shared-memory arena (PostgreSQL shared memory, or an mmap(MAP_SHARED)
+// region in tests). The first Engine::Open on a zeroed arena recovers the engine from its
+// directory into the arena; later opens from any process attach to it. Every process that uses
+// the engine holds its own Engine handle (its own file descriptor and mapping).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "slipstream/engine/options.h"
+#include "slipstream/engine/stats.h"
+#include "slipstream/engine/status.h"
+#include "slipstream/engine/write_batch.h"
+
+namespace slipstream::engine {
+
+// Iterator over one keyspace in key order. It sees the state of the engine at creation time,
+// whatever compaction and GC do meanwhile; segments it can reach are not reused until it is
+// destroyed.
+class Iterator {
+ public:
+  virtual ~Iterator() = default;
+  virtual bool Valid() const = 0;
+  virtual void SeekToFirst() = 0;
+  virtual void Seek(std::string_view key) = 0;  // first key >= key
+  virtual void Next() = 0;
+  virtual std::string_view key() const = 0;
+  virtual std::string_view value() const = 0;  // valid until the next move
+  virtual Status status() const = 0;           // Corruption or IOError stops the iteration
+};
+
+class Engine {
+ public:
+  // Bytes of shared memory the arena must have for these options.
+  static size_t ArenaSize(const Options& options);
+
+  // Opens (recovering into a zeroed arena) or attaches (to an arena already recovered).
+  static Status Open(const Options& options, void* arena, size_t arena_size,
+                     std::unique_ptr<Engine>* engine);
+
+  virtual ~Engine() = default;
+
+  // Keyspaces: independent tables in one engine. `tag` is the host's name for it (unique
+  // among live keyspaces); ids are never reused, so a dropped keyspace's data can never
+  // reappear. Dropping is O(1); compaction reclaims the space.
+  virtual Status CreateKeyspace(uint64_t tag, KeyspaceId* id) = 0;
+  virtual Status LookupKeyspace(uint64_t tag, KeyspaceId* id) = 0;
+  virtual Status DropKeyspace(KeyspaceId id) = 0;
+
+  // Writes. Each returns the LSN of its last record; it is durable after Sync(lsn).
+  virtual Status Put(KeyspaceId ks, std::string_view key, std::string_view value,
+                     Lsn* lsn = nullptr) = 0;
+  virtual Status Delete(KeyspaceId ks, std::string_view key, Lsn* lsn = nullptr) = 0;
+  virtual Status Write(const WriteBatch& batch, Lsn* lsn = nullptr) = 0;
+
+  // Makes every record up to `lsn` durable. Concurrent callers share one flush.
+  virtual Status Sync(Lsn lsn) = 0;
+
+  virtual Status Get(KeyspaceId ks, std::string_view key, std::string* value) = 0;
+  virtual std::unique_ptr<Iterator> NewIterator(KeyspaceId ks) = 0;
+
+  // Background work: flushes the log, compacts a full L0 and oversized levels, runs GC.
+  // Returns true if it did something. Hosts call it in a loop from a worker.
+  virtual bool DoBackgroundWork() = 0;
+  // Waits (up to `timeout_ms`) until background work may be pending.
+  virtual void WaitForBackgroundWork(int timeout_ms) = 0;
+  // Compacts L0 and then every level down to the last (synchronously).
+  virtual Status CompactAll() = 0;
+  // Garbage-collects every large-log segment past the threshold (synchronously).
+  virtual Status RunGC() = 0;
+
+  virtual Stats GetStats() = 0;
+
+  // Checks ordering in every B+-tree, segment accounting and that every pointer lands in an
+  // allocated segment of the right kind. Returns Corruption with a description otherwise.
+  virtual Status Verify() = 0;
+
+  virtual const Options& options() const = 0;
+};
+
+}  // namespace slipstream::engine

@@ -1,0 +1,119 @@
+// A level's B+-tree: built bottom-up from sorted input during compaction (leaves first, then
+// each index layer from the first keys of the layer below), read by descent through the
+// device mapping, with every node validated before it is followed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bloom.h"
+#include "device.h"
+#include "node.h"
+#include "shared_state.h"
+
+namespace slipstream::engine {
+
+// Where a builder gets and puts its segments.
+class SegmentSink {
+ public:
+  virtual ~SegmentSink() = default;
+  virtual Status NewSegment(SegmentKind kind, uint32_t* segment) = 0;
+  virtual Status WriteSegment(uint32_t segment, const char* data, uint32_t length) = 0;
+};
+
+struct TreeShape {
+  uint32_t node_size;
+  uint32_t segment_size;
+  uint32_t bloom_bits_per_key;
+  uint32_t small_threshold;
+  uint32_t large_threshold;
+};
+
+class TreeBuilder {
+ public:
+  TreeBuilder(const TreeShape& shape, SegmentSink* sink, uint32_t tree_id);
+
+  // Adds the next entry; keys must be strictly increasing.
+  Status Add(const LeafEntry& e);
+  bool empty() const { return entries_ == 0; }
+  // Writes the rest (index layers, bloom filter) and describes the tree.
+  Status Finish(LevelDesc* desc);
+
+ private:
+  struct Pivot {
+    std::string key;
+    DevPtr node;
+  };
+  // Reserves the next node slot in the current index segment.
+  Status NextNodeSlot(DevPtr* where, char** dst);
+  Status FlushLeaf();
+  Status BuildIndexLayers(DevPtr* root, uint32_t* height);
+  Status WriteBloom(LevelDesc* desc);
+  Status FlushSegment();
+
+  TreeShape shape_;
+  SegmentSink* sink_;
+  uint32_t tree_id_;
+  NodeBuilder leaf_;
+  std::string first_key_;  // of the leaf being filled
+  std::string last_key_;
+  std::vector<Pivot> pivots_;
+  BloomBuilder bloom_;
+  std::string segment_buf_;
+  uint32_t segment_ = 0;
+  uint32_t segment_pos_ = 0;
+  uint64_t entries_ = 0;
+  LevelDesc stats_{};
+};
+
+// What a reader needs besides the tree: the device and the segment table to check pointers.
+struct TreeContext {
+  const Device* device;
+  const SegmentInfo* segments;
+  uint64_t max_segments;
+  uint32_t node_size;
+  uint32_t segment_size;
+  bool verify_crc;
+
+  // Validates that `p` may hold a node of tree `tree_id` and opens it.
+  Status OpenNode(DevPtr p, uint32_t tree_id, NodeView* node) const;
+};
+
+// Tests the level's bloom filter; true when the key may be present.
+bool TreeMayContain(const TreeContext& ctx, const LevelDesc& desc, uint64_t hash);
+
+// Point lookup of an internal key. The entry's views point into the device mapping.
+Status TreeGet(const TreeContext& ctx, const LevelDesc& desc, std::string_view ikey,
+               bool* found, LeafEntry* entry);
+
+// Ordered iteration over one tree.
+class TreeIterator {
+ public:
+  TreeIterator(const TreeContext& ctx, const LevelDesc& desc) : ctx_(ctx), desc_(desc) {}
+  void SeekToFirst() { Seek(std::string_view()); }
+  void Seek(std::string_view target);
+  void Next();
+  bool Valid() const { return valid_; }
+  const LeafEntry& entry() const { return entry_; }
+  const Status& status() const { return status_; }
+
+ private:
+  struct Frame {
+    NodeView node;
+    int index;
+  };
+  void DescendLeftmost(DevPtr p);  // pushes frames down to a leaf starting at index 0
+  void LoadEntry();                // decodes the entry under the cursor or moves on
+  void Fail(const Status& s);
+
+  TreeContext ctx_;
+  LevelDesc desc_;
+  std::vector<Frame> path_;
+  LeafEntry entry_{};
+  bool valid_ = false;
+  Status status_;
+};
+
+}  // namespace slipstream::engine

@@ -1,0 +1,94 @@
+// On-device and in-memory formats shared by the engine's units: pointers, kinds, internal keys.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "coding.h"
+#include "slipstream/engine/write_batch.h"
+
+namespace slipstream::engine {
+
+// A device location: a segment number and a byte offset inside that segment. Every node and
+// value pointer is stored this way so that a replica can rewrite segment numbers alone.
+struct DevPtr {
+  uint32_t segment = 0;
+  uint32_t offset = 0;
+
+  bool IsNull() const { return segment == 0 && offset == 0; }
+  uint64_t Pack() const { return (uint64_t(segment) << 32) | offset; }
+  static DevPtr Unpack(uint64_t v) { return DevPtr{uint32_t(v >> 32), uint32_t(v)}; }
+  bool operator==(const DevPtr&) const = default;
+};
+
+// A value stored in the medium or large log: where its record is, and how big.
+struct ValuePtr {
+  DevPtr where;
+  uint32_t record_bytes = 0;  // bytes of the whole log record (for invalid-byte accounting)
+  uint32_t value_size = 0;    // logical value size
+
+  static constexpr size_t kEncodedSize = 16;
+  void EncodeTo(char* dst) const {
+    EncodeFixed32(dst, where.segment);
+    EncodeFixed32(dst + 4, where.offset);
+    EncodeFixed32(dst + 8, record_bytes);
+    EncodeFixed32(dst + 12, value_size);
+  }
+  static ValuePtr DecodeFrom(const char* p) {
+    return ValuePtr{{DecodeFixed32(p), DecodeFixed32(p + 4)}, DecodeFixed32(p + 8),
+                    DecodeFixed32(p + 12)};
+  }
+};
+
+// How an entry's value is stored.
+enum class ValueKind : uint8_t {
+  kInline = 1,     // value bytes follow the key (small, or medium in place)
+  kMediumPtr = 2,  // ValuePtr into the medium log
+  kLargePtr = 3,   // ValuePtr into the large log
+  kTombstone = 4,  // deleted
+};
+
+inline bool IsValidValueKind(uint8_t k) { return k >= 1 && k <= 4; }
+
+// Size classes of hybrid placement (by key plus value bytes).
+enum class SizeClass : uint8_t { kSmall, kMedium, kLarge };
+
+// What a device segment is used for. Segment 0 is never allocated (DevPtr{0,0} is null).
+enum class SegmentKind : uint8_t {
+  kFree = 0,
+  kL0Log = 1,
+  kMediumLog = 2,
+  kLargeLog = 3,
+  kIndex = 4,  // B+-tree nodes of one level's tree
+  kBloom = 5,  // bloom filter blocks of one level's tree
+  kReserved = 6,
+};
+
+const char* SegmentKindName(SegmentKind kind);
+
+// Internal keys: 4-byte big-endian keyspace id, then the user key. memcmp order groups a
+// keyspace's keys together and orders them by user key.
+constexpr size_t kKeyspacePrefix = 4;
+
+inline std::string MakeInternalKey(KeyspaceId ks, std::string_view user_key) {
+  std::string k(kKeyspacePrefix + user_key.size(), '\0');
+  k[0] = char(ks >> 24);
+  k[1] = char(ks >> 16);
+  k[2] = char(ks >> 8);
+  k[3] = char(ks);
+  std::memcpy(k.data() + kKeyspacePrefix, user_key.data(), user_key.size());
+  return k;
+}
+
+inline KeyspaceId KeyspaceOf(std::string_view ikey) {
+  const auto* p = reinterpret_cast<const uint8_t*>(ikey.data());
+  return (KeyspaceId(p[0]) << 24) | (KeyspaceId(p[1]) << 16) | (KeyspaceId(p[2]) << 8) | p[3];
+}
+
+inline std::string_view UserKeyOf(std::string_view ikey) { return ikey.substr(kKeyspacePrefix); }
+
+inline int CompareKeys(std::string_view a, std::string_view b) { return a.compare(b); }
+
+}  // namespace slipstream::engine

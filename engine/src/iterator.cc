@@ -1,0 +1,182 @@
+// The engine iterator: a merge over the memtables (filtered to the snapshot LSN) and every
+// level's tree, newest source first, hiding tombstones and older versions.
+#include <memory>
+
+#include "engine_impl.h"
+
+namespace slipstream::engine {
+
+namespace {
+
+// One input of the merge, positioned on its newest visible version of a key.
+class Source {
+ public:
+  virtual ~Source() = default;
+  virtual void Seek(std::string_view ikey) = 0;
+  virtual void Next() = 0;  // to the next distinct key
+  virtual bool Valid() const = 0;
+  virtual const LeafEntry& entry() const = 0;
+  virtual Status status() const = 0;
+};
+
+class MemtableSource : public Source {
+ public:
+  MemtableSource(MemTable mem, Lsn snapshot) : mem_(mem), snapshot_(snapshot) {}
+  void Seek(std::string_view ikey) override {
+    node_ = mem_.Seek(ikey);
+    SkipInvisible();
+  }
+  void Next() override {
+    std::string_view key = node_->key();
+    node_ = mem_.Next(node_);
+    while (node_ && node_->key() == key) node_ = mem_.Next(node_);
+    SkipInvisible();
+  }
+  bool Valid() const override { return node_ != nullptr; }
+  const LeafEntry& entry() const override { return entry_; }
+  Status status() const override { return status_; }
+
+ private:
+  // Versions written after the iterator was created are not part of its snapshot.
+  void SkipInvisible() {
+    while (node_ && node_->lsn > snapshot_) node_ = mem_.Next(node_);
+    if (!node_) return;
+    entry_.key = node_->key();
+    entry_.kind = node_->value_kind();
+    if (entry_.kind == ValueKind::kInline) {
+      entry_.inline_value = node_->value();
+    } else if (entry_.kind != ValueKind::kTombstone) {
+      if (node_->value_size != ValuePtr::kEncodedSize) {
+        status_ = Status::Corruption("bad memtable pointer");
+        node_ = nullptr;
+        return;
+      }
+      entry_.ptr = ValuePtr::DecodeFrom(node_->value().data());
+    }
+  }
+
+  MemTable mem_;
+  Lsn snapshot_;
+  const MemNode* node_ = nullptr;
+  LeafEntry entry_{};
+  Status status_;
+};
+
+class LevelSource : public Source {
+ public:
+  LevelSource(const TreeContext& ctx, const LevelDesc& desc) : it_(ctx, desc) {}
+  void Seek(std::string_view ikey) override { it_.Seek(ikey); }
+  void Next() override { it_.Next(); }
+  bool Valid() const override { return it_.Valid(); }
+  const LeafEntry& entry() const override { return it_.entry(); }
+  Status status() const override { return it_.status(); }
+
+ private:
+  TreeIterator it_;
+};
+
+class EngineIterator : public Iterator {
+ public:
+  EngineIterator(EngineImpl* engine, KeyspaceId ks)
+      : engine_(engine), pin_(engine->shared()), prefix_(MakeInternalKey(ks, {})) {
+    version_ = engine->ReadVersion();
+    Lsn snapshot = engine->shared()->last_lsn.load();
+    for (int m : {version_.active_memtable, version_.immutable_memtable}) {
+      if (m >= 0) sources_.push_back(std::make_unique<MemtableSource>(engine->Memtable(m), snapshot));
+    }
+    for (uint32_t level = 1; level <= engine->options().max_levels; level++) {
+      if (version_.levels[level].tree_id != 0) {
+        sources_.push_back(std::make_unique<LevelSource>(engine->Trees(), version_.levels[level]));
+      }
+    }
+  }
+
+  bool Valid() const override { return valid_; }
+  void SeekToFirst() override { Seek(std::string_view()); }
+  void Seek(std::string_view key) override {
+    std::string target = prefix_ + std::string(key);
+    for (auto& s : sources_) s->Seek(target);
+    FindVisible();
+  }
+  void Next() override {
+    if (!valid_) return;
+    Advance();
+    FindVisible();
+  }
+  std::string_view key() const override { return std::string_view(key_).substr(kKeyspacePrefix); }
+  std::string_view value() const override { return value_; }
+  Status status() const override { return status_; }
+
+ private:
+  // Moves every source past the current smallest key.
+  void Advance() {
+    for (auto& s : sources_) {
+      if (s->Valid() && s->entry().key == key_) s->Next();
+    }
+  }
+
+  // Picks the smallest key (newest source wins ties), skipping tombstones, until a live entry
+  // of this keyspace is found.
+  void FindVisible() {
+    valid_ = false;
+    while (true) {
+      Source* best = nullptr;
+      for (auto& s : sources_) {
+        if (!s->status().ok()) {
+          status_ = s->status();
+          return;
+        }
+        if (s->Valid() && (!best || s->entry().key < best->entry().key)) best = s.get();
+      }
+      if (!best || best->entry().key.substr(0, kKeyspacePrefix) != prefix_) return;
+      key_.assign(best->entry().key);
+      if (best->entry().kind != ValueKind::kTombstone) {
+        Status s = engine_->ReadValue(key_, best->entry(), &value_);
+        if (!s.ok()) {
+          status_ = s;
+          return;
+        }
+        valid_ = true;
+        return;
+      }
+      Advance();
+    }
+  }
+
+  EngineImpl* engine_;
+  EpochPin pin_;
+  std::string prefix_;
+  Version version_;
+  std::vector<std::unique_ptr<Source>> sources_;
+  std::string key_;
+  std::string value_;
+  bool valid_ = false;
+  Status status_;
+};
+
+// An iterator that only reports an error (for a keyspace that is not live).
+class ErrorIterator : public Iterator {
+ public:
+  explicit ErrorIterator(Status s) : status_(std::move(s)) {}
+  bool Valid() const override { return false; }
+  void SeekToFirst() override {}
+  void Seek(std::string_view) override {}
+  void Next() override {}
+  std::string_view key() const override { return {}; }
+  std::string_view value() const override { return {}; }
+  Status status() const override { return status_; }
+
+ private:
+  Status status_;
+};
+
+}  // namespace
+
+std::unique_ptr<Iterator> EngineImpl::NewIterator(KeyspaceId ks) {
+  if (!KeyspaceLive(ks)) {
+    return std::make_unique<ErrorIterator>(Status::InvalidArgument("keyspace " + std::to_string(ks) + " is not live"));
+  }
+  return std::make_unique<EngineIterator>(this, ks);
+}
+
+}  // namespace slipstream::engine

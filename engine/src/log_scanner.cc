@@ -1,0 +1,92 @@
+// Tailwind's Algorithm 1: walk entries by their lengths, chain the header checksums, and accept
+// records only up to the last checksum entry that matches the chain.
+#include "log_scanner.h"
+
+#include <cstring>
+
+#include "crc32c.h"
+
+namespace slipstream::engine {
+
+namespace {
+
+// Checks magic and header CRC.
+bool ReadHeader(const char* base, size_t size, LogSegmentHeader* h) {
+  if (size < kLogHeaderSize) return false;
+  std::memcpy(h, base, sizeof(*h));
+  return h->magic == kLogMagic &&
+         h->header_crc == crc32c::Value(h, offsetof(LogSegmentHeader, header_crc)) &&
+         h->kind >= 1 && h->kind <= 3;
+}
+
+bool IsDataType(uint8_t t) { return t >= 2 && t <= 7; }
+
+}  // namespace
+
+// Scans entries until a zero word, damage, or the end of the buffer.
+LogScan ScanLogSegment(const char* base, size_t size) {
+  LogScan scan;
+  if (!ReadHeader(base, size, &scan.header)) {
+    // An all-zero header is a never-written segment; anything else is damage.
+    for (size_t i = 0; i < std::min(size, kLogHeaderSize); i++) {
+      if (base[i] != 0) {
+        scan.stopped_at_damage = true;
+        break;
+      }
+    }
+    return scan;
+  }
+  scan.header_ok = true;
+  uint32_t chain = scan.header.header_crc;
+  scan.valid_end = kLogHeaderSize;
+  scan.chain = chain;
+  size_t committed = 0;  // records[0..committed) are covered by a checksum
+  size_t pos = kLogHeaderSize;
+  while (pos + 4 <= size) {
+    uint32_t word;
+    std::memcpy(&word, base + pos, 4);
+    if (word == 0) break;  // pre-zeroed space: the clean end
+    auto type = static_cast<uint8_t>(word & 0xff);
+    uint32_t length = word >> 8;
+    if (type == static_cast<uint8_t>(LogRecordType::kChecksum)) {
+      uint32_t stored;
+      if (length != 0 || pos + kChecksumEntrySize > size) {
+        scan.stopped_at_damage = true;
+        break;
+      }
+      std::memcpy(&stored, base + pos + 4, 4);
+      if (stored != NonZero(chain)) {
+        scan.stopped_at_damage = true;
+        break;
+      }
+      pos += kChecksumEntrySize;
+      committed = scan.records.size();
+      scan.valid_end = uint32_t(pos);
+      scan.chain = chain;
+      continue;
+    }
+    if (!IsDataType(type) || pos + kRecordHeaderSize + length > size) {
+      scan.stopped_at_damage = true;
+      break;
+    }
+    RecordHeader h;
+    std::memcpy(&h, base + pos, sizeof(h));
+    const char* payload = base + pos + kRecordHeaderSize;
+    if (crc32c::Value(payload, length) != h.payload_crc) {
+      scan.stopped_at_damage = true;
+      break;
+    }
+    chain = crc32c::Extend(chain, &h, sizeof(h));
+    scan.records.push_back(ScannedRecord{uint32_t(pos), static_cast<LogRecordType>(type), h.lsn,
+                                         std::string_view(payload, length), scan.valid_end});
+    pos += kRecordHeaderSize + length;
+  }
+  // Records after the last valid checksum belong to an append that never completed.
+  if (scan.records.size() > committed) {
+    scan.records.resize(committed);
+    if (!scan.stopped_at_damage) scan.stopped_at_damage = true;
+  }
+  return scan;
+}
+
+}  // namespace slipstream::engine

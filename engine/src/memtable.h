@@ -1,0 +1,84 @@
+// The L0 memtable: a skiplist inside a shared-memory area, one writer at a time (the holder of
+// the engine's write mutex) and any number of lock-free readers in any process.
+//
+// Entries are ordered by internal key, then newest LSN first, so overwrites keep older versions
+// until compaction: an iterator with an older snapshot LSN still finds the version it saw.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string_view>
+
+#include "format.h"
+#include "shared_state.h"
+
+namespace slipstream::engine {
+
+constexpr int kMemMaxHeight = 16;
+
+// A skiplist node as laid out in the data area (offsets, never pointers).
+struct MemNode {
+  uint64_t lsn;
+  uint32_t key_size;
+  uint32_t value_size;
+  uint8_t kind;  // ValueKind
+  uint8_t height;
+  uint16_t pad;
+  std::atomic<uint32_t> next[1];  // `height` links; key and value bytes follow them
+
+  const char* key_data() const {
+    return reinterpret_cast<const char*>(&next[0]) + height * sizeof(uint32_t);
+  }
+  std::string_view key() const { return {key_data(), key_size}; }
+  std::string_view value() const { return {key_data() + key_size, value_size}; }
+  ValueKind value_kind() const { return static_cast<ValueKind>(kind); }
+};
+
+class MemTable {
+ public:
+  MemTable(MemtableHeader* header, char* data) : header_(header), data_(data) {}
+
+  // Formats an empty skiplist over the data area (writer only, with no readers left).
+  void Reset();
+
+  // Bytes an entry takes in the data area (upper bound).
+  static uint64_t EntrySpace(size_t key_size, size_t value_size) {
+    return sizeof(MemNode) + kMemMaxHeight * 4 + key_size + value_size + 8;
+  }
+  bool HasRoom(uint64_t space) const { return header_->used.load() + space <= header_->capacity; }
+
+  // Inserts an entry (the caller holds the write mutex and has checked HasRoom).
+  void Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::string_view value);
+
+  // Newest entry for `ikey` with lsn <= max_lsn, or nullptr.
+  const MemNode* Find(std::string_view ikey, uint64_t max_lsn) const;
+
+  // First node with key >= ikey (any version), or nullptr.
+  const MemNode* Seek(std::string_view ikey) const;
+  const MemNode* First() const { return Node(Head()->next[0].load(std::memory_order_acquire)); }
+  const MemNode* Next(const MemNode* n) const {
+    return Node(n->next[0].load(std::memory_order_acquire));
+  }
+
+  uint64_t entries() const { return header_->entries.load(); }
+  uint64_t kv_bytes() const { return header_->kv_bytes.load(); }
+  uint64_t used() const { return header_->used.load(); }
+
+ private:
+  static constexpr uint32_t kHeadOffset = 8;  // offset 0 means "null"
+
+  MemNode* Head() const { return reinterpret_cast<MemNode*>(data_ + kHeadOffset); }
+  MemNode* Node(uint32_t off) const {
+    return off ? reinterpret_cast<MemNode*>(data_ + off) : nullptr;
+  }
+  // True if node n orders before (ikey, lsn).
+  static bool Before(const MemNode* n, std::string_view ikey, uint64_t lsn);
+  // Fills prev[] with the last node before (ikey, lsn) at each level; returns the level-0 one.
+  MemNode* FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** prev) const;
+  int RandomHeight() const;
+
+  MemtableHeader* header_;
+  char* data_;
+};
+
+}  // namespace slipstream::engine

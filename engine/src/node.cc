@@ -1,0 +1,155 @@
+// Node encoding and bounds-checked decoding.
+#include "node.h"
+
+#include <cstring>
+
+#include "coding.h"
+#include "crc32c.h"
+
+namespace slipstream::engine {
+
+size_t NodeBuilder::LeafEntrySize(const LeafEntry& e) {
+  size_t n = 1 + VarintLength(uint32_t(e.key.size())) + e.key.size();
+  if (e.kind == ValueKind::kInline) {
+    n += VarintLength(uint32_t(e.inline_value.size())) + e.inline_value.size();
+  } else if (e.kind != ValueKind::kTombstone) {
+    n += ValuePtr::kEncodedSize;
+  }
+  return n;
+}
+
+void NodeBuilder::AddLeaf(const LeafEntry& e) {
+  offsets_.push_back(uint32_t(data_.size()));
+  char buf[16];
+  data_.push_back(char(e.kind));
+  data_.append(buf, EncodeVarint32(buf, uint32_t(e.key.size())) - buf);
+  if (e.kind == ValueKind::kInline) {
+    data_.append(buf, EncodeVarint32(buf, uint32_t(e.inline_value.size())) - buf);
+  }
+  data_.append(e.key);
+  if (e.kind == ValueKind::kInline) {
+    data_.append(e.inline_value);
+  } else if (e.kind != ValueKind::kTombstone) {
+    e.ptr.EncodeTo(buf);
+    data_.append(buf, ValuePtr::kEncodedSize);
+  }
+}
+
+void NodeBuilder::AddIndex(std::string_view key, DevPtr child) {
+  offsets_.push_back(uint32_t(data_.size()));
+  char buf[16];
+  data_.append(buf, EncodeVarint32(buf, uint32_t(key.size())) - buf);
+  data_.append(key);
+  EncodeFixed32(buf, child.segment);
+  EncodeFixed32(buf + 4, child.offset);
+  data_.append(buf, 8);
+}
+
+// Header, offsets rebased to the node start, entries, zero padding, CRC last.
+void NodeBuilder::Finish(char* dst, uint16_t height, uint32_t tree_id) {
+  uint32_t data_start = uint32_t(kNodeHeaderSize + 2 * offsets_.size());
+  NodeHeader h{};
+  h.magic = leaf_ ? kLeafMagic : kIndexMagic;
+  h.count = uint16_t(offsets_.size());
+  h.height = height;
+  h.used = uint32_t(data_start + data_.size());
+  h.tree_id = tree_id;
+  for (size_t i = 0; i < offsets_.size(); i++) {
+    auto off = uint16_t(data_start + offsets_[i]);
+    std::memcpy(dst + kNodeHeaderSize + 2 * i, &off, 2);
+  }
+  std::memcpy(dst + data_start, data_.data(), data_.size());
+  std::memset(dst + h.used, 0, node_size_ - h.used);
+  std::memcpy(dst, &h, sizeof(h));
+  h.crc = crc32c::Value(dst + 8, h.used - 8);
+  std::memcpy(dst, &h, sizeof(h));
+  offsets_.clear();
+  data_.clear();
+}
+
+Status NodeView::Open(const char* node, uint32_t node_size, bool verify_crc, NodeView* view) {
+  std::memcpy(&view->header_, node, sizeof(NodeHeader));
+  const NodeHeader& h = view->header_;
+  if (h.magic != kLeafMagic && h.magic != kIndexMagic) return Status::Corruption("bad node magic");
+  view->data_start_ = uint32_t(kNodeHeaderSize + 2 * uint32_t(h.count));
+  if (h.used > node_size || h.used < view->data_start_ || h.count == 0) {
+    return Status::Corruption("impossible node sizes");
+  }
+  if ((h.magic == kLeafMagic) != (h.height == 0)) return Status::Corruption("bad node height");
+  if (verify_crc && crc32c::Value(node + 8, h.used - 8) != h.crc) {
+    return Status::Corruption("bad node checksum");
+  }
+  view->node_ = node;
+  return Status::OK();
+}
+
+Status NodeView::Leaf(int i, LeafEntry* e) const {
+  uint16_t off = DecodeFixed16(node_ + kNodeHeaderSize + 2 * i);
+  const char* p = node_ + off;
+  const char* limit = node_ + header_.used;
+  if (off < data_start_ || p >= limit) return Status::Corruption("leaf entry out of node");
+  uint8_t kind = uint8_t(*p++);
+  if (!IsValidValueKind(kind)) return Status::Corruption("bad value kind");
+  e->kind = static_cast<ValueKind>(kind);
+  uint32_t key_size, value_size = 0;
+  p = DecodeVarint32(p, limit, &key_size);
+  if (p && e->kind == ValueKind::kInline) p = DecodeVarint32(p, limit, &value_size);
+  if (!p || uint64_t(limit - p) < uint64_t(key_size)) return Status::Corruption("leaf key out of node");
+  e->key = std::string_view(p, key_size);
+  p += key_size;
+  if (e->kind == ValueKind::kInline) {
+    if (uint64_t(limit - p) < value_size) return Status::Corruption("leaf value out of node");
+    e->inline_value = std::string_view(p, value_size);
+  } else if (e->kind != ValueKind::kTombstone) {
+    if (limit - p < ptrdiff_t(ValuePtr::kEncodedSize)) return Status::Corruption("leaf pointer out of node");
+    e->ptr = ValuePtr::DecodeFrom(p);
+  }
+  return Status::OK();
+}
+
+Status NodeView::Index(int i, std::string_view* key, DevPtr* child) const {
+  uint16_t off = DecodeFixed16(node_ + kNodeHeaderSize + 2 * i);
+  const char* p = node_ + off;
+  const char* limit = node_ + header_.used;
+  if (off < data_start_ || p >= limit) return Status::Corruption("index entry out of node");
+  uint32_t key_size;
+  p = DecodeVarint32(p, limit, &key_size);
+  if (!p || uint64_t(limit - p) < uint64_t(key_size) + 8) {
+    return Status::Corruption("index key out of node");
+  }
+  *key = std::string_view(p, key_size);
+  child->segment = DecodeFixed32(p + key_size);
+  child->offset = DecodeFixed32(p + key_size + 4);
+  return Status::OK();
+}
+
+Status NodeView::KeyAt(int i, std::string_view* key) const {
+  if (is_leaf()) {
+    LeafEntry e;
+    Status s = Leaf(i, &e);
+    *key = e.key;
+    return s;
+  }
+  DevPtr child;
+  return Index(i, key, &child);
+}
+
+// Binary search over the sorted entries.
+Status NodeView::LowerBound(std::string_view target, int* index) const {
+  int lo = 0, hi = header_.count;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    std::string_view k;
+    Status s = KeyAt(mid, &k);
+    if (!s.ok()) return s;
+    if (k.compare(target) < 0) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  *index = lo;
+  return Status::OK();
+}
+
+}  // namespace slipstream::engine

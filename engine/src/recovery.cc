@@ -1,0 +1,460 @@
+// The manifest (a durable snapshot of levels, segment accounting and keyspaces, replaced
+// atomically after every compaction) and recovery: load the manifest, then replay the L0
+// recovery log's valid prefix (found by the Tailwind scan) into the memtables.
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+#include <unordered_set>
+
+#include "coding.h"
+#include "crc32c.h"
+#include "engine_impl.h"
+#include "log_scanner.h"
+#include "log_writer.h"
+
+namespace slipstream::engine {
+
+namespace {
+
+constexpr uint64_t kManifestMagic = 0x31464e414d535353ull;  // "SSSMANF1"
+constexpr uint32_t kManifestVersion = 1;
+
+// Bounds-checked reading of the manifest image.
+class ManifestReader {
+ public:
+  explicit ManifestReader(std::string_view data) : data_(data) {}
+  bool Read(void* dst, size_t n) {
+    if (pos_ + n > data_.size()) return false;
+    std::memcpy(dst, data_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  template <typename T>
+  bool Get(T* v) {
+    return Read(v, sizeof(T));
+  }
+  size_t pos() const { return pos_; }
+
+ private:
+  std::string_view data_;
+  size_t pos_ = 0;
+};
+
+template <typename T>
+void Append(std::string* out, const T& v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+// What recovery learns about one scanned log segment.
+struct ScannedSegment {
+  uint32_t segment;
+  uint64_t sequence;
+  LogScan scan;
+};
+
+}  // namespace
+
+// Serialises the durable state. The caller holds write_mu and alloc_mu, so the segment table,
+// the keyspaces and `snapshot_lsn` are consistent with each other.
+std::string EngineImpl::SerializeManifest(Lsn snapshot_lsn) const {
+  const SharedState* s = shared_;
+  std::string out;
+  Append(&out, kManifestMagic);
+  Append(&out, kManifestVersion);
+  Append(&out, options_.segment_size);
+  Append(&out, options_.node_size);
+  Append(&out, options_.max_levels);
+  Append(&out, s->manifest_number);
+  Append(&out, s->compacted_lsn);
+  Append(&out, snapshot_lsn);
+  Append(&out, s->next_tree_id);
+  Append(&out, s->next_keyspace_id);
+  Append(&out, s->l0_log.next_sequence);
+  Append(&out, s->large_log.next_sequence);
+  for (uint32_t level = 1; level <= options_.max_levels; level++) Append(&out, s->current.levels[level]);
+  std::string segs;
+  uint32_t nsegs = 0;
+  for (uint64_t i = 1; i < s->device_segments; i++) {
+    const SegmentInfo& info = segments()[i];
+    if (info.kind == uint8_t(SegmentKind::kFree) || (info.flags & kSegmentRetired)) continue;
+    Append(&segs, uint32_t(i));
+    Append(&segs, info);
+    nsegs++;
+  }
+  Append(&out, nsegs);
+  out += segs;
+  std::string kss;
+  uint32_t nks = 0;
+  const KeyspaceSlot* slots = keyspace_slots();
+  for (uint32_t i = 0; i < kKeyspaceSlots; i++) {
+    uint32_t state = slots[i].state.load();
+    if (state != KeyspaceSlot::kLive && state != KeyspaceSlot::kDropped) continue;
+    Append(&kss, slots[i].tag);
+    Append(&kss, slots[i].id);
+    Append(&kss, state);
+    nks++;
+  }
+  Append(&out, nks);
+  out += kss;
+  uint32_t crc = crc32c::Value(out.data(), out.size());
+  Append(&out, crc);
+  return out;
+}
+
+Status EngineImpl::WriteManifest(const std::string& image) {
+  shared_->counters.device_bytes_written += image.size();
+  return WriteFileAtomically(ManifestPath(), image);
+}
+
+// Loads the manifest (or starts fresh), then replays the logs.
+Status EngineImpl::Recover() {
+  uint64_t file_segments;
+  Status s = device_->SizeInSegments(&file_segments);
+  if (!s.ok()) return s;
+  std::string image;
+  s = ReadWholeFile(ManifestPath(), &image);
+  if (s.IsNotFound()) {
+    // No manifest was ever written, so no write was ever acknowledged: start fresh.
+    s = device_->Truncate();
+    if (s.ok()) s = device_->Grow(64);
+    if (!s.ok()) return s;
+    shared_->device_segments = 64;
+    segments()[0].kind = uint8_t(SegmentKind::kReserved);
+    return ReplayLogs(std::string());
+  }
+  if (!s.ok()) return s;
+  shared_->device_segments = std::max<uint64_t>(file_segments, 1);
+  segments()[0].kind = uint8_t(SegmentKind::kReserved);
+  return ReplayLogs(image);
+}
+
+// Parses the manifest image into the arena, then scans and replays the L0 log.
+Status EngineImpl::ReplayLogs(const std::string& image) {
+  SharedState* st = shared_;
+  Lsn snapshot_lsn = 0;
+  if (!image.empty()) {
+    if (image.size() < 4 || crc32c::Value(image.data(), image.size() - 4) !=
+                                DecodeFixed32(image.data() + image.size() - 4)) {
+      return Status::Corruption("MANIFEST checksum mismatch");
+    }
+    ManifestReader r(std::string_view(image.data(), image.size() - 4));
+    uint64_t magic;
+    uint32_t version, segment_size, node_size, max_levels;
+    bool ok = r.Get(&magic) && r.Get(&version) && r.Get(&segment_size) && r.Get(&node_size) &&
+              r.Get(&max_levels);
+    if (!ok || magic != kManifestMagic || version != kManifestVersion) {
+      return Status::Corruption("MANIFEST has a bad magic number or version");
+    }
+    if (segment_size != options_.segment_size || node_size != options_.node_size ||
+        max_levels != options_.max_levels) {
+      return Status::InvalidArgument("segment_size, node_size and max_levels must match the "
+                                     "values the engine was created with");
+    }
+    ok = r.Get(&st->manifest_number) && r.Get(&st->compacted_lsn) && r.Get(&snapshot_lsn) &&
+         r.Get(&st->next_tree_id) && r.Get(&st->next_keyspace_id) &&
+         r.Get(&st->l0_log.next_sequence) && r.Get(&st->large_log.next_sequence);
+    for (uint32_t level = 1; ok && level <= max_levels; level++) ok = r.Get(&st->current.levels[level]);
+    uint32_t nsegs = 0, nks = 0;
+    ok = ok && r.Get(&nsegs);
+    for (uint32_t i = 0; ok && i < nsegs; i++) {
+      uint32_t seg;
+      SegmentInfo info;
+      ok = r.Get(&seg) && r.Get(&info);
+      if (ok && (seg == 0 || seg >= st->device_segments)) {
+        return Status::Corruption("MANIFEST names segment " + std::to_string(seg) +
+                                  " beyond the device file");
+      }
+      if (ok) segments()[seg] = info;
+    }
+    ok = ok && r.Get(&nks);
+    for (uint32_t i = 0; ok && i < nks; i++) {
+      uint64_t tag;
+      uint32_t id, state;
+      ok = r.Get(&tag) && r.Get(&id) && r.Get(&state);
+      KeyspaceSlot* slot = ok ? InsertKeyspaceSlot(id) : nullptr;
+      if (slot == nullptr) return Status::Corruption("MANIFEST keyspace table does not fit");
+      slot->tag = tag;
+      slot->state.store(state);
+    }
+    if (!ok) return Status::Corruption("MANIFEST is truncated");
+    st->last_lsn.store(snapshot_lsn);
+    for (uint32_t level = 1; level <= max_levels; level++) {
+      const LevelDesc& d = st->current.levels[level];
+      if (d.tree_id != 0 && (d.root.segment >= st->device_segments || d.tree_id >= st->next_tree_id)) {
+        return Status::Corruption("MANIFEST level " + std::to_string(level) + " is impossible");
+      }
+    }
+  }
+
+  // Gather each log's known segments by sequence.
+  std::map<uint64_t, uint32_t> l0_known, large_known;
+  for (uint64_t i = 1; i < st->device_segments; i++) {
+    const SegmentInfo& info = segments()[i];
+    if (info.kind == uint8_t(SegmentKind::kL0Log)) l0_known[info.sequence] = uint32_t(i);
+    if (info.kind == uint8_t(SegmentKind::kLargeLog)) large_known[info.sequence] = uint32_t(i);
+  }
+
+  // Follows a log's chain: the known segments in order (only from the newest for the large
+  // log, whose older sealed segments the manifest describes), then NEXT records onwards.
+  auto follow = [&](std::map<uint64_t, uint32_t>& known, SegmentKind kind, bool all,
+                    std::vector<ScannedSegment>* chain) -> Status {
+    std::vector<std::pair<uint64_t, uint32_t>> todo(known.begin(), known.end());
+    if (!all && todo.size() > 1) todo.erase(todo.begin(), todo.end() - 1);
+    size_t i = 0;
+    while (i < todo.size()) {
+      auto [sequence, segment] = todo[i++];
+      ScannedSegment ss{segment, sequence, ScanLogSegment(device_->Segment(segment), options_.segment_size)};
+      if (ss.scan.header_ok && (ss.scan.header.sequence != sequence ||
+                                ss.scan.header.kind != uint32_t(kind == SegmentKind::kL0Log ? LogKind::kL0 : LogKind::kLarge))) {
+        return Status::Corruption("log segment " + std::to_string(segment) + " has a foreign header");
+      }
+      chain->push_back(ss);
+      if (i < todo.size()) continue;
+      for (const ScannedRecord& rec : ss.scan.records) {
+        if (rec.type != LogRecordType::kNext || rec.payload.size() != 12) continue;
+        uint32_t next = DecodeFixed32(rec.payload.data());
+        uint64_t next_seq = DecodeFixed64(rec.payload.data() + 4);
+        if (next == 0 || next >= st->device_segments) {
+          return Status::Corruption("NEXT record points outside the device");
+        }
+        SegmentInfo& info = segments()[next];
+        if (info.kind != uint8_t(SegmentKind::kFree) && !(info.kind == uint8_t(kind) && info.sequence == next_seq)) {
+          return Status::Corruption("NEXT record points into a segment in use");
+        }
+        info = SegmentInfo{};
+        info.kind = uint8_t(kind);
+        info.sequence = next_seq;
+        todo.emplace_back(next_seq, next);
+      }
+    }
+    for (size_t k = 0; k + 1 < chain->size(); k++) {
+      segments()[(*chain)[k].segment].flags |= kSegmentSealed;
+    }
+    return Status::OK();
+  };
+
+  std::vector<ScannedSegment> large_chain, l0_chain;
+  Status s = follow(large_known, SegmentKind::kLargeLog, false, &large_chain);
+  if (s.ok()) s = follow(l0_known, SegmentKind::kL0Log, true, &l0_chain);
+  if (!s.ok()) return s;
+  for (size_t k = 0; k + 1 < l0_chain.size(); k++) {
+    if (l0_chain[k].scan.stopped_at_damage) {
+      return Status::Corruption("sealed L0 log segment " + std::to_string(l0_chain[k].segment) +
+                                " is damaged at offset " + std::to_string(l0_chain[k].scan.valid_end));
+    }
+  }
+
+  // Large-log records recovery may reference: those in scanned segments' valid prefixes.
+  std::unordered_map<uint64_t, uint32_t> large_records;  // (segment, offset) -> record bytes
+  for (const ScannedSegment& ss : large_chain) {
+    for (const ScannedRecord& rec : ss.scan.records) {
+      if (rec.type == LogRecordType::kValue) {
+        large_records[(uint64_t(ss.segment) << 32) | rec.offset] = RecordSpace(rec.payload.size());
+      }
+    }
+  }
+  std::unordered_set<uint64_t> referenced;
+  auto large_pointer_valid = [&](const ValuePtr& p) {
+    auto it = large_records.find((uint64_t(p.where.segment) << 32) | p.where.offset);
+    if (it != large_records.end()) return it->second == p.record_bytes;
+    // A sealed segment the manifest describes: check the record in place.
+    if (p.where.segment == 0 || p.where.segment >= st->device_segments ||
+        segments()[p.where.segment].kind != uint8_t(SegmentKind::kLargeLog) ||
+        uint64_t(p.where.offset) + p.record_bytes > options_.segment_size || p.record_bytes < kRecordHeaderSize) {
+      return false;
+    }
+    const char* rec = device_->Segment(p.where.segment) + p.where.offset;
+    RecordHeader h;
+    std::memcpy(&h, rec, sizeof(h));
+    return (h.type_and_length >> 8) == p.record_bytes - kRecordHeaderSize &&
+           crc32c::Value(rec + kRecordHeaderSize, p.record_bytes - kRecordHeaderSize) == h.payload_crc;
+  };
+
+  // Replay the L0 log batch by batch; stop (and cut the log) at the first batch whose large
+  // value did not survive, so the recovered state is a prefix of the acknowledged history.
+  Lsn last_lsn = st->last_lsn.load();
+  size_t cut_segment = l0_chain.size();
+  uint32_t cut_offset = 0;
+  for (size_t k = 0; k < l0_chain.size() && cut_segment == l0_chain.size(); k++) {
+    const std::vector<ScannedRecord>& recs = l0_chain[k].scan.records;
+    size_t i = 0;
+    while (i < recs.size()) {
+      size_t j = i;
+      while (j < recs.size() && recs[j].batch_start == recs[i].batch_start) j++;
+      std::vector<WriteOp> batch;
+      bool valid = true;
+      for (size_t r = i; r < j && valid; r++) {
+        const ScannedRecord& rec = recs[r];
+        if (rec.type != LogRecordType::kPut && rec.type != LogRecordType::kDelete) continue;
+        const char* p = rec.payload.data();
+        const char* limit = p + rec.payload.size();
+        uint32_t key_size;
+        p = DecodeVarint32(p, limit, &key_size);
+        if (!p || uint64_t(limit - p) < key_size || key_size < kKeyspacePrefix) {
+          return Status::Corruption("L0 log record with a bad key");
+        }
+        WriteOp op;
+        op.type = rec.type == LogRecordType::kPut ? WriteOp::kPut : WriteOp::kDelete;
+        op.ikey.assign(p, key_size);
+        p += key_size;
+        if (op.type == WriteOp::kPut) {
+          if (p == limit || !IsValidValueKind(uint8_t(*p))) return Status::Corruption("L0 log record with a bad kind");
+          auto kind = ValueKind(uint8_t(*p++));
+          op.value = std::string_view(p, size_t(limit - p));
+          if (kind == ValueKind::kLargePtr) {
+            if (op.value.size() != ValuePtr::kEncodedSize) return Status::Corruption("bad large pointer");
+            op.relocate_from = ValuePtr::DecodeFrom(p);
+            op.type = WriteOp::kRelocate;  // marks "value is a large pointer" during replay
+            valid = large_pointer_valid(op.relocate_from);
+          }
+        }
+        op.keyspace = rec.lsn > st->compacted_lsn ? 1 : 0;  // 1: must be applied
+        batch.push_back(std::move(op));
+      }
+      if (!valid) {
+        cut_segment = k;
+        cut_offset = recs[i].batch_start;
+        break;
+      }
+      for (size_t r = i; r < j; r++) {
+        const ScannedRecord& rec = recs[r];
+        last_lsn = std::max(last_lsn, rec.lsn);
+        if (rec.type == LogRecordType::kKeyspaceCreate || rec.type == LogRecordType::kKeyspaceDrop) {
+          if (rec.payload.size() < 4) return Status::Corruption("bad keyspace record");
+          uint32_t id = DecodeFixed32(rec.payload.data());
+          KeyspaceSlot* slot = InsertKeyspaceSlot(id);
+          if (slot == nullptr) return Status::Corruption("keyspace table full during replay");
+          if (rec.type == LogRecordType::kKeyspaceCreate && rec.payload.size() == 12) {
+            if (slot->state.load() == KeyspaceSlot::kEmpty || slot->state.load() == KeyspaceSlot::kDeleted) {
+              slot->tag = DecodeFixed64(rec.payload.data() + 4);
+              slot->state.store(KeyspaceSlot::kLive);
+            }
+          } else if (rec.type == LogRecordType::kKeyspaceDrop) {
+            slot->state.store(KeyspaceSlot::kDropped);
+          }
+          st->next_keyspace_id = std::max(st->next_keyspace_id, id + 1);
+        }
+      }
+      for (size_t r = i, b = 0; r < j; r++) {
+        const ScannedRecord& rec = recs[r];
+        if (rec.type != LogRecordType::kPut && rec.type != LogRecordType::kDelete) continue;
+        WriteOp& op = batch[b++];
+        if (op.keyspace == 0) continue;  // already in the levels
+        ValueKind kind = op.type == WriteOp::kDelete ? ValueKind::kTombstone
+                         : op.type == WriteOp::kRelocate ? ValueKind::kLargePtr
+                                                          : ValueKind::kInline;
+        if (kind == ValueKind::kLargePtr) {
+          referenced.insert((uint64_t(op.relocate_from.where.segment) << 32) | op.relocate_from.where.offset);
+        }
+        uint64_t need = MemTable::EntrySpace(op.ikey.size(), op.value.size());
+        while (true) {
+          MemTable active = Memtable(st->current.active_memtable);
+          if (active.used() + need <= options_.l0_size || active.entries() == 0) break;
+          if (SwitchMemtable(false)) continue;
+          Status cs = CompactAll();  // recovery is single-process: compact to make room
+          if (!cs.ok()) return cs;
+        }
+        Memtable(st->current.active_memtable).Insert(op.ikey, rec.lsn, kind, op.value);
+      }
+      i = j;
+    }
+  }
+  st->last_lsn.store(last_lsn);
+  st->durable_lsn.store(last_lsn);
+
+  // Account large-log records appended after the manifest: written, and invalid unless an
+  // L0 record that survived references them.
+  for (const ScannedSegment& ss : large_chain) {
+    SegmentInfo& info = segments()[ss.segment];
+    bool in_manifest = large_known.count(ss.sequence) && large_known[ss.sequence] == ss.segment;
+    for (const ScannedRecord& rec : ss.scan.records) {
+      if (rec.type != LogRecordType::kValue || (in_manifest && rec.lsn <= snapshot_lsn)) continue;
+      uint32_t bytes = RecordSpace(rec.payload.size());
+      info.bytes_written += bytes;
+      if (!referenced.count((uint64_t(ss.segment) << 32) | rec.offset)) info.invalid_bytes += bytes;
+    }
+  }
+
+  // Resume appending: the L0 log at the cut or the end of its last segment; later segments
+  // of a cut log are freed.
+  if (cut_segment < l0_chain.size()) {
+    for (size_t k = cut_segment + 1; k < l0_chain.size(); k++) segments()[l0_chain[k].segment] = SegmentInfo{};
+    l0_chain.resize(cut_segment + 1);
+    l0_chain.back().scan.valid_end = cut_offset;
+    // The chain value at cut_offset is rebuilt by rescanning just that prefix.
+    std::string prefix(device_->Segment(l0_chain.back().segment), cut_offset);
+    prefix.resize(options_.segment_size, '\0');
+    l0_chain.back().scan = ScanLogSegment(prefix.data(), prefix.size());
+    segments()[l0_chain.back().segment].flags &= uint16_t(~kSegmentSealed);
+  }
+  struct LogTail {
+    SharedLog* log;
+    LogKind kind;
+    std::vector<ScannedSegment>* chain;
+  };
+  for (LogTail t : {LogTail{&st->l0_log, LogKind::kL0, &l0_chain},
+                    LogTail{&st->large_log, LogKind::kLarge, &large_chain}}) {
+    uint64_t max_seq = t.log->next_sequence;
+    for (const ScannedSegment& ss : *t.chain) max_seq = std::max(max_seq, ss.sequence + 1);
+    t.log->next_sequence = max_seq;
+    if (t.chain->empty()) {
+      uint32_t seg;
+      s = AllocateSegment(t.kind == LogKind::kL0 ? SegmentKind::kL0Log : SegmentKind::kLargeLog, 0, &seg);
+      if (!s.ok()) return s;
+      uint64_t seq = t.log->next_sequence;
+      segments()[seg].sequence = seq;
+      s = ResumeLog(t.log, t.kind, seg, seq, 0, 0);
+    } else {
+      const ScannedSegment& tail = t.chain->back();
+      s = ResumeLog(t.log, t.kind, tail.segment, tail.sequence,
+                    tail.scan.header_ok ? tail.scan.valid_end : 0, tail.scan.chain);
+    }
+    if (!s.ok()) return s;
+  }
+  st->current.active_first_log_sequence = l0_chain.empty() ? st->l0_log.buffers[0].sequence
+                                                           : l0_chain.front().sequence;
+  // Record the recovered state (also the first manifest of a fresh engine).
+  std::string manifest;
+  {
+    SharedLock w(&st->write_mu);
+    SharedLock a(&st->alloc_mu);
+    st->manifest_number++;
+    manifest = SerializeManifest(st->last_lsn.load());
+  }
+  return WriteManifest(manifest);
+}
+
+// Makes buffer 0 of `log` the active buffer over `segment`, continuing after its valid prefix
+// (valid_end 0: a fresh segment). The bytes past the prefix are zeroed on the device so that a
+// torn append can never be mistaken for part of a later one.
+Status EngineImpl::ResumeLog(SharedLog* log, LogKind kind, uint32_t segment, uint64_t sequence,
+                             uint32_t valid_end, uint32_t chain) {
+  SharedLogBuffer& b = log->buffers[0];
+  char* buf = LogBuffer(b);
+  std::memset(buf, 0, options_.segment_size);
+  b.generation.fetch_add(1);
+  b.segment = segment;
+  b.sequence = sequence;
+  b.pins = 0;
+  Status s;
+  if (valid_end >= kLogHeaderSize) {
+    std::memcpy(buf, device_->Segment(segment), valid_end);
+    log->cursor = LogCursor{valid_end, chain};
+    b.written = valid_end;
+    s = device_->ZeroRange(uint64_t(segment) * options_.segment_size + valid_end,
+                           options_.segment_size - valid_end);
+  } else {
+    s = device_->ZeroSegment(segment);
+    StartLogSegment(buf, options_.segment_size, kind, sequence, segment,
+                    (uint64_t(segment) << 32) ^ sequence ^ 0x9e3779b97f4a7c15ull, &log->cursor);
+    b.written = 0;
+  }
+  b.appended.store(log->cursor.pos);
+  b.state.store(SharedLogBuffer::kActive);
+  log->current = 0;
+  log->next_sequence = std::max(log->next_sequence, sequence + 1);
+  return s;
+}
+
+}  // namespace slipstream::engine

@@ -1,0 +1,174 @@
+// The layout of the engine's shared-memory arena.
+//
+// Everything here is addressed by offsets from the arena base, never by pointers, and is
+// synchronised with process-shared primitives only, so any process that maps the arena (at any
+// address) can use it.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "format.h"
+#include "log_writer.h"
+#include "shm_sync.h"
+
+namespace slipstream::engine {
+
+constexpr uint64_t kArenaMagic = 0x414e455241535353ull;  // "SSSARENA"
+constexpr uint32_t kArenaVersion = 1;
+constexpr int kMaxLevels = 12;
+constexpr int kMaxReaders = 1024;
+constexpr int kL0LogBuffers = 4;
+constexpr int kLargeLogBuffers = 8;
+constexpr uint32_t kKeyspaceSlots = 1u << 16;
+constexpr int kRetireSlots = 8192;
+constexpr int kMemtableCount = 2;
+
+enum ArenaState : uint32_t { kArenaZero = 0, kArenaInitializing = 1, kArenaReady = 2, kArenaFailed = 3 };
+
+// One segment image of a log, kept in shared memory while it is appended to and until it has
+// been written out to the device.
+struct SharedLogBuffer {
+  enum State : uint32_t { kFree = 0, kActive = 1, kSealed = 2 };
+  std::atomic<uint32_t> state;
+  std::atomic<uint32_t> generation;  // bumped whenever the buffer starts a new segment
+  std::atomic<uint32_t> appended;    // bytes of complete appends (records and checksums)
+  uint32_t written;                  // bytes already written to the device
+  uint32_t pins;                     // flushers currently writing from this buffer
+  uint32_t segment;
+  uint64_t sequence;
+  uint64_t data_offset;  // arena offset of the segment image
+};
+
+// One log (L0 recovery log or large log) in shared memory. Protected by the write mutex.
+struct SharedLog {
+  uint32_t kind;  // LogKind
+  uint32_t buffer_count;
+  uint32_t current;  // index of the active buffer
+  uint32_t pad;
+  uint64_t next_sequence;
+  LogCursor cursor;  // of the active buffer
+  SharedLogBuffer buffers[kLargeLogBuffers];
+};
+
+// Per-segment accounting; the allocator's table. Protected by the allocation mutex.
+struct SegmentInfo {
+  uint8_t kind;  // SegmentKind
+  uint8_t level;
+  uint16_t flags;
+  uint32_t owner;     // tree id for index and bloom segments
+  uint64_t sequence;  // position in its log's chain (log segments)
+  uint64_t bytes_written;  // record bytes appended (log segments)
+  uint64_t invalid_bytes;  // record bytes no longer referenced (medium and large logs)
+};
+constexpr uint16_t kSegmentSealed = 1;     // a log segment that receives no more appends
+constexpr uint16_t kSegmentEvacuated = 2;  // GC relocated its live values
+constexpr uint16_t kSegmentRetired = 4;    // waiting for readers to leave before reuse
+
+// One level's B+-tree. A level with tree_id 0 is empty.
+struct LevelDesc {
+  uint32_t tree_id;
+  uint32_t height;  // 0: the root is a leaf
+  DevPtr root;
+  DevPtr bloom_dir;  // node listing the bloom segments
+  uint64_t bloom_blocks;
+  uint64_t entries, bytes, small_entries, medium_entries, large_entries, tombstones, segments;
+};
+
+// What a reader needs to see one consistent state: memtables and level trees.
+struct Version {
+  int32_t active_memtable;
+  int32_t immutable_memtable;  // -1 if none
+  uint64_t active_first_log_sequence;  // L0 log segment holding the active memtable's first record
+  LevelDesc levels[kMaxLevels + 1];  // index 1..max_levels
+};
+
+struct KeyspaceSlot {
+  enum State : uint32_t { kEmpty = 0, kLive = 1, kDropped = 2, kDeleted = 3 };
+  uint64_t tag;
+  uint32_t id;
+  std::atomic<uint32_t> state;
+};
+
+struct MemtableHeader {
+  std::atomic<uint64_t> used;  // bytes allocated in the data area
+  uint64_t capacity;           // bytes of the data area
+  std::atomic<uint64_t> entries;
+  std::atomic<uint64_t> kv_bytes;
+  std::atomic<uint64_t> max_lsn;
+  std::atomic<uint32_t> max_height;
+  std::atomic<uint32_t> in_use;  // 0: free for reuse once no reader can see it
+  uint64_t retired_epoch;
+  uint64_t data_offset;  // arena offset of the data area
+};
+
+struct RetiredItem {
+  enum Kind : uint32_t { kNone = 0, kSegment = 1, kMemtable = 2, kTree = 3 };
+  uint32_t kind;
+  uint32_t id;
+  uint64_t epoch;
+};
+
+struct ReaderSlot {
+  std::atomic<uint64_t> epoch;  // 0: free
+  std::atomic<int32_t> pid;
+  uint32_t pad;
+};
+
+struct SharedCounters {
+  std::atomic<uint64_t> user_bytes_written, device_bytes_written, device_bytes_read;
+  std::atomic<uint64_t> compactions, compaction_bytes_written;
+  std::atomic<uint64_t> gc_runs, gc_bytes_relocated, gc_reclaimed_bytes;
+  std::atomic<uint64_t> stall_count, stall_micros, log_flushes, log_records_flushed;
+  std::atomic<uint64_t> unflushed_records;
+};
+
+struct SharedState {
+  uint64_t magic;
+  uint32_t version;
+  std::atomic<uint32_t> state;  // ArenaState
+  uint64_t arena_size;
+  // Copy of the options that fix the layout; attachers must agree.
+  uint32_t segment_size, node_size, max_levels, pad0;
+  uint64_t l0_size, max_segments;
+
+  SharedMutex write_mu;       // log appends, memtable inserts, memtable switches, keyspaces
+  SharedMutex flush_mu;       // one log flush at a time (group commit)
+  SharedMutex alloc_mu;       // segment table
+  SharedMutex compaction_mu;  // compaction, GC, manifest writes, reclamation
+  SharedMutex bg_mu;          // with bg_cv: wake-ups for background work and stalled writers
+  SharedCondVar bg_cv;
+  std::atomic<uint32_t> bg_pending;
+  std::atomic<uint32_t> bg_failed;  // a background compaction failed: writers get the error
+  char bg_error[256];
+
+  std::atomic<uint64_t> last_lsn;
+  std::atomic<uint64_t> durable_lsn;
+  uint64_t compacted_lsn;  // every record up to it is in the levels (persisted in the manifest)
+  uint32_t next_tree_id;
+  uint32_t next_keyspace_id;
+  uint64_t manifest_number;
+  uint64_t device_segments;  // segments the device file currently holds
+  uint32_t alloc_hint;
+  uint32_t pad1;
+
+  std::atomic<uint64_t> epoch;
+  ReaderSlot readers[kMaxReaders];
+  RetiredItem retired[kRetireSlots];
+  uint32_t retired_count;
+  uint32_t pad2;
+
+  std::atomic<uint32_t> version_seq;  // seqlock over `current`
+  Version current;
+
+  SharedLog l0_log;
+  SharedLog large_log;
+  SharedCounters counters;
+
+  uint64_t segment_table_offset;
+  uint64_t keyspace_table_offset;
+  uint64_t memtable_offset[kMemtableCount];
+};
+
+}  // namespace slipstream::engine

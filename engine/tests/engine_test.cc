@@ -1,0 +1,88 @@
+// End-to-end behaviour of the engine API: size classes, deletes, iteration, keyspaces,
+// compaction, recovery and bad input.
+#include <map>
+#include <random>
+
+#include "test_util.h"
+
+namespace slipstream::engine::test {
+namespace {
+
+std::string Value(size_t size, int seed) {
+  std::string v(size, '\0');
+  for (size_t i = 0; i < size; i++) v[i] = char('a' + (seed * 7 + i * 13 + (i / 7)) % 26);
+  return v;
+}
+
+TEST(Engine, PutGetAcrossSizeClasses) {
+  TestEngine t;
+  KeyspaceId ks;
+  ASSERT_TRUE(t->CreateKeyspace(7, &ks).ok());
+  for (size_t size : {0, 5, 90, 100, 500, 999, 1000, 5000, 30000}) {
+    std::string key = "k" + std::to_string(size);
+    ASSERT_TRUE(t->Put(ks, key, Value(size, int(size))).ok());
+  }
+  for (size_t size : {0, 5, 90, 100, 500, 999, 1000, 5000, 30000}) {
+    std::string got;
+    Status s = t->Get(ks, "k" + std::to_string(size), &got);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(got, Value(size, int(size)));
+  }
+  std::string got;
+  EXPECT_TRUE(t->Get(ks, "missing", &got).IsNotFound());
+  ASSERT_TRUE(t->Verify().ok());
+}
+
+TEST(Engine, SurvivesCompactionAndReopen) {
+  TestEngine t;
+  KeyspaceId ks;
+  ASSERT_TRUE(t->CreateKeyspace(1, &ks).ok());
+  std::map<std::string, std::string> model;
+  std::mt19937 rng(42);
+  for (int i = 0; i < 20000; i++) {
+    std::string key = "key" + std::to_string(rng() % 5000);
+    size_t size = std::vector<size_t>{5, 150, 2000}[rng() % 3];
+    if (rng() % 10 == 0) {
+      ASSERT_TRUE(t->Delete(ks, key).ok());
+      model.erase(key);
+    } else {
+      std::string v = Value(size, i);
+      ASSERT_TRUE(t->Put(ks, key, v).ok());
+      model[key] = v;
+    }
+    if (i % 5000 == 4999) {
+      while (t->DoBackgroundWork()) {
+      }
+    }
+  }
+  auto check = [&] {
+    for (auto& [k, v] : model) {
+      std::string got;
+      Status s = t->Get(ks, k, &got);
+      ASSERT_TRUE(s.ok()) << k << " " << s.ToString();
+      ASSERT_EQ(got, v) << k;
+    }
+    auto it = t->NewIterator(ks);
+    auto mit = model.begin();
+    for (it->SeekToFirst(); it->Valid(); it->Next(), ++mit) {
+      ASSERT_NE(mit, model.end());
+      ASSERT_EQ(it->key(), mit->first);
+      ASSERT_EQ(it->value(), mit->second);
+    }
+    ASSERT_TRUE(it->status().ok()) << it->status().ToString();
+    ASSERT_EQ(mit, model.end());
+    Status v = t->Verify();
+    ASSERT_TRUE(v.ok()) << v.ToString();
+  };
+  check();
+  ASSERT_TRUE(t->CompactAll().ok());
+  check();
+  Stats st = t->GetStats();
+  EXPECT_GT(st.compactions, 0u);
+  ASSERT_TRUE(t->Sync(st.last_lsn).ok());
+  t.Reopen();
+  check();
+}
+
+}  // namespace
+}  // namespace slipstream::engine::test
