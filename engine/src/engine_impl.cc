@@ -98,8 +98,8 @@ Status EngineImpl::ValidateOptions(const Options& o) {
   if (3 * biggest + kNodeHeaderSize > o.node_size) {
     return bad("node_size too small for max_key_size and large_threshold (3 entries must fit)");
   }
-  if (o.max_value_size < 1 || o.max_value_size > o.segment_size / 4) {
-    return bad("max_value_size must be 1..segment_size/4");
+  if (o.max_value_size < 1 || o.max_value_size > o.segment_size / 2) {
+    return bad("max_value_size must be 1..segment_size/2 (a large value lives in one segment)");
   }
   if (o.l0_size < (1u << 20) || o.l0_size > (1ull << 30)) return bad("l0_size must be 1 MiB..1 GiB");
   if (o.growth_factor < 2 || o.growth_factor > 64) return bad("growth_factor must be 2..64");

@@ -1,0 +1,57 @@
+# slipstream: what a user types. `make demo` runs the main job, `make check` runs every test.
+# Each target installs the Debian packages it needs first (as root, or through sudo).
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc)
+BENCH_NUM  ?= 2000000
+DEMO_NUM   ?= 300000
+
+DEBIAN_PACKAGES = cmake g++ make pkg-config googletest libgtest-dev libgmock-dev \
+  liburing-dev liblz4-dev libibverbs-dev librdmacm-dev rdma-core \
+  postgresql-15 postgresql-server-dev-15 librocksdb-dev
+
+SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all deps build demo bench test test-sanitize check format clean
+
+all: build
+
+# Installs whatever of DEBIAN_PACKAGES is missing (apt-get update only when something is).
+deps:
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(BUILD) -j$(JOBS)
+
+# The main job (for now): the engine benchmark against RocksDB, with its summary.
+demo: build
+	$(BUILD)/bench/engine_bench --num=$(DEMO_NUM)
+
+# The full engine benchmark of docs/benchmarks.md.
+bench: build
+	$(BUILD)/bench/engine_bench --num=$(BENCH_NUM)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
+
+# The same suites under AddressSanitizer and UndefinedBehaviorSanitizer.
+test-sanitize: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSLIPSTREAM_SANITIZE=ON -DSLIPSTREAM_BENCH=OFF >/dev/null
+	cmake --build $(ASAN_BUILD) -j$(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
+
+# Every test: the plain build and the sanitizer build.
+check: test test-sanitize
+
+format:
+	clang-format -i $$(git ls-files '*.cc' '*.h')
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)
