@@ -78,7 +78,7 @@ inline std::string MakeInternalKey(KeyspaceId ks, std::string_view user_key) {
   k[1] = char(ks >> 16);
   k[2] = char(ks >> 8);
   k[3] = char(ks);
-  std::memcpy(k.data() + kKeyspacePrefix, user_key.data(), user_key.size());
+  if (!user_key.empty()) std::memcpy(k.data() + kKeyspacePrefix, user_key.data(), user_key.size());
   return k;
 }
 

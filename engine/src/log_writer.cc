@@ -32,6 +32,7 @@ uint32_t AppendRecord(char* base, LogCursor* cursor, LogRecordType type, uint64_
   uint32_t crc = 0;
   size_t length = 0;
   for (std::string_view part : parts) {
+    if (part.empty()) continue;
     std::memcpy(payload + length, part.data(), part.size());
     crc = crc32c::Extend(crc, part.data(), part.size());
     length += part.size();

@@ -65,7 +65,7 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind,
   node->pad = 0;
   char* kv = const_cast<char*>(node->key_data());
   std::memcpy(kv, ikey.data(), ikey.size());
-  std::memcpy(kv + ikey.size(), value.data(), value.size());
+  if (!value.empty()) std::memcpy(kv + ikey.size(), value.data(), value.size());
 
   MemNode* prev[kMemMaxHeight];
   int max_height = int(header_->max_height.load(std::memory_order_relaxed));
