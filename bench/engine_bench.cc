@@ -389,6 +389,8 @@ class BenchDb {
   virtual std::unique_ptr<BenchIterator> NewIterator() = 0;
   // Device bytes written per user byte put since the database was created.
   virtual double WriteAmplification() = 0;
+  // Engine-specific counters worth printing after a write workload (may be empty).
+  virtual std::string WriteNote() { return {}; }
 };
 
 // An anonymous shared mapping (zeroed), unmapped on destruction.
@@ -460,6 +462,15 @@ class SlipstreamDb : public BenchDb {
     return std::make_unique<SlipstreamIterator>(engine_->NewIterator(keyspace_));
   }
   double WriteAmplification() override { return engine_->GetStats().WriteAmplification(); }
+  std::string WriteNote() override {
+    ss::Stats st = engine_->GetStats();
+    char note[160];
+    std::snprintf(note, sizeof(note), "compactions %llu, stalls %llu (%.2f s), %.1f records/flush",
+                  static_cast<unsigned long long>(st.compactions),
+                  static_cast<unsigned long long>(st.stall_count), double(st.stall_micros) / 1e6,
+                  st.RecordsPerFlush());
+    return note;
+  }
 
  private:
   // The engine options of the benchmark.
@@ -596,6 +607,7 @@ Result RunWrites(BenchDb& db, const OpList& ops, const ValuePool& pool) {
   db.Sync();
   Result result = Timed(ops.size(), start);
   result.write_amp = db.WriteAmplification();
+  result.note = db.WriteNote();
   return result;
 }
 

@@ -546,8 +546,10 @@ Status EngineImpl::PrepareOp(WriteOp* op, size_t* l0_bytes, size_t* large_bytes,
     p += 4;
     int n = 0;
     if (options_.compress_large) {
-      n = LZ4_compress_default(op->value.data(), p, int(op->value.size()),
-                               int(op->encoded.size() - (p - op->encoded.data())));
+      // Acceleration 4: about twice the speed of the default for a few percent of ratio; this
+      // runs on the writer's thread.
+      n = LZ4_compress_fast(op->value.data(), p, int(op->value.size()),
+                            int(op->encoded.size() - (p - op->encoded.data())), 4);
     }
     if (n > 0 && size_t(n) < op->value.size() - op->value.size() / 8) {
       *flags = char(kValueFlagLz4);
