@@ -254,17 +254,16 @@ Version EngineImpl::ReadVersion() const {
 // Epochs and reclamation
 
 EpochPin::EpochPin(SharedState* s) {
-  uint64_t e = s->epoch.load();
-  int start = int((uint32_t(getpid()) * 2654435761u + uint32_t(std::hash<std::thread::id>()(
-                                                          std::this_thread::get_id()))) %
+  uint64_t word = ReaderSlot::Pack(s->epoch.load(), getpid());
+  int start = int((uint32_t(getpid()) * 2654435761u +
+                   uint32_t(std::hash<std::thread::id>()(std::this_thread::get_id()))) %
                   kMaxReaders);
-  for (int spins = 0;; spins++) {
+  while (true) {
     for (int i = 0; i < kMaxReaders; i++) {
       ReaderSlot* slot = &s->readers[(start + i) % kMaxReaders];
       uint64_t zero = 0;
-      if (slot->epoch.load(std::memory_order_relaxed) == 0 &&
-          slot->epoch.compare_exchange_strong(zero, e)) {
-        slot->pid.store(getpid());
+      if (slot->word.load(std::memory_order_relaxed) == 0 &&
+          slot->word.compare_exchange_strong(zero, word)) {
         slot_ = slot;
         return;
       }
@@ -274,7 +273,7 @@ EpochPin::EpochPin(SharedState* s) {
 }
 
 EpochPin::~EpochPin() {
-  if (slot_) slot_->epoch.store(0);
+  if (slot_) slot_->word.store(0);
 }
 
 // Queues an item to be freed once every reader that might see it has left.
@@ -291,14 +290,14 @@ void EngineImpl::Reclaim() {
   SharedState* s = shared_;
   uint64_t min_epoch = UINT64_MAX;
   for (auto& slot : s->readers) {
-    uint64_t e = slot.epoch.load();
-    if (e == 0) continue;
-    int pid = slot.pid.load();
-    if (pid > 0 && pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH) {
-      slot.epoch.compare_exchange_strong(e, 0);
+    uint64_t word = slot.word.load();
+    if (word == 0) continue;
+    int pid = ReaderSlot::PidOf(word);
+    if (pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH) {
+      slot.word.compare_exchange_strong(word, 0);  // its process died while reading
       continue;
     }
-    min_epoch = std::min(min_epoch, e);
+    min_epoch = std::min(min_epoch, ReaderSlot::EpochOf(word));
   }
   uint32_t kept = 0;
   for (uint32_t i = 0; i < s->retired_count; i++) {

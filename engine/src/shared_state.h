@@ -110,10 +110,14 @@ struct RetiredItem {
   uint64_t epoch;
 };
 
+// A pinned epoch and the pinning process in one word (epoch << 22 | pid; 0: free), so that a
+// reclaimer clearing the slot of a dead process can never clear a live reader's slot.
 struct ReaderSlot {
-  std::atomic<uint64_t> epoch;  // 0: free
-  std::atomic<int32_t> pid;
-  uint32_t pad;
+  static constexpr int kPidBits = 22;
+  std::atomic<uint64_t> word;
+  static uint64_t Pack(uint64_t epoch, int pid) { return (epoch << kPidBits) | uint64_t(pid); }
+  static uint64_t EpochOf(uint64_t word) { return word >> kPidBits; }
+  static int PidOf(uint64_t word) { return int(word & ((1u << kPidBits) - 1)); }
 };
 
 struct SharedCounters {
