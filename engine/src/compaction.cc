@@ -91,6 +91,18 @@ class TreeSource : public MergeSource {
   TreeIterator it_;
 };
 
+// No entries (the other input of a level rewritten on its own).
+class EmptySource : public MergeSource {
+ public:
+  bool Valid() const override { return false; }
+  const LeafEntry& entry() const override { return entry_; }
+  void Next() override {}
+  Status status() const override { return Status::OK(); }
+
+ private:
+  LeafEntry entry_{};
+};
+
 // Builds one output level: owns the tree builder, the medium-log run and the deltas.
 class Compactor : public SegmentSink {
  public:
@@ -270,12 +282,11 @@ void EngineImpl::RecordBackgroundError(const Status& s) {
 
 // Makes a compaction's result durable and visible: data fsync, deltas, version switch under
 // the write mutex, manifest, then retirement of what the old version used.
-Status EngineImpl::PublishCompaction(const Version& before, uint32_t level_a, uint32_t level_b,
-                                     const LevelDesc& out, SegmentDeltas& deltas,
+Status EngineImpl::PublishCompaction(const Version& before, bool from_l0, uint32_t replaced_level,
+                                     uint32_t dest, const LevelDesc& out, SegmentDeltas& deltas,
                                      const std::vector<uint32_t>& new_medium) {
   Status s = device_->Sync();
   if (!s.ok()) return s;
-  bool from_l0 = level_a == 0;
   std::vector<uint32_t> retired_segments;
   std::vector<uint32_t> retired_trees;
   std::string image;
@@ -304,9 +315,10 @@ Status EngineImpl::PublishCompaction(const Version& before, uint32_t level_a, ui
         retired_segments.push_back(uint32_t(seg));
       }
     }
-    for (uint32_t level : {level_a, level_b}) {
+    for (uint32_t level : {replaced_level, dest}) {
       uint32_t old = level ? before.levels[level].tree_id : 0;
       if (old == 0) continue;
+      if (std::find(retired_trees.begin(), retired_trees.end(), old) != retired_trees.end()) continue;
       retired_trees.push_back(old);
       for (uint64_t seg = 1; seg < shared_->device_segments; seg++) {
         if ((table[seg].kind == uint8_t(SegmentKind::kIndex) || table[seg].kind == uint8_t(SegmentKind::kBloom)) &&
@@ -328,8 +340,8 @@ Status EngineImpl::PublishCompaction(const Version& before, uint32_t level_a, ui
       }
     }
     shared_->version_seq.fetch_add(1);
-    if (level_a != 0) shared_->current.levels[level_a] = LevelDesc{};
-    shared_->current.levels[level_b] = out;
+    if (replaced_level != 0) shared_->current.levels[replaced_level] = LevelDesc{};
+    shared_->current.levels[dest] = out;
     if (from_l0) shared_->current.immutable_memtable = -1;
     shared_->version_seq.fetch_add(1);
     shared_->manifest_number++;
@@ -339,7 +351,17 @@ Status EngineImpl::PublishCompaction(const Version& before, uint32_t level_a, ui
   if (!s.ok()) return s;  // the old segments stay allocated: nothing is freed early
   for (uint32_t tree : retired_trees) Retire(RetiredItem::kTree, tree);
   for (uint32_t seg : retired_segments) Retire(RetiredItem::kSegment, seg);
-  if (from_l0) Retire(RetiredItem::kMemtable, uint32_t(before.immutable_memtable));
+  if (from_l0) {
+    Retire(RetiredItem::kMemtable, uint32_t(before.immutable_memtable));
+    // Entries of dropped keyspaces left the memtable: their slots may now be retired.
+    const KeyspaceSlot* slots = keyspace_slots();
+    for (uint32_t i = 0; i < kKeyspaceSlots; i++) {
+      if (slots[i].state.load() == KeyspaceSlot::kDropped) {
+        shared_->reclaim_pending.store(1);
+        break;
+      }
+    }
+  }
   shared_->counters.compactions++;
   Reclaim();
   SharedLock bg(&shared_->bg_mu);
@@ -371,7 +393,7 @@ Status EngineImpl::CompactL0Locked() {
   shared_->counters.device_bytes_read += c.bytes_read_;
   shared_->counters.device_bytes_written += c.bytes_written_;
   shared_->counters.compaction_bytes_written += c.bytes_written_;
-  return PublishCompaction(v, 0, 1, out, deltas, c.medium_segments_);
+  return PublishCompaction(v, true, 0, 1, out, deltas, c.medium_segments_);
 }
 
 // Merges all of `level` into level+1.
@@ -400,7 +422,80 @@ Status EngineImpl::CompactLevelLocked(uint32_t level) {
   shared_->counters.device_bytes_read += c.bytes_read_;
   shared_->counters.device_bytes_written += c.bytes_written_;
   shared_->counters.compaction_bytes_written += c.bytes_written_;
-  return PublishCompaction(v, level, dest, out, deltas, c.medium_segments_);
+  return PublishCompaction(v, false, level, dest, out, deltas, c.medium_segments_);
+}
+
+// Rewrites one level on its own: drops dropped keyspaces' entries (and, at the last level,
+// tombstones), reclaiming their space without waiting for a merge from above.
+Status EngineImpl::RewriteLevelLocked(uint32_t level) {
+  Version v = ReadVersion();
+  if (level < 1 || level > options_.max_levels || v.levels[level].tree_id == 0) return Status::OK();
+  uint32_t tree_id;
+  {
+    SharedLock a(&shared_->alloc_mu);
+    tree_id = shared_->next_tree_id++;
+  }
+  bool dest_is_last = DeepestLevel(v) <= level;
+  bool in_place = options_.medium_inplace_level == 0 ? dest_is_last : options_.medium_inplace_level <= level;
+  SegmentDeltas deltas;
+  Compactor c(this, device_.get(), tree_id, dest_is_last, in_place, &deltas);
+  c.allocate_ = [this](SegmentKind k, uint32_t owner, uint32_t* seg) { return AllocateSegment(k, owner, seg); };
+  TreeSource newer(Trees(), v.levels[level]);
+  EmptySource older;
+  shared_->counters.device_bytes_read += v.levels[level].segments * options_.segment_size;
+  LevelDesc out;
+  Status s = c.Merge(&newer, &older);
+  if (s.ok()) s = c.Finish(&out);
+  if (!s.ok()) return s;
+  shared_->counters.device_bytes_read += c.bytes_read_;
+  shared_->counters.device_bytes_written += c.bytes_written_;
+  shared_->counters.compaction_bytes_written += c.bytes_written_;
+  return PublishCompaction(v, false, 0, level, out, deltas, c.medium_segments_);
+}
+
+// For every dropped keyspace: rewrites the levels that still hold its keys, then retires the
+// keyspace's slot once no memtable or level holds any (so the table never fills up with drops).
+Status EngineImpl::ReclaimDroppedLocked(bool* rewrote) {
+  *rewrote = false;
+  std::vector<KeyspaceId> dropped;
+  KeyspaceSlot* slots = keyspace_slots();
+  for (uint32_t i = 0; i < kKeyspaceSlots; i++) {
+    if (slots[i].state.load() == KeyspaceSlot::kDropped) dropped.push_back(slots[i].id);
+  }
+  if (dropped.empty()) return Status::OK();
+  EpochPin pin(shared_);
+  auto level_holds = [&](const Version& v, uint32_t level, KeyspaceId id) {
+    TreeIterator it(Trees(), v.levels[level]);
+    it.Seek(MakeInternalKey(id, {}));
+    return it.Valid() && KeyspaceOf(it.entry().key) == id;
+  };
+  Version v = ReadVersion();
+  for (uint32_t level = 1; level <= options_.max_levels; level++) {
+    if (v.levels[level].tree_id == 0) continue;
+    for (KeyspaceId id : dropped) {
+      if (level_holds(v, level, id)) {
+        Status s = RewriteLevelLocked(level);
+        if (!s.ok()) return s;
+        *rewrote = true;
+        break;
+      }
+    }
+  }
+  SharedLock w(&shared_->write_mu);
+  v = shared_->current;
+  for (KeyspaceId id : dropped) {
+    bool present = false;
+    std::string prefix = MakeInternalKey(id, {});
+    for (int m : {v.active_memtable, v.immutable_memtable}) {
+      const MemNode* n = m < 0 ? nullptr : Memtable(m).Seek(prefix);
+      present = present || (n && KeyspaceOf(n->key()) == id);
+    }
+    for (uint32_t level = 1; level <= options_.max_levels && !present; level++) {
+      present = v.levels[level].tree_id != 0 && level_holds(v, level, id);
+    }
+    if (!present) FindKeyspaceSlot(id)->state.store(KeyspaceSlot::kDeleted);
+  }
+  return Status::OK();
 }
 
 // A sealed large-log segment past the invalid-byte threshold, not yet evacuated (0: none).
@@ -441,9 +536,18 @@ Status EngineImpl::CollectGarbage(uint32_t segment) {
   uint64_t relocated = 0;
   auto flush = [&]() -> Status {
     if (batch.empty()) return Status::OK();
-    Status s = WriteOps(batch, nullptr);
+    Status s = WriteOps(batch, nullptr, /*may_stall=*/false);
     batch.clear();
     batch_bytes = 0;
+    return s;
+  };
+  // Busy means L0 is full and compaction must run first (possibly in this very process): the
+  // segment becomes eligible again, and a later round skips the values already relocated.
+  auto back_off = [&](const Status& s) {
+    if (s.IsBusy()) {
+      SharedLock a(&shared_->alloc_mu);
+      segments()[segment].flags &= uint16_t(~kSegmentEvacuated);
+    }
     return s;
   };
   for (const ScannedRecord& rec : scan.records) {
@@ -470,11 +574,11 @@ Status EngineImpl::CollectGarbage(uint32_t segment) {
     batch.push_back(std::move(op));
     if (batch.size() >= 64 || batch_bytes >= options_.segment_size / 2) {
       Status s = flush();
-      if (!s.ok()) return s;
+      if (!s.ok()) return back_off(s);
     }
   }
   Status s = flush();
-  if (!s.ok()) return s;
+  if (!s.ok()) return back_off(s);
   shared_->counters.gc_runs++;
   shared_->counters.gc_bytes_relocated += relocated;
   return Status::OK();
@@ -498,6 +602,8 @@ bool EngineImpl::DoBackgroundWork() {
     } else if (next > 0) {
       s = CompactLevelLocked(uint32_t(next));
       did = true;
+    } else if (shared_->reclaim_pending.exchange(0)) {
+      s = ReclaimDroppedLocked(&did);
     }
     if (!s.ok()) RecordBackgroundError(s);
     Reclaim();
@@ -506,7 +612,7 @@ bool EngineImpl::DoBackgroundWork() {
     uint32_t seg = PickGarbageSegment();
     if (seg != 0) {
       Status s = CollectGarbage(seg);
-      if (!s.ok()) RecordBackgroundError(s);
+      if (!s.ok() && !s.IsBusy()) RecordBackgroundError(s);
       did = true;
     }
   }
@@ -540,6 +646,8 @@ Status EngineImpl::CompactAll() {
   for (uint32_t level = 1; s.ok() && level < deepest; level++) {
     if (ReadVersion().levels[level].tree_id != 0) s = CompactLevelLocked(level);
   }
+  bool rewrote;
+  if (s.ok()) s = ReclaimDroppedLocked(&rewrote);
   Reclaim();
   return s;
 }
@@ -548,6 +656,10 @@ Status EngineImpl::CompactAll() {
 Status EngineImpl::RunGC() {
   while (uint32_t seg = PickGarbageSegment()) {
     Status s = CollectGarbage(seg);
+    if (s.IsBusy()) {
+      SharedLock lock(&shared_->compaction_mu);
+      s = CompactL0Locked();
+    }
     if (!s.ok()) return s;
   }
   SharedLock lock(&shared_->compaction_mu);

@@ -102,6 +102,7 @@ Status EngineImpl::ValidateOptions(const Options& o) {
     return bad("max_value_size must be 1..segment_size/2 (a large value lives in one segment)");
   }
   if (o.l0_size < (1u << 20) || o.l0_size > (1ull << 30)) return bad("l0_size must be 1 MiB..1 GiB");
+  if (o.memtables < 2 || o.memtables > uint32_t(kMaxMemtables)) return bad("memtables must be 2..8");
   if (o.growth_factor < 2 || o.growth_factor > 64) return bad("growth_factor must be 2..64");
   if (o.max_levels < 1 || o.max_levels > uint32_t(kMaxLevels)) return bad("max_levels must be 1..12");
   if (o.medium_inplace_level > o.max_levels) return bad("medium_inplace_level must be 0..max_levels");
@@ -124,7 +125,7 @@ void EngineImpl::Layout(const Options& o, size_t* total, size_t* segment_table,
   *keyspace_table = off;
   off = AlignUp(off + kKeyspaceSlots * sizeof(KeyspaceSlot));
   *memtables = off;
-  off = AlignUp(off + kMemtableCount * AlignUp(sizeof(MemtableHeader) + MemtableCapacity(o)));
+  off = AlignUp(off + o.memtables * AlignUp(sizeof(MemtableHeader) + MemtableCapacity(o)));
   *l0_buffers = off;
   off += size_t(kL0LogBuffers) * o.segment_size;
   *large_buffers = off;
@@ -161,6 +162,7 @@ Status EngineImpl::OpenOrAttach() {
     if (shared_->magic != kArenaMagic || shared_->version != kArenaVersion ||
         shared_->segment_size != options_.segment_size || shared_->node_size != options_.node_size ||
         shared_->l0_size != options_.l0_size || shared_->max_levels != options_.max_levels ||
+        shared_->memtable_count != options_.memtables ||
         shared_->max_segments != options_.max_device_size / options_.segment_size) {
       return Status::InvalidArgument("options differ from those the arena was opened with");
     }
@@ -198,12 +200,14 @@ void EngineImpl::FormatArena() {
   s->bg_mu.Init();
   s->bg_cv.Init();
   s->epoch.store(1);
+  for (auto& slot : s->readers) slot.memtables.store(ReaderSlot::kAllMemtables);
   s->next_tree_id = 1;
   s->next_keyspace_id = 1;
   s->segment_table_offset = seg_table;
   s->keyspace_table_offset = ks_table;
   size_t mem_stride = AlignUp(sizeof(MemtableHeader) + MemtableCapacity(options_));
-  for (int i = 0; i < kMemtableCount; i++) {
+  s->memtable_count = options_.memtables;
+  for (int i = 0; i < int(options_.memtables); i++) {
     s->memtable_offset[i] = memtables + i * mem_stride;
     MemtableHeader* h = MemHeader(i);
     h->data_offset = s->memtable_offset[i] + AlignUp(sizeof(MemtableHeader));
@@ -273,7 +277,10 @@ EpochPin::EpochPin(SharedState* s) {
 }
 
 EpochPin::~EpochPin() {
-  if (slot_) slot_->word.store(0);
+  if (slot_) {
+    slot_->memtables.store(ReaderSlot::kAllMemtables);  // a free slot claims all, see Reclaim
+    slot_->word.store(0);
+  }
 }
 
 // Queues an item to be freed once every reader that might see it has left.
@@ -289,20 +296,29 @@ void EngineImpl::Retire(RetiredItem::Kind kind, uint32_t id) {
 void EngineImpl::Reclaim() {
   SharedState* s = shared_;
   uint64_t min_epoch = UINT64_MAX;
+  uint64_t min_epoch_of_memtable[kMaxMemtables];
+  std::fill(std::begin(min_epoch_of_memtable), std::end(min_epoch_of_memtable), UINT64_MAX);
   for (auto& slot : s->readers) {
     uint64_t word = slot.word.load();
     if (word == 0) continue;
     int pid = ReaderSlot::PidOf(word);
     if (pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH) {
+      slot.memtables.store(ReaderSlot::kAllMemtables);
       slot.word.compare_exchange_strong(word, 0);  // its process died while reading
       continue;
     }
-    min_epoch = std::min(min_epoch, ReaderSlot::EpochOf(word));
+    uint64_t epoch = ReaderSlot::EpochOf(word);
+    min_epoch = std::min(min_epoch, epoch);
+    uint32_t mask = slot.memtables.load();
+    for (int m = 0; m < kMaxMemtables; m++) {
+      if (mask & (1u << m)) min_epoch_of_memtable[m] = std::min(min_epoch_of_memtable[m], epoch);
+    }
   }
   uint32_t kept = 0;
   for (uint32_t i = 0; i < s->retired_count; i++) {
     RetiredItem item = s->retired[i];
-    if (item.epoch >= min_epoch) {
+    uint64_t limit = item.kind == RetiredItem::kMemtable ? min_epoch_of_memtable[item.id] : min_epoch;
+    if (item.epoch >= limit) {
       s->retired[kept++] = item;
       continue;
     }
@@ -471,6 +487,12 @@ Status EngineImpl::DropKeyspace(KeyspaceId id) {
     }
     slot->state.store(KeyspaceSlot::kDropped);
     AppendKeyspaceRecord(LogRecordType::kKeyspaceDrop, id, 0, &lsn);
+  }
+  shared_->reclaim_pending.store(1);
+  {
+    SharedLock bg(&shared_->bg_mu);
+    shared_->bg_pending.store(1);
+    shared_->bg_cv.NotifyAll();
   }
   return Sync(lsn);
 }
@@ -641,8 +663,11 @@ void EngineImpl::PublishAppends(SharedLog* log) {
 bool EngineImpl::SwitchMemtable(bool force) {
   Version& v = shared_->current;
   if (v.immutable_memtable != -1) return false;
-  int other = 1 - v.active_memtable;
-  if (MemHeader(other)->in_use.load() != 0) return false;
+  int other = -1;
+  for (int i = 0; i < int(shared_->memtable_count) && other < 0; i++) {
+    if (i != v.active_memtable && MemHeader(i)->in_use.load() == 0) other = i;
+  }
+  if (other < 0) return false;  // every other slot is still pinned by readers
   if (!force && Memtable(v.active_memtable).entries() == 0) return false;
   Memtable(other).Reset();
   MemHeader(other)->in_use.store(1);
@@ -659,21 +684,39 @@ bool EngineImpl::SwitchMemtable(bool force) {
 
 // Back-pressure: when the active memtable is full and the immutable one is still being
 // compacted, the writer waits (and the wait is counted as a stall).
-Status EngineImpl::EnsureMemtableRoom(uint64_t mem_bytes, std::unique_lock<SharedMutex>* lock) {
+Status EngineImpl::EnsureMemtableRoom(uint64_t mem_bytes, std::unique_lock<SharedMutex>* lock,
+                                      bool may_stall) {
   while (true) {
     MemTable active = Memtable(shared_->current.active_memtable);
-    if ((active.used() + mem_bytes <= options_.l0_size || active.entries() == 0) &&
-        active.HasRoom(mem_bytes)) {
-      return Status::OK();
-    }
+    // Large values live in the large log, but their overwritten versions only become garbage
+    // once compaction sees them: bound what L0 may point at as well as its own size.
+    bool full = active.used() + mem_bytes > options_.l0_size ||
+                active.large_bytes() > options_.l0_size * options_.growth_factor;
+    if ((!full || active.entries() == 0) && active.HasRoom(mem_bytes)) return Status::OK();
     if (SwitchMemtable(false)) continue;
+    if (!may_stall) return Status::Busy("memtable full");
     if (shared_->bg_failed.load()) {
       return Status::IOError(std::string("background compaction failed: ") + shared_->bg_error);
     }
     uint64_t start = NowMicros();
     shared_->counters.stall_count++;
     lock->unlock();
-    {
+    bool compacted = false;
+    if (shared_->compaction_mu.TryLock()) {
+      // Nobody is compacting: this writer does the L0 compaction it is waiting for.
+      Status s;
+      if (ReadVersion().immutable_memtable >= 0) {
+        s = CompactL0Locked();
+        compacted = true;
+      }
+      Reclaim();
+      shared_->compaction_mu.Unlock();
+      if (!s.ok()) {
+        RecordBackgroundError(s);
+        return s;
+      }
+    }
+    if (!compacted) {  // waiting for another compactor, or for readers to release a memtable
       SharedLock bg(&shared_->bg_mu);
       shared_->bg_pending.store(1);
       shared_->bg_cv.NotifyAll();
@@ -712,6 +755,7 @@ Status EngineImpl::ApplyOp(WriteOp* op, Lsn lsn, bool* large_touched) {
     AppendRecord(LogBuffer(lb), &l0->cursor, LogRecordType::kPut, lsn,
                  {key_len, op->ikey, std::string_view(&kind_byte, 1), ptr_view});
     active.Insert(op->ikey, lsn, ValueKind::kLargePtr, ptr_view);
+    active.AddLargeBytes(ptr.record_bytes);
     *large_touched = true;
     return Status::OK();
   }
@@ -730,7 +774,7 @@ Status EngineImpl::ApplyOp(WriteOp* op, Lsn lsn, bool* large_touched) {
 
 // The write path: one critical section per batch; the batch lands in one L0 log segment and
 // is followed by one checksum, so it is atomic across crashes.
-Status EngineImpl::WriteOps(std::vector<WriteOp>& ops, Lsn* lsn) {
+Status EngineImpl::WriteOps(std::vector<WriteOp>& ops, Lsn* lsn, bool may_stall) {
   size_t l0_bytes = kChecksumEntrySize, large_bytes = 0;
   uint64_t mem_bytes = 0;
   for (WriteOp& op : ops) {
@@ -748,7 +792,7 @@ Status EngineImpl::WriteOps(std::vector<WriteOp>& ops, Lsn* lsn) {
   }
   std::unique_lock<SharedMutex> lock(shared_->write_mu);
   while (true) {
-    Status s = EnsureMemtableRoom(mem_bytes, &lock);
+    Status s = EnsureMemtableRoom(mem_bytes, &lock, may_stall);
     if (!s.ok()) return s;
     // Count the rotations the batch needs in each log, and make sure free buffers exist.
     int l0_rotations = LogHasRoom(shared_->l0_log, l0_bytes, 0) ? 0 : 1;

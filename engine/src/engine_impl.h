@@ -35,6 +35,8 @@ class EpochPin {
  public:
   explicit EpochPin(SharedState* s);
   ~EpochPin();
+  // Declares that this reader only reads these memtable slots (a bit per slot).
+  void NarrowMemtables(uint32_t mask) { slot_->memtables.store(mask); }
   EpochPin(const EpochPin&) = delete;
   EpochPin& operator=(const EpochPin&) = delete;
 
@@ -108,9 +110,11 @@ class EngineImpl final : public Engine {
                    uint32_t valid_end, uint32_t chain);
 
   // Write path.
-  Status WriteOps(std::vector<WriteOp>& ops, Lsn* lsn);
+  // may_stall false: return Busy instead of waiting for compaction (for background callers,
+  // which would otherwise wait for themselves).
+  Status WriteOps(std::vector<WriteOp>& ops, Lsn* lsn, bool may_stall = true);
   Status PrepareOp(WriteOp* op, size_t* l0_bytes, size_t* large_bytes, uint64_t* mem_bytes);
-  Status EnsureMemtableRoom(uint64_t mem_bytes, std::unique_lock<SharedMutex>* lock);
+  Status EnsureMemtableRoom(uint64_t mem_bytes, std::unique_lock<SharedMutex>* lock, bool may_stall);
   bool LogHasRoom(const SharedLog& log, size_t bytes, int rotations_allowed) const;
   int FreeBuffersAhead(const SharedLog& log) const;
   Status RotateLog(SharedLog* log);
@@ -123,8 +127,10 @@ class EngineImpl final : public Engine {
   // Compaction and GC (compaction.cc). The caller holds compaction_mu.
   Status CompactL0Locked();
   Status CompactLevelLocked(uint32_t level);
-  Status PublishCompaction(const Version& before, uint32_t level_a, uint32_t level_b,
-                           const LevelDesc& out, SegmentDeltas& deltas,
+  Status RewriteLevelLocked(uint32_t level);
+  Status ReclaimDroppedLocked(bool* rewrote);
+  Status PublishCompaction(const Version& before, bool from_l0, uint32_t replaced_level,
+                           uint32_t dest, const LevelDesc& out, SegmentDeltas& deltas,
                            const std::vector<uint32_t>& new_medium);
   int NextCompaction(const Version& v) const;  // 0: L0, i: level i, -1: nothing
   uint32_t DeepestLevel(const Version& v) const;

@@ -79,8 +79,15 @@ class EngineIterator : public Iterator {
  public:
   EngineIterator(EngineImpl* engine, KeyspaceId ks)
       : engine_(engine), pin_(engine->shared()), prefix_(MakeInternalKey(ks, {})) {
-    version_ = engine->ReadVersion();
+    // The LSN first: every write up to it is then in a memtable or level of the version read
+    // next (writers publish last_lsn after inserting).
     Lsn snapshot = engine->shared()->last_lsn.load();
+    version_ = engine->ReadVersion();
+    uint32_t mask = 0;
+    for (int m : {version_.active_memtable, version_.immutable_memtable}) {
+      if (m >= 0) mask |= 1u << m;
+    }
+    pin_.NarrowMemtables(mask);
     for (int m : {version_.active_memtable, version_.immutable_memtable}) {
       if (m >= 0) sources_.push_back(std::make_unique<MemtableSource>(engine->Memtable(m), snapshot));
     }

@@ -14,6 +14,7 @@ void MemTable::Reset() {
   header_->used.store(kHeadOffset + ((head_size + 7) & ~size_t(7)));
   header_->entries.store(0);
   header_->kv_bytes.store(0);
+  header_->large_bytes.store(0);
   header_->max_lsn.store(0);
   header_->max_height.store(1);
 }

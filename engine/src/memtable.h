@@ -62,6 +62,8 @@ class MemTable {
 
   uint64_t entries() const { return header_->entries.load(); }
   uint64_t kv_bytes() const { return header_->kv_bytes.load(); }
+  uint64_t large_bytes() const { return header_->large_bytes.load(); }
+  void AddLargeBytes(uint64_t n) { header_->large_bytes.fetch_add(n, std::memory_order_relaxed); }
   uint64_t used() const { return header_->used.load(); }
 
  private:

@@ -23,7 +23,7 @@ constexpr int kL0LogBuffers = 4;
 constexpr int kLargeLogBuffers = 8;
 constexpr uint32_t kKeyspaceSlots = 1u << 16;
 constexpr int kRetireSlots = 8192;
-constexpr int kMemtableCount = 2;
+constexpr int kMaxMemtables = 8;
 
 enum ArenaState : uint32_t { kArenaZero = 0, kArenaInitializing = 1, kArenaReady = 2, kArenaFailed = 3 };
 
@@ -96,6 +96,7 @@ struct MemtableHeader {
   uint64_t capacity;           // bytes of the data area
   std::atomic<uint64_t> entries;
   std::atomic<uint64_t> kv_bytes;
+  std::atomic<uint64_t> large_bytes;  // large-log bytes its entries point at
   std::atomic<uint64_t> max_lsn;
   std::atomic<uint32_t> max_height;
   std::atomic<uint32_t> in_use;  // 0: free for reuse once no reader can see it
@@ -114,7 +115,13 @@ struct RetiredItem {
 // reclaimer clearing the slot of a dead process can never clear a live reader's slot.
 struct ReaderSlot {
   static constexpr int kPidBits = 22;
+  static constexpr uint32_t kAllMemtables = 0xff;
   std::atomic<uint64_t> word;
+  // Memtable slots this reader may read (kAllMemtables while it does not know yet): memtables
+  // are reused once no reader of an older epoch may read them, so a long-lived iterator holds
+  // only its own memtables, never the ones written after it.
+  std::atomic<uint32_t> memtables;
+  uint32_t pad;
   static uint64_t Pack(uint64_t epoch, int pid) { return (epoch << kPidBits) | uint64_t(pid); }
   static uint64_t EpochOf(uint64_t word) { return word >> kPidBits; }
   static int PidOf(uint64_t word) { return int(word & ((1u << kPidBits) - 1)); }
@@ -144,6 +151,7 @@ struct SharedState {
   SharedMutex bg_mu;          // with bg_cv: wake-ups for background work and stalled writers
   SharedCondVar bg_cv;
   std::atomic<uint32_t> bg_pending;
+  std::atomic<uint32_t> reclaim_pending;  // a dropped keyspace may still hold data in the levels
   std::atomic<uint32_t> bg_failed;  // a background compaction failed: writers get the error
   char bg_error[256];
 
@@ -172,7 +180,9 @@ struct SharedState {
 
   uint64_t segment_table_offset;
   uint64_t keyspace_table_offset;
-  uint64_t memtable_offset[kMemtableCount];
+  uint32_t memtable_count;
+  uint32_t pad3;
+  uint64_t memtable_offset[kMaxMemtables];
 };
 
 }  // namespace slipstream::engine

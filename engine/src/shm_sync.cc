@@ -21,6 +21,15 @@ void SharedMutex::Lock() {
   if (pthread_mutex_lock(&mu_) == EOWNERDEAD) pthread_mutex_consistent(&mu_);
 }
 
+bool SharedMutex::TryLock() {
+  int rc = pthread_mutex_trylock(&mu_);
+  if (rc == EOWNERDEAD) {
+    pthread_mutex_consistent(&mu_);
+    return true;
+  }
+  return rc == 0;
+}
+
 void SharedMutex::Unlock() { pthread_mutex_unlock(&mu_); }
 
 // Sets up a process-shared condition variable on the monotonic clock.

@@ -15,6 +15,8 @@ class SharedMutex {
   // Initialises the mutex in place (once, by the process that formats the arena).
   void Init();
   void Lock();
+  // Takes the lock only if it is free; true if taken.
+  bool TryLock();
   void Unlock();
   // BasicLockable spelling, for std::unique_lock.
   void lock() { Lock(); }

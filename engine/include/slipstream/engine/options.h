@@ -20,6 +20,11 @@ struct Options {
   // Bytes of key-value data an L0 memtable holds before it is compacted into L1.
   uint64_t l0_size = 64ull << 20;
 
+  // Memtable slots in shared memory (2..8), each of about l0_size. One is written, one is
+  // compacted; the others let writers go on while long-lived iterators pin the memtables they
+  // saw (an iterator pins at most two).
+  uint32_t memtables = 4;
+
   // Capacity ratio between consecutive levels (2..64).
   uint32_t growth_factor = 8;
 

@@ -1,0 +1,348 @@
+// The shared-memory skiplist memtable: ordering (key ascending, newest LSN first), snapshot
+// lookups, Seek, space accounting, Reset, and lock-free readers running beside the writer.
+#include "memtable.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace slipstream::engine {
+namespace {
+
+// A header plus an 8-byte aligned data area, as the engine lays them out in the arena.
+class MemArea {
+ public:
+  explicit MemArea(size_t capacity) : data_(capacity / 8) {
+    header_ = std::make_unique<MemtableHeader>();
+    header_->capacity = capacity;
+    table_ = std::make_unique<MemTable>(header_.get(), reinterpret_cast<char*>(data_.data()));
+    table_->Reset();
+  }
+  MemTable& table() { return *table_; }
+  MemtableHeader& header() { return *header_; }
+
+ private:
+  std::unique_ptr<MemtableHeader> header_;
+  std::vector<uint64_t> data_;
+  std::unique_ptr<MemTable> table_;
+};
+
+// A value that encodes its key and LSN, of a length that depends on both.
+std::string ValueFor(std::string_view key, uint64_t lsn) {
+  std::string v = std::string(key) + "@" + std::to_string(lsn) + "|";
+  size_t extra = (lsn * 7 + key.size()) % 40;
+  for (size_t i = 0; i < extra; i++) v.push_back(char('a' + (lsn + i) % 26));
+  return v;
+}
+
+struct Version {
+  ValueKind kind;
+  std::string value;
+};
+// key -> lsn -> version
+using Model = std::map<std::string, std::map<uint64_t, Version>>;
+
+// Inserts `keys` keys with 1..4 versions each, in random order with increasing LSNs.
+Model FillRandom(MemTable* t, uint32_t seed, int keys, uint64_t* last_lsn) {
+  std::mt19937 rng(seed);
+  std::vector<std::string> order;
+  for (int k = 0; k < keys; k++) {
+    std::string key = "k" + std::to_string(k * 3);  // unpadded: prefixes of each other occur
+    int versions = 1 + int(rng() % 4);
+    for (int v = 0; v < versions; v++) order.push_back(key);
+  }
+  std::shuffle(order.begin(), order.end(), rng);
+  Model model;
+  uint64_t lsn = *last_lsn;
+  for (const std::string& key : order) {
+    ++lsn;
+    bool tomb = rng() % 8 == 0;
+    Version v{tomb ? ValueKind::kTombstone : ValueKind::kInline, tomb ? "" : ValueFor(key, lsn)};
+    uint64_t space = MemTable::EntrySpace(key.size(), v.value.size());
+    EXPECT_TRUE(t->HasRoom(space));
+    uint64_t before = t->used();
+    t->Insert(key, lsn, v.kind, v.value);
+    EXPECT_LE(t->used() - before, space);
+    EXPECT_EQ((t->used() - before) % 8, 0u);
+    model[key][lsn] = v;
+  }
+  *last_lsn = lsn;
+  return model;
+}
+
+// The newest version of `key` with lsn <= max_lsn in the model, or nullptr.
+const std::pair<const uint64_t, Version>* ModelFind(const Model& m, const std::string& key,
+                                                    uint64_t max_lsn) {
+  auto it = m.find(key);
+  if (it == m.end()) return nullptr;
+  auto v = it->second.upper_bound(max_lsn);
+  if (v == it->second.begin()) return nullptr;
+  return &*std::prev(v);
+}
+
+// Iteration visits every entry once, by key ascending and newest LSN first among equal keys.
+TEST(MemTable, IteratesByKeyThenNewestFirst) {
+  MemArea area(16u << 20);
+  MemTable& t = area.table();
+  EXPECT_EQ(t.First(), nullptr);
+  uint64_t lsn = 0;
+  Model model = FillRandom(&t, 31, 3000, &lsn);
+  uint64_t kv = 0;
+  size_t n = 0;
+  const MemNode* node = t.First();
+  for (auto& [key, versions] : model) {
+    for (auto v = versions.rbegin(); v != versions.rend(); ++v) {
+      ASSERT_NE(node, nullptr) << "missing " << key << "@" << v->first;
+      ASSERT_EQ(node->key(), key);
+      ASSERT_EQ(node->lsn, v->first);
+      ASSERT_EQ(node->value_kind(), v->second.kind);
+      ASSERT_EQ(node->value(), v->second.value);
+      kv += key.size() + v->second.value.size();
+      n++;
+      node = t.Next(node);
+    }
+  }
+  EXPECT_EQ(node, nullptr);
+  EXPECT_EQ(t.entries(), n);
+  EXPECT_EQ(t.kv_bytes(), kv);
+  EXPECT_EQ(area.header().max_lsn.load(), lsn);
+  EXPECT_LE(t.used(), area.header().capacity);
+}
+
+// Find returns the newest version at or below the snapshot LSN, and nullptr when every version
+// is newer or the key is absent.
+TEST(MemTable, FindHonoursSnapshotLsn) {
+  MemArea area(16u << 20);
+  MemTable& t = area.table();
+  uint64_t lsn = 0;
+  Model model = FillRandom(&t, 32, 2000, &lsn);
+  std::mt19937 rng(33);
+  for (auto& [key, versions] : model) {
+    std::vector<uint64_t> probes = {0, lsn, UINT64_MAX, rng() % (lsn + 1)};
+    for (auto& [l, v] : versions) {
+      probes.push_back(l);
+      probes.push_back(l - 1);
+      probes.push_back(l + 1);
+    }
+    for (uint64_t max_lsn : probes) {
+      const MemNode* got = t.Find(key, max_lsn);
+      auto want = ModelFind(model, key, max_lsn);
+      if (!want) {
+        ASSERT_EQ(got, nullptr) << key << " max " << max_lsn;
+        continue;
+      }
+      ASSERT_NE(got, nullptr) << key << " max " << max_lsn;
+      ASSERT_EQ(got->key(), key);
+      ASSERT_EQ(got->lsn, want->first) << key << " max " << max_lsn;
+      ASSERT_EQ(got->value_kind(), want->second.kind);
+      ASSERT_EQ(got->value(), want->second.value);
+    }
+  }
+  // Absent keys: between, before and after the present ones, and prefixes of present ones.
+  for (std::string absent : {"", "a", "k", "k1", "k00", "k3x", "k9999999", "l", "zzz"}) {
+    EXPECT_EQ(t.Find(absent, UINT64_MAX), nullptr) << absent;
+  }
+}
+
+// Seek lands on the newest version of the first key >= target.
+TEST(MemTable, SeekFindsFirstKeyAtOrAfter) {
+  MemArea area(16u << 20);
+  MemTable& t = area.table();
+  uint64_t lsn = 0;
+  Model model = FillRandom(&t, 34, 1500, &lsn);
+  auto check = [&](const std::string& target) {
+    const MemNode* got = t.Seek(target);
+    auto it = model.lower_bound(target);
+    if (it == model.end()) {
+      ASSERT_EQ(got, nullptr) << target;
+      return;
+    }
+    ASSERT_NE(got, nullptr) << target;
+    ASSERT_EQ(got->key(), it->first) << target;
+    ASSERT_EQ(got->lsn, it->second.rbegin()->first) << target;
+  };
+  for (auto& [key, versions] : model) {
+    check(key);
+    check(key + '\0');
+    check(key.substr(0, key.size() - 1));
+  }
+  check("");
+  check("zzz");
+  check("k99999999");
+  EXPECT_EQ(t.Seek(""), t.First());
+}
+
+// Reset empties the list; the area is then reusable and old entries never reappear.
+TEST(MemTable, ResetEmptiesAndReuses) {
+  MemArea area(4u << 20);
+  MemTable& t = area.table();
+  uint64_t lsn = 0;
+  FillRandom(&t, 35, 500, &lsn);
+  uint64_t used_before = t.used();
+  t.Reset();
+  EXPECT_EQ(t.First(), nullptr);
+  EXPECT_EQ(t.entries(), 0u);
+  EXPECT_EQ(t.kv_bytes(), 0u);
+  EXPECT_LT(t.used(), used_before);
+  EXPECT_EQ(t.Find("k3", UINT64_MAX), nullptr);
+  EXPECT_EQ(t.Seek(""), nullptr);
+  t.Insert("only", 1000, ValueKind::kInline, "one");
+  const MemNode* n = t.First();
+  ASSERT_NE(n, nullptr);
+  EXPECT_EQ(n->key(), "only");
+  EXPECT_EQ(n->value(), "one");
+  EXPECT_EQ(t.Next(n), nullptr);
+  EXPECT_EQ(t.entries(), 1u);
+}
+
+// Empty keys and values, and keys differing only by a trailing zero byte, keep their order.
+TEST(MemTable, EdgeKeysAndValues) {
+  MemArea area(1u << 20);
+  MemTable& t = area.table();
+  const std::string keys[] = {std::string(),          std::string("a"),
+                              std::string("a\0", 2),  std::string("a\0\0", 3),
+                              std::string("\xff", 1), std::string(300, 'b')};
+  uint64_t lsn = 0;
+  for (int round = 0; round < 2; round++) {
+    for (int i = 5; i >= 0; i--) t.Insert(keys[i], ++lsn, ValueKind::kInline, std::string(i, 'v'));
+  }
+  const MemNode* n = t.First();
+  std::vector<std::string> sorted(std::begin(keys), std::end(keys));
+  std::sort(sorted.begin(), sorted.end());
+  for (const std::string& k : sorted) {
+    for (int round = 1; round >= 0; round--) {
+      ASSERT_NE(n, nullptr);
+      EXPECT_EQ(n->key(), k);
+      if (round == 1) {
+        EXPECT_GT(n->lsn, t.Next(n)->lsn);
+      }
+      n = t.Next(n);
+    }
+  }
+  EXPECT_EQ(n, nullptr);
+  const MemNode* e = t.Find("", UINT64_MAX);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->key(), "");
+  EXPECT_EQ(e->value(), "");
+}
+
+// One writer inserting while two readers iterate, Find and Seek continuously: readers always
+// see sorted order, complete nodes, every entry already published, and exact snapshot results.
+TEST(MemTable, ConcurrentReadersSeeConsistentState) {
+  constexpr int kKeys = 3000;
+  constexpr int kInserts = 60000;
+  MemArea area(64u << 20);
+  MemTable& t = area.table();
+
+  // The writer's schedule, fixed up front so that readers can compute exact expectations.
+  std::mt19937 rng(36);
+  std::vector<int> key_of(kInserts + 1);  // by lsn
+  std::vector<std::vector<uint64_t>> lsns_of(kKeys);
+  for (uint64_t lsn = 1; lsn <= kInserts; lsn++) {
+    key_of[lsn] = int(rng() % kKeys);
+    lsns_of[key_of[lsn]].push_back(lsn);
+  }
+  auto key_name = [](int k) { return "key" + std::to_string(k); };
+
+  std::atomic<uint64_t> published{0};  // every lsn <= published has been inserted
+  std::atomic<bool> done{false};
+  std::atomic<int> failures{0};
+  std::atomic<uint64_t> iterations{0}, finds{0};
+
+  auto fail = [&](const std::string& what) {
+    if (failures.fetch_add(1) < 10) ADD_FAILURE() << what;
+  };
+
+  auto reader = [&](uint32_t seed) {
+    std::mt19937 r(seed);
+    do {
+      // Full iteration.
+      uint64_t p = published.load(std::memory_order_acquire);
+      uint64_t seen_published = 0;
+      std::string prev_key;
+      uint64_t prev_lsn = 0;
+      bool first = true;
+      for (const MemNode* n = t.First(); n; n = t.Next(n)) {
+        std::string key(n->key());
+        if (n->lsn == 0 || n->lsn > kInserts || key != key_name(key_of[n->lsn]) ||
+            n->value() != ValueFor(key, n->lsn) || n->value_kind() != ValueKind::kInline) {
+          fail("torn node: " + key + "@" + std::to_string(n->lsn));
+          break;
+        }
+        if (!first && (key < prev_key || (key == prev_key && n->lsn >= prev_lsn))) {
+          fail("order: " + prev_key + "@" + std::to_string(prev_lsn) + " then " + key + "@" +
+               std::to_string(n->lsn));
+          break;
+        }
+        if (n->lsn <= p) seen_published++;
+        prev_key = std::move(key);
+        prev_lsn = n->lsn;
+        first = false;
+      }
+      if (seen_published != p) {
+        fail("iteration saw " + std::to_string(seen_published) + " of " + std::to_string(p) +
+             " published entries");
+      }
+      iterations++;
+      // Point lookups at snapshots that are fully published.
+      for (int i = 0; i < 200; i++) {
+        uint64_t pub = published.load(std::memory_order_acquire);
+        int k = int(r() % kKeys);
+        uint64_t max_lsn = pub ? r() % (pub + 1) : 0;
+        const std::vector<uint64_t>& ls = lsns_of[k];
+        auto it = std::upper_bound(ls.begin(), ls.end(), max_lsn);
+        uint64_t want = it == ls.begin() ? 0 : *std::prev(it);
+        std::string key = key_name(k);
+        const MemNode* n = t.Find(key, max_lsn);
+        if (want == 0) {
+          if (n) fail("Find " + key + " <= " + std::to_string(max_lsn) + " found a version");
+        } else if (!n || n->lsn != want || n->key() != key || n->value() != ValueFor(key, want)) {
+          fail("Find " + key + " <= " + std::to_string(max_lsn) + ": want " + std::to_string(want) +
+               " got " + (n ? std::to_string(n->lsn) : "null"));
+        }
+        // Seek returns some version of a key >= target, never a smaller key.
+        const MemNode* s = t.Seek(key);
+        if (s && s->key() < key) fail("Seek went backwards for " + key);
+        if (want && !s) fail("Seek lost " + key);
+        finds++;
+      }
+    } while (!done.load(std::memory_order_acquire) && failures.load() == 0);
+  };
+
+  std::thread r1(reader, 1), r2(reader, 2);
+  for (uint64_t lsn = 1; lsn <= kInserts; lsn++) {
+    std::string key = key_name(key_of[lsn]);
+    std::string value = ValueFor(key, lsn);
+    ASSERT_TRUE(t.HasRoom(MemTable::EntrySpace(key.size(), value.size())));
+    t.Insert(key, lsn, ValueKind::kInline, value);
+    published.store(lsn, std::memory_order_release);
+    if (lsn % 10000 == 0) {
+      // Let the readers complete a few passes mid-stream so that the phases really overlap.
+      uint64_t target = iterations.load() + 2;
+      for (int spin = 0; spin < 2000 && iterations.load() < target; spin++) {
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+      }
+    }
+  }
+  done.store(true, std::memory_order_release);
+  r1.join();
+  r2.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GE(iterations.load(), 12u);
+  EXPECT_EQ(t.entries(), uint64_t(kInserts));
+  // A final single-threaded pass agrees with the schedule.
+  uint64_t count = 0;
+  for (const MemNode* n = t.First(); n; n = t.Next(n)) count++;
+  EXPECT_EQ(count, uint64_t(kInserts));
+}
+
+}  // namespace
+}  // namespace slipstream::engine
