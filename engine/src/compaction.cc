@@ -14,8 +14,6 @@
 
 namespace slipstream::engine {
 
-namespace {
-
 // One sorted input of a merge.
 class MergeSource {
  public:
@@ -25,6 +23,8 @@ class MergeSource {
   virtual void Next() = 0;
   virtual Status status() const = 0;
 };
+
+namespace {
 
 // Adds an entry's log record to the invalid bytes of its segment: the entry is being dropped.
 void Discard(const LeafEntry& e, SegmentDeltas* deltas) {
@@ -57,19 +57,8 @@ class MemSource : public MergeSource {
  private:
   void Load() {
     if (!node_) return;
-    entry_.key = node_->key();
-    entry_.kind = node_->value_kind();
-    entry_.inline_value = {};
-    if (entry_.kind == ValueKind::kInline) {
-      entry_.inline_value = node_->value();
-    } else if (entry_.kind != ValueKind::kTombstone) {
-      if (node_->value_size != ValuePtr::kEncodedSize) {
-        status_ = Status::Corruption("bad memtable pointer");
-        node_ = nullptr;
-        return;
-      }
-      entry_.ptr = ValuePtr::DecodeFrom(node_->value().data());
-    }
+    status_ = MemNodeEntry(node_, &entry_);
+    if (!status_.ok()) node_ = nullptr;
   }
 
   MemTable mem_;
@@ -369,60 +358,51 @@ Status EngineImpl::PublishCompaction(const Version& before, bool from_l0, uint32
   return Status::OK();
 }
 
-// Merges the immutable memtable into L1.
-Status EngineImpl::CompactL0Locked() {
-  Version v = ReadVersion();
-  if (v.immutable_memtable < 0) return Status::OK();
+// Merges `newer` over `older` into a new tree for `dest` and publishes it. The tree of
+// `replaced_level` (if not 0) and the old tree of `dest` are retired; `from_l0` retires the
+// immutable memtable too. `input_segments` is what the merge reads from the device.
+Status EngineImpl::MergeLocked(const Version& v, MergeSource* newer, MergeSource* older,
+                               SegmentDeltas* deltas, bool from_l0, uint32_t replaced_level,
+                               uint32_t dest, uint64_t input_segments) {
   uint32_t tree_id;
   {
     SharedLock a(&shared_->alloc_mu);
     tree_id = shared_->next_tree_id++;
   }
-  bool dest_is_last = DeepestLevel(v) <= 1;
-  bool in_place = options_.medium_inplace_level == 0 ? dest_is_last : options_.medium_inplace_level <= 1;
-  SegmentDeltas deltas;
-  Compactor c(this, device_.get(), tree_id, dest_is_last, in_place, &deltas);
+  bool dest_is_last = DeepestLevel(v) <= dest;
+  bool in_place = options_.medium_inplace_level == 0 ? dest_is_last : options_.medium_inplace_level <= dest;
+  Compactor c(this, device_.get(), tree_id, dest_is_last, in_place, deltas);
   c.allocate_ = [this](SegmentKind k, uint32_t owner, uint32_t* seg) { return AllocateSegment(k, owner, seg); };
-  MemSource newer(Memtable(v.immutable_memtable), &deltas);
-  TreeSource older(Trees(), v.levels[1]);
-  shared_->counters.device_bytes_read += v.levels[1].segments * options_.segment_size;
+  shared_->counters.device_bytes_read += input_segments * options_.segment_size;
   LevelDesc out;
-  Status s = c.Merge(&newer, &older);
+  Status s = c.Merge(newer, older);
   if (s.ok()) s = c.Finish(&out);
   if (!s.ok()) return s;
   shared_->counters.device_bytes_read += c.bytes_read_;
   shared_->counters.device_bytes_written += c.bytes_written_;
   shared_->counters.compaction_bytes_written += c.bytes_written_;
-  return PublishCompaction(v, true, 0, 1, out, deltas, c.medium_segments_);
+  return PublishCompaction(v, from_l0, replaced_level, dest, out, *deltas, c.medium_segments_);
+}
+
+// Merges the immutable memtable into L1.
+Status EngineImpl::CompactL0Locked() {
+  Version v = ReadVersion();
+  if (v.immutable_memtable < 0) return Status::OK();
+  SegmentDeltas deltas;  // the memtable adds its overwritten versions' pointers to it
+  MemSource newer(Memtable(v.immutable_memtable), &deltas);
+  TreeSource older(Trees(), v.levels[1]);
+  return MergeLocked(v, &newer, &older, &deltas, true, 0, 1, v.levels[1].segments);
 }
 
 // Merges all of `level` into level+1.
 Status EngineImpl::CompactLevelLocked(uint32_t level) {
   Version v = ReadVersion();
   if (level < 1 || level >= options_.max_levels || v.levels[level].tree_id == 0) return Status::OK();
-  uint32_t tree_id;
-  {
-    SharedLock a(&shared_->alloc_mu);
-    tree_id = shared_->next_tree_id++;
-  }
-  uint32_t dest = level + 1;
-  bool dest_is_last = DeepestLevel(v) <= dest;
-  bool in_place = options_.medium_inplace_level == 0 ? dest_is_last : options_.medium_inplace_level <= dest;
-  SegmentDeltas deltas;
-  Compactor c(this, device_.get(), tree_id, dest_is_last, in_place, &deltas);
-  c.allocate_ = [this](SegmentKind k, uint32_t owner, uint32_t* seg) { return AllocateSegment(k, owner, seg); };
   TreeSource newer(Trees(), v.levels[level]);
-  TreeSource older(Trees(), v.levels[dest]);
-  shared_->counters.device_bytes_read +=
-      (v.levels[level].segments + v.levels[dest].segments) * options_.segment_size;
-  LevelDesc out;
-  Status s = c.Merge(&newer, &older);
-  if (s.ok()) s = c.Finish(&out);
-  if (!s.ok()) return s;
-  shared_->counters.device_bytes_read += c.bytes_read_;
-  shared_->counters.device_bytes_written += c.bytes_written_;
-  shared_->counters.compaction_bytes_written += c.bytes_written_;
-  return PublishCompaction(v, false, level, dest, out, deltas, c.medium_segments_);
+  TreeSource older(Trees(), v.levels[level + 1]);
+  SegmentDeltas deltas;
+  return MergeLocked(v, &newer, &older, &deltas, false, level, level + 1,
+                     v.levels[level].segments + v.levels[level + 1].segments);
 }
 
 // Rewrites one level on its own: drops dropped keyspaces' entries (and, at the last level,
@@ -430,27 +410,10 @@ Status EngineImpl::CompactLevelLocked(uint32_t level) {
 Status EngineImpl::RewriteLevelLocked(uint32_t level) {
   Version v = ReadVersion();
   if (level < 1 || level > options_.max_levels || v.levels[level].tree_id == 0) return Status::OK();
-  uint32_t tree_id;
-  {
-    SharedLock a(&shared_->alloc_mu);
-    tree_id = shared_->next_tree_id++;
-  }
-  bool dest_is_last = DeepestLevel(v) <= level;
-  bool in_place = options_.medium_inplace_level == 0 ? dest_is_last : options_.medium_inplace_level <= level;
-  SegmentDeltas deltas;
-  Compactor c(this, device_.get(), tree_id, dest_is_last, in_place, &deltas);
-  c.allocate_ = [this](SegmentKind k, uint32_t owner, uint32_t* seg) { return AllocateSegment(k, owner, seg); };
   TreeSource newer(Trees(), v.levels[level]);
   EmptySource older;
-  shared_->counters.device_bytes_read += v.levels[level].segments * options_.segment_size;
-  LevelDesc out;
-  Status s = c.Merge(&newer, &older);
-  if (s.ok()) s = c.Finish(&out);
-  if (!s.ok()) return s;
-  shared_->counters.device_bytes_read += c.bytes_read_;
-  shared_->counters.device_bytes_written += c.bytes_written_;
-  shared_->counters.compaction_bytes_written += c.bytes_written_;
-  return PublishCompaction(v, false, 0, level, out, deltas, c.medium_segments_);
+  SegmentDeltas deltas;
+  return MergeLocked(v, &newer, &older, &deltas, false, 0, level, v.levels[level].segments);
 }
 
 // For every dropped keyspace: rewrites the levels that still hold its keys, then retires the

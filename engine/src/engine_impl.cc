@@ -421,21 +421,25 @@ uint32_t EngineImpl::AppendKeyspaceRecord(LogRecordType type, KeyspaceId id, uin
   return off;
 }
 
+// Makes room for a small control record in the L0 log (rotating, or flushing to free a
+// buffer first); the write mutex is held on entry and on return.
+Status EngineImpl::MakeL0LogRoom(std::unique_lock<SharedMutex>* lock) {
+  while (!LogHasRoom(shared_->l0_log, 64, 0)) {
+    if (FreeBuffersAhead(shared_->l0_log) > 0) return RotateLog(&shared_->l0_log);
+    lock->unlock();
+    Status s = FlushLogs(false, 0);
+    lock->lock();
+    if (!s.ok()) return s;
+  }
+  return Status::OK();
+}
+
 Status EngineImpl::CreateKeyspace(uint64_t tag, KeyspaceId* id) {
   Lsn lsn;
   {
     std::unique_lock<SharedMutex> lock(shared_->write_mu);
-    while (!LogHasRoom(shared_->l0_log, 64, 0)) {
-      if (FreeBuffersAhead(shared_->l0_log) > 0) {
-        Status s = RotateLog(&shared_->l0_log);
-        if (!s.ok()) return s;
-        continue;
-      }
-      lock.unlock();
-      Status s = FlushLogs(false, 0);
-      if (!s.ok()) return s;
-      lock.lock();
-    }
+    Status s = MakeL0LogRoom(&lock);
+    if (!s.ok()) return s;
     KeyspaceSlot* slots = keyspace_slots();
     for (uint32_t i = 0; i < kKeyspaceSlots; i++) {
       if (slots[i].state.load() == KeyspaceSlot::kLive && slots[i].tag == tag) {
@@ -474,16 +478,11 @@ Status EngineImpl::DropKeyspace(KeyspaceId id) {
     if (slot == nullptr || slot->state.load() != KeyspaceSlot::kLive) {
       return Status::InvalidArgument("keyspace " + std::to_string(id) + " is not live");
     }
-    while (!LogHasRoom(shared_->l0_log, 64, 0)) {
-      if (FreeBuffersAhead(shared_->l0_log) > 0) {
-        Status s = RotateLog(&shared_->l0_log);
-        if (!s.ok()) return s;
-        continue;
-      }
-      lock.unlock();
-      Status s = FlushLogs(false, 0);
-      if (!s.ok()) return s;
-      lock.lock();
+    Status s = MakeL0LogRoom(&lock);
+    if (!s.ok()) return s;
+    slot = FindKeyspaceSlot(id);  // the lock may have been released meanwhile
+    if (slot == nullptr || slot->state.load() != KeyspaceSlot::kLive) {
+      return Status::InvalidArgument("keyspace " + std::to_string(id) + " is not live");
     }
     slot->state.store(KeyspaceSlot::kDropped);
     AppendKeyspaceRecord(LogRecordType::kKeyspaceDrop, id, 0, &lsn);
@@ -954,16 +953,8 @@ Status EngineImpl::FindEntry(const Version& v, std::string_view ikey, uint64_t m
     if (m < 0) continue;
     const MemNode* node = Memtable(m).Find(ikey, max_lsn);
     if (node == nullptr) continue;
-    entry->key = node->key();
-    entry->kind = node->value_kind();
-    if (entry->kind == ValueKind::kInline) {
-      entry->inline_value = node->value();
-    } else if (entry->kind != ValueKind::kTombstone) {
-      if (node->value_size != ValuePtr::kEncodedSize) return Status::Corruption("bad memtable pointer");
-      entry->ptr = ValuePtr::DecodeFrom(node->value().data());
-    }
     *found = true;
-    return Status::OK();
+    return MemNodeEntry(node, entry);
   }
   TreeContext ctx = Trees();
   uint64_t hash = HashKey(ikey);

@@ -29,6 +29,8 @@ struct WriteOp {
   uint32_t value_size = 0;
 };
 
+class MergeSource;  // compaction.cc
+
 // Pins the reclamation epoch for as long as it lives: nothing reachable from a state read
 // after the pin is reused meanwhile.
 class EpochPin {
@@ -118,6 +120,7 @@ class EngineImpl final : public Engine {
   bool LogHasRoom(const SharedLog& log, size_t bytes, int rotations_allowed) const;
   int FreeBuffersAhead(const SharedLog& log) const;
   Status RotateLog(SharedLog* log);
+  Status MakeL0LogRoom(std::unique_lock<SharedMutex>* lock);
   uint32_t AppendKeyspaceRecord(LogRecordType type, KeyspaceId id, uint64_t tag, Lsn* lsn);
   Status ApplyOp(WriteOp* op, Lsn lsn, bool* large_touched);
   void PublishAppends(SharedLog* log);
@@ -128,6 +131,9 @@ class EngineImpl final : public Engine {
   Status CompactL0Locked();
   Status CompactLevelLocked(uint32_t level);
   Status RewriteLevelLocked(uint32_t level);
+  Status MergeLocked(const Version& v, MergeSource* newer, MergeSource* older,
+                     SegmentDeltas* deltas, bool from_l0, uint32_t replaced_level, uint32_t dest,
+                     uint64_t input_segments);
   Status ReclaimDroppedLocked(bool* rewrote);
   Status PublishCompaction(const Version& before, bool from_l0, uint32_t replaced_level,
                            uint32_t dest, const LevelDesc& out, SegmentDeltas& deltas,

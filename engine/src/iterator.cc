@@ -41,18 +41,8 @@ class MemtableSource : public Source {
   void SkipInvisible() {
     while (node_ && node_->lsn > snapshot_) node_ = mem_.Next(node_);
     if (!node_) return;
-    entry_.key = node_->key();
-    entry_.kind = node_->value_kind();
-    if (entry_.kind == ValueKind::kInline) {
-      entry_.inline_value = node_->value();
-    } else if (entry_.kind != ValueKind::kTombstone) {
-      if (node_->value_size != ValuePtr::kEncodedSize) {
-        status_ = Status::Corruption("bad memtable pointer");
-        node_ = nullptr;
-        return;
-      }
-      entry_.ptr = ValuePtr::DecodeFrom(node_->value().data());
-    }
+    status_ = MemNodeEntry(node_, &entry_);
+    if (!status_.ok()) node_ = nullptr;
   }
 
   MemTable mem_;

@@ -6,6 +6,19 @@
 
 namespace slipstream::engine {
 
+Status MemNodeEntry(const MemNode* node, LeafEntry* entry) {
+  entry->key = node->key();
+  entry->kind = node->value_kind();
+  entry->inline_value = {};
+  if (entry->kind == ValueKind::kInline) {
+    entry->inline_value = node->value();
+  } else if (entry->kind != ValueKind::kTombstone) {
+    if (node->value_size != ValuePtr::kEncodedSize) return Status::Corruption("bad memtable pointer");
+    entry->ptr = ValuePtr::DecodeFrom(node->value().data());
+  }
+  return Status::OK();
+}
+
 // Lays out the head node with every link null.
 void MemTable::Reset() {
   size_t head_size = sizeof(MemNode) + kMemMaxHeight * 4;

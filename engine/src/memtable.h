@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "format.h"
+#include "node.h"
 #include "shared_state.h"
 
 namespace slipstream::engine {
@@ -33,6 +34,9 @@ struct MemNode {
   std::string_view value() const { return {key_data() + key_size, value_size}; }
   ValueKind value_kind() const { return static_cast<ValueKind>(kind); }
 };
+
+// Views a memtable node as a leaf entry; Corruption if its pointer has the wrong size.
+Status MemNodeEntry(const MemNode* node, LeafEntry* entry);
 
 class MemTable {
  public:
