@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "clock.h"
 #include "coding.h"
 #include "engine_impl.h"
 #include "log_scanner.h"
@@ -549,7 +550,9 @@ Status EngineImpl::CollectGarbage(uint32_t segment) {
 
 bool EngineImpl::DoBackgroundWork() {
   bool did = false;
-  if (HasUnflushedLog()) {
+  uint64_t since_flush = NowMicros() - shared_->last_flush_micros.load();
+  if (HasSealedLogBuffer() ||
+      (HasUnflushedLog() && since_flush >= uint64_t(options_.flush_interval_ms) * 1000)) {
     Status s = FlushLogs(true, 0);
     if (!s.ok()) RecordBackgroundError(s);
     did = true;

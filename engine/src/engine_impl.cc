@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "clock.h"
 #include "coding.h"
 #include "crc32c.h"
 #include "log_scanner.h"
@@ -25,12 +26,6 @@ constexpr size_t kAlign = 4096;
 
 size_t AlignUp(size_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 bool IsPowerOfTwo(uint64_t v) { return v && !(v & (v - 1)); }
-
-uint64_t NowMicros() {
-  return uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(
-                      std::chrono::steady_clock::now().time_since_epoch())
-                      .count());
-}
 
 // A random nonce per log segment use (seeds its checksum chain).
 uint64_t RandomNonce() {
@@ -107,6 +102,7 @@ Status EngineImpl::ValidateOptions(const Options& o) {
   if (o.max_levels < 1 || o.max_levels > uint32_t(kMaxLevels)) return bad("max_levels must be 1..12");
   if (o.medium_inplace_level > o.max_levels) return bad("medium_inplace_level must be 0..max_levels");
   if (!(o.gc_threshold > 0.0 && o.gc_threshold <= 1.0)) return bad("gc_threshold must be in (0, 1]");
+  if (o.flush_interval_ms < 1 || o.flush_interval_ms > 10000) return bad("flush_interval_ms must be 1..10000");
   if (o.bloom_bits_per_key < 1 || o.bloom_bits_per_key > 64) return bad("bloom_bits_per_key must be 1..64");
   if (o.max_device_size % o.segment_size != 0 || o.max_device_size / o.segment_size < 16 ||
       o.max_device_size / o.segment_size > (1ull << 31)) {
@@ -488,11 +484,7 @@ Status EngineImpl::DropKeyspace(KeyspaceId id) {
     AppendKeyspaceRecord(LogRecordType::kKeyspaceDrop, id, 0, &lsn);
   }
   shared_->reclaim_pending.store(1);
-  {
-    SharedLock bg(&shared_->bg_mu);
-    shared_->bg_pending.store(1);
-    shared_->bg_cv.NotifyAll();
-  }
+  WakeBackground();
   return Sync(lsn);
 }
 
@@ -651,6 +643,7 @@ Status EngineImpl::RotateLog(SharedLog* log) {
   nb.appended.store(log->cursor.pos, std::memory_order_release);
   nb.state.store(SharedLogBuffer::kActive);
   log->current = next;
+  WakeBackground();  // the sealed buffer should be written out before writers need it again
   return Status::OK();
 }
 
@@ -675,9 +668,7 @@ bool EngineImpl::SwitchMemtable(bool force) {
   v.active_memtable = other;
   v.active_first_log_sequence = shared_->l0_log.buffers[shared_->l0_log.current].sequence;
   shared_->version_seq.fetch_add(1);
-  SharedLock lock(&shared_->bg_mu);
-  shared_->bg_pending.store(1);
-  shared_->bg_cv.NotifyAll();
+  WakeBackground();
   return true;
 }
 
@@ -858,6 +849,22 @@ Status EngineImpl::WriteOps(std::vector<WriteOp>& ops, Lsn* lsn, bool may_stall)
 // ---------------------------------------------------------------------------------------------
 // Flushing (group commit)
 
+// A sealed segment still in a buffer: writers need that buffer back soon.
+bool EngineImpl::HasSealedLogBuffer() const {
+  for (const SharedLog* log : {&shared_->l0_log, &shared_->large_log}) {
+    for (uint32_t i = 0; i < log->buffer_count; i++) {
+      if (log->buffers[i].state.load() == SharedLogBuffer::kSealed) return true;
+    }
+  }
+  return false;
+}
+
+void EngineImpl::WakeBackground() {
+  SharedLock lock(&shared_->bg_mu);
+  shared_->bg_pending.store(1);
+  shared_->bg_cv.NotifyAll();
+}
+
 bool EngineImpl::HasUnflushedLog() const {
   for (const SharedLog* log : {&shared_->l0_log, &shared_->large_log}) {
     for (uint32_t i = 0; i < log->buffer_count; i++) {
@@ -926,6 +933,7 @@ Status EngineImpl::FlushLogs(bool sync, Lsn wait_for) {
     }
   }
   shared_->counters.device_bytes_written += bytes;
+  shared_->last_flush_micros.store(NowMicros());
   if (!requests.empty() || records) {
     shared_->counters.log_flushes++;
     shared_->counters.log_records_flushed += records;
@@ -1045,7 +1053,9 @@ Status EngineImpl::Get(KeyspaceId ks, std::string_view key, std::string* value) 
 // ---------------------------------------------------------------------------------------------
 // Background work hooks
 
+// Sleeps until woken, but no longer than the flush interval while appends wait for the flusher.
 void EngineImpl::WaitForBackgroundWork(int timeout_ms) {
+  if (HasUnflushedLog()) timeout_ms = std::min(timeout_ms, int(options_.flush_interval_ms));
   SharedLock lock(&shared_->bg_mu);
   if (shared_->bg_pending.load() == 0) shared_->bg_cv.WaitFor(&shared_->bg_mu, timeout_ms);
   shared_->bg_pending.store(0);

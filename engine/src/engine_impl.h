@@ -126,6 +126,8 @@ class EngineImpl final : public Engine {
   void PublishAppends(SharedLog* log);
   Status FlushLogs(bool sync, Lsn wait_for);
   bool HasUnflushedLog() const;
+  bool HasSealedLogBuffer() const;
+  void WakeBackground();
 
   // Compaction and GC (compaction.cc). The caller holds compaction_mu.
   Status CompactL0Locked();

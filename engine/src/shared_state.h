@@ -155,6 +155,7 @@ struct SharedState {
   std::atomic<uint32_t> bg_failed;  // a background compaction failed: writers get the error
   char bg_error[256];
 
+  std::atomic<uint64_t> last_flush_micros;  // CLOCK_MONOTONIC, shared by all processes
   std::atomic<uint64_t> last_lsn;
   std::atomic<uint64_t> durable_lsn;
   uint64_t compacted_lsn;  // every record up to it is in the levels (persisted in the manifest)

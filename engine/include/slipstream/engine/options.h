@@ -59,6 +59,10 @@ struct Options {
   uint32_t max_key_size = 1024;
   uint32_t max_value_size = 1u << 20;
 
+  // The background log flusher writes out unsynced appends at least this often (Sync() always
+  // flushes at once); like PostgreSQL's wal_writer_delay. 1..10000.
+  uint32_t flush_interval_ms = 10;
+
   // fdatasync on Sync(); tests that only care about crash-of-process may keep it, benches too.
   bool use_fsync = true;
 };
