@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -143,10 +144,11 @@ Status EngineImpl::OpenOrAttach() {
   uint32_t expected = kArenaZero;
   bool first = shared_->state.compare_exchange_strong(expected, kArenaInitializing);
   if (first) {
-    std::string mk = "mkdir -p '" + options_.directory + "'";
-    if (options_.directory.find('\'') != std::string::npos || std::system(mk.c_str()) != 0) {
+    std::error_code ec;
+    std::filesystem::create_directories(options_.directory, ec);
+    if (ec) {
       shared_->state.store(kArenaFailed);
-      return Status::IOError("cannot create directory " + options_.directory);
+      return Status::IOError("cannot create directory " + options_.directory + ": " + ec.message());
     }
   } else {
     while (shared_->state.load() == kArenaInitializing) {
