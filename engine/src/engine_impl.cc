@@ -402,7 +402,7 @@ bool EngineImpl::KeyspaceLive(KeyspaceId id) const {
 }
 
 // Appends a keyspace record under the write mutex, making room in the L0 log first.
-uint32_t EngineImpl::AppendKeyspaceRecord(LogRecordType type, KeyspaceId id, uint64_t tag,
+void EngineImpl::AppendKeyspaceRecord(LogRecordType type, KeyspaceId id, uint64_t tag,
                                           Lsn* lsn) {
   SharedLog* log = &shared_->l0_log;
   char payload[12];
@@ -411,18 +411,17 @@ uint32_t EngineImpl::AppendKeyspaceRecord(LogRecordType type, KeyspaceId id, uin
   *lsn = shared_->last_lsn.load() + 1;
   shared_->last_lsn.store(*lsn);
   SharedLogBuffer& b = log->buffers[log->current];
-  uint32_t off = AppendRecord(LogBuffer(b), &log->cursor, type, *lsn,
-                              {std::string_view(payload, type == LogRecordType::kKeyspaceDrop ? 4 : 12)});
+  AppendRecord(LogBuffer(b), &log->cursor, type, *lsn,
+               {std::string_view(payload, type == LogRecordType::kKeyspaceDrop ? 4 : 12)});
   AppendChecksum(LogBuffer(b), &log->cursor);
   PublishAppends(log);
   shared_->counters.unflushed_records++;
-  return off;
 }
 
 // Makes room for a small control record in the L0 log (rotating, or flushing to free a
 // buffer first); the write mutex is held on entry and on return.
 Status EngineImpl::MakeL0LogRoom(std::unique_lock<SharedMutex>* lock) {
-  while (!LogHasRoom(shared_->l0_log, 64, 0)) {
+  while (!LogHasRoom(shared_->l0_log, 64)) {
     if (FreeBuffersAhead(shared_->l0_log) > 0) return RotateLog(&shared_->l0_log);
     lock->unlock();
     Status s = FlushLogs(false, 0);
@@ -588,10 +587,9 @@ Status EngineImpl::PrepareOp(WriteOp* op, size_t* l0_bytes, size_t* large_bytes,
   return Status::OK();
 }
 
-// True if `bytes` fit in the active buffer, or after `rotations_allowed` rotations.
-bool EngineImpl::LogHasRoom(const SharedLog& log, size_t bytes, int rotations_allowed) const {
-  if (log.cursor.pos + bytes + kLogReserve <= options_.segment_size) return true;
-  return rotations_allowed > 0;
+// True if `bytes` (plus room for a NEXT record) fit in the active segment.
+bool EngineImpl::LogHasRoom(const SharedLog& log, size_t bytes) const {
+  return log.cursor.pos + bytes + kLogReserve <= options_.segment_size;
 }
 
 // Buffers after the active one that are free to start a new segment in.
@@ -730,7 +728,7 @@ Status EngineImpl::ApplyOp(WriteOp* op, Lsn lsn, bool* large_touched) {
   MemTable active = Memtable(shared_->current.active_memtable);
   if (!op->encoded.empty()) {
     SharedLog* large = &shared_->large_log;
-    if (!LogHasRoom(*large, RecordSpace(op->encoded.size()) + kChecksumEntrySize, 0)) {
+    if (!LogHasRoom(*large, RecordSpace(op->encoded.size()) + kChecksumEntrySize)) {
       Status s = RotateLog(large);
       if (!s.ok()) return s;
     }
@@ -787,7 +785,7 @@ Status EngineImpl::WriteOps(std::vector<WriteOp>& ops, Lsn* lsn, bool may_stall)
     Status s = EnsureMemtableRoom(mem_bytes, &lock, may_stall);
     if (!s.ok()) return s;
     // Count the rotations the batch needs in each log, and make sure free buffers exist.
-    int l0_rotations = LogHasRoom(shared_->l0_log, l0_bytes, 0) ? 0 : 1;
+    int l0_rotations = LogHasRoom(shared_->l0_log, l0_bytes) ? 0 : 1;
     int large_rotations = 0;
     uint32_t pos = shared_->large_log.cursor.pos;
     for (const WriteOp& op : ops) {
@@ -808,7 +806,7 @@ Status EngineImpl::WriteOps(std::vector<WriteOp>& ops, Lsn* lsn, bool may_stall)
     if (!s.ok()) return s;
     lock.lock();
   }
-  if (!LogHasRoom(shared_->l0_log, l0_bytes, 0)) {
+  if (!LogHasRoom(shared_->l0_log, l0_bytes)) {
     Status s = RotateLog(&shared_->l0_log);
     if (!s.ok()) return s;
   }

@@ -117,11 +117,11 @@ class EngineImpl final : public Engine {
   Status WriteOps(std::vector<WriteOp>& ops, Lsn* lsn, bool may_stall = true);
   Status PrepareOp(WriteOp* op, size_t* l0_bytes, size_t* large_bytes, uint64_t* mem_bytes);
   Status EnsureMemtableRoom(uint64_t mem_bytes, std::unique_lock<SharedMutex>* lock, bool may_stall);
-  bool LogHasRoom(const SharedLog& log, size_t bytes, int rotations_allowed) const;
+  bool LogHasRoom(const SharedLog& log, size_t bytes) const;
   int FreeBuffersAhead(const SharedLog& log) const;
   Status RotateLog(SharedLog* log);
   Status MakeL0LogRoom(std::unique_lock<SharedMutex>* lock);
-  uint32_t AppendKeyspaceRecord(LogRecordType type, KeyspaceId id, uint64_t tag, Lsn* lsn);
+  void AppendKeyspaceRecord(LogRecordType type, KeyspaceId id, uint64_t tag, Lsn* lsn);
   Status ApplyOp(WriteOp* op, Lsn lsn, bool* large_touched);
   void PublishAppends(SharedLog* log);
   Status FlushLogs(bool sync, Lsn wait_for);
