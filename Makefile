@@ -8,7 +8,7 @@ BENCH_NUM  ?= 2000000
 DEMO_NUM   ?= 300000
 
 DEBIAN_PACKAGES = cmake g++ make pkg-config googletest libgtest-dev libgmock-dev \
-  liburing-dev liblz4-dev libibverbs-dev librdmacm-dev rdma-core \
+  liburing-dev liblz4-dev libssl-dev libibverbs-dev librdmacm-dev rdma-core \
   postgresql-15 postgresql-server-dev-15 librocksdb-dev
 
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)

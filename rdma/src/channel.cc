@@ -1,0 +1,422 @@
+// The multi-buffer channel over one Connection.
+//
+// Buffer-Info words (8 bytes each): bits 0-7 the state, bits 8-63 the package sequence number.
+// Entries [0, 8) describe this side's Receive Buffers (the peer writes READY, we write FREE);
+// entries [8, 16) describe the peer's Receive Buffers as we know them (the peer writes FREE
+// when it has consumed one; we mark BUSY while we fill it). Every package carries a header
+// with its sequence number, so the receiver consumes packages exactly once and in order.
+#include "slipstream/rdma/channel.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace slipstream::rdma {
+
+namespace {
+
+constexpr uint32_t kMaxBuffers = 7;
+constexpr uint32_t kInfoEntries = 16;
+constexpr uint32_t kPeerInfoBase = 8;
+constexpr uint64_t kFree = 0, kBusy = 1, kReady = 2;
+constexpr uint32_t kPackageMagic = 0x4b504c53;  // "SLPK"
+constexpr uint32_t kSetupMagic = 0x43504c53;    // "SLPC"
+
+struct PackageHeader {
+  uint32_t magic;
+  uint32_t opcode;
+  uint64_t sequence;
+  uint64_t message_size;
+  uint64_t offset;
+  uint32_t length;
+  uint32_t sender;
+};
+static_assert(sizeof(PackageHeader) == 40);
+constexpr uint32_t kHeaderSize = 48;  // header padded so payloads start 16-byte aligned
+
+struct SetupMessage {
+  uint32_t magic;
+  uint32_t buffers;
+  uint32_t buffer_size;
+  uint32_t pad;
+  RemoteRegion receive_buffers;
+  RemoteRegion info;
+};
+
+// What a work request id says about the request it belongs to.
+enum WrKind : uint64_t { kWrData = 1, kWrReady = 2, kWrFree = 3, kWrSetup = 4 };
+uint64_t WrId(WrKind kind, uint64_t index) { return (uint64_t(kind) << 56) | index; }
+WrKind WrKindOf(uint64_t id) { return WrKind(id >> 56); }
+uint64_t WrIndexOf(uint64_t id) { return id & ((1ull << 56) - 1); }
+
+uint64_t Word(uint64_t state, uint64_t sequence) { return state | (sequence << 8); }
+uint64_t StateOf(uint64_t word) { return word & 0xff; }
+uint64_t SequenceOf(uint64_t word) { return word >> 8; }
+
+using Clock = std::chrono::steady_clock;
+
+class ChannelImpl : public Channel {
+ public:
+  ChannelImpl(Connection* c, const ChannelOptions& o) : conn_(c), options_(o) {}
+  ~ChannelImpl() override;
+
+  Status Setup(int timeout_ms);
+  Status Send(uint32_t opcode, std::string_view data, uint32_t sender, int timeout_ms) override;
+  Status SendRegion(uint32_t opcode, const LocalRegion& region, size_t offset, size_t length,
+                    uint32_t sender, int timeout_ms) override;
+  Status Receive(Message* message, int timeout_ms) override;
+  Status ReceivePackage(PackageView* package, int timeout_ms) override;
+  Status Release(const PackageView& package) override;
+  uint32_t peer_buffer_size() const override { return peer_buffer_size_; }
+  uint32_t package_header_size() const override { return kHeaderSize; }
+
+ private:
+  std::atomic<uint64_t>* Info(uint32_t entry) {
+    return reinterpret_cast<std::atomic<uint64_t>*>(info_.addr) + entry;
+  }
+  char* SendPart(uint32_t sender) { return send_.addr + size_t(sender) * send_part_size_; }
+  uint64_t* WordSlot(uint32_t index) { return reinterpret_cast<uint64_t*>(words_.addr) + index; }
+
+  // Polls completions once (non-blocking) and applies them; an error breaks the channel.
+  Status Progress();
+  // Sends one message whose payload comes from `source` (a copy) or `region` (zero-copy).
+  Status SendMessage(uint32_t opcode, std::string_view source, const LocalRegion* region,
+                     size_t region_offset, size_t length, uint32_t sender, int timeout_ms);
+  // Waits for a free peer buffer and reserves it with the next sequence number.
+  Status ReserveBuffer(uint32_t* buffer, uint64_t* sequence, Clock::time_point deadline,
+                       bool may_wait);
+  // Waits until this side's buffer with the next sequence number is ready.
+  Status NextReady(uint32_t* buffer, Clock::time_point deadline);
+  Status Broken(const Status& s);
+
+  Connection* conn_;
+  ChannelOptions options_;
+  std::mutex mu_;  // Post, Poll and the bookkeeping below
+  Status broken_;
+  LocalRegion receive_, info_, send_, words_, setup_;
+  uint32_t send_part_size_ = 0;
+  uint32_t peer_buffers_ = 0;
+  uint32_t peer_buffer_size_ = 0;
+  RemoteRegion peer_receive_, peer_info_;
+  uint64_t next_send_sequence_ = 1;
+  uint64_t next_receive_sequence_ = 1;
+  std::vector<int> part_in_flight_;       // per sender slot: its Send Buffer part is being written
+  std::map<uint32_t, Message> assembling_;  // per sender slot: a message being reassembled
+};
+
+ChannelImpl::~ChannelImpl() {
+  for (LocalRegion* r : {&receive_, &info_, &send_, &words_, &setup_}) {
+    if (r->addr) conn_->FreeRegion(*r);
+  }
+}
+
+Status ChannelImpl::Broken(const Status& s) {
+  if (broken_.ok()) broken_ = s;
+  return broken_;
+}
+
+// Allocates the buffers, exchanges their descriptions with a SEND each way, and checks the
+// peer's description before using it.
+Status ChannelImpl::Setup(int timeout_ms) {
+  const ChannelOptions& o = options_;
+  if (o.receive_buffers < 1 || o.receive_buffers > kMaxBuffers) {
+    return Status::InvalidArgument("receive_buffers must be 1..7");
+  }
+  if (o.receive_buffer_size < 4096 || o.receive_buffer_size > (1u << 30)) {
+    return Status::InvalidArgument("receive_buffer_size must be 4 KiB..1 GiB");
+  }
+  if (o.sender_threads < 1 || o.sender_threads > 16) return Status::InvalidArgument("sender_threads must be 1..16");
+  send_part_size_ = o.send_buffer_size / o.sender_threads;
+  if (send_part_size_ < kHeaderSize + 64) {
+    return Status::InvalidArgument("send_buffer_size too small for sender_threads");
+  }
+  Status s = conn_->AllocateRegion(size_t(o.receive_buffers) * o.receive_buffer_size, kRemoteWrite, &receive_);
+  if (s.ok()) s = conn_->AllocateRegion(kInfoEntries * 8, kRemoteWrite, &info_);
+  if (s.ok()) s = conn_->AllocateRegion(size_t(send_part_size_) * o.sender_threads, kLocalOnly, &send_);
+  if (s.ok()) s = conn_->AllocateRegion(8 * (kInfoEntries + o.sender_threads), kLocalOnly, &words_);
+  if (s.ok()) s = conn_->AllocateRegion(2 * sizeof(SetupMessage), kLocalOnly, &setup_);
+  if (!s.ok()) return s;
+  part_in_flight_.assign(o.sender_threads, 0);
+
+  SetupMessage mine{kSetupMagic, o.receive_buffers, o.receive_buffer_size, 0,
+                    conn_->Describe(receive_), conn_->Describe(info_)};
+  std::memcpy(setup_.addr, &mine, sizeof(mine));
+  RecvRequest recv{WrId(kWrSetup, 1), Sge{setup_.addr + sizeof(mine), uint32_t(sizeof(mine)), setup_.lkey}};
+  s = conn_->PostRecv(&recv, 1);
+  Sge out{setup_.addr, uint32_t(sizeof(mine)), setup_.lkey};
+  WorkRequest send;
+  send.wr_id = WrId(kWrSetup, 0);
+  send.opcode = Opcode::kSend;
+  send.sg_list = &out;
+  send.num_sge = 1;
+  if (s.ok()) s = conn_->Post(&send, 1);
+  if (!s.ok()) return s;
+  bool sent = false, received = false;
+  Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!(sent && received)) {
+    Completion wc[4];
+    size_t n = 0;
+    int left = int(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    if (left <= 0) return Status::Timeout("channel setup: no answer from the peer");
+    s = conn_->Poll(wc, 4, left, &n);
+    if (!s.ok()) return s;
+    for (size_t i = 0; i < n; i++) {
+      if (wc[i].status != WcStatus::kSuccess) return Status::Disconnected("channel setup failed");
+      if (wc[i].opcode == Opcode::kRecv) {
+        if (wc[i].byte_len != sizeof(SetupMessage)) return Status::InvalidArgument("malformed channel setup");
+        received = true;
+      } else {
+        sent = true;
+      }
+    }
+  }
+  SetupMessage peer;
+  std::memcpy(&peer, setup_.addr + sizeof(mine), sizeof(peer));
+  if (peer.magic != kSetupMagic || peer.buffers < 1 || peer.buffers > kMaxBuffers ||
+      peer.buffer_size < 4096 || peer.receive_buffers.length != uint64_t(peer.buffers) * peer.buffer_size ||
+      peer.info.length < kInfoEntries * 8) {
+    conn_->Disconnect();
+    return Status::InvalidArgument("malformed channel setup from the peer");
+  }
+  peer_buffers_ = peer.buffers;
+  peer_buffer_size_ = peer.buffer_size;
+  peer_receive_ = peer.receive_buffers;
+  peer_info_ = peer.info;
+  return Status::OK();
+}
+
+// Applies completions: a finished READY write frees its sender's Send Buffer part.
+Status ChannelImpl::Progress() {
+  if (!broken_.ok()) return broken_;
+  Completion wc[32];
+  size_t n = 0;
+  Status s = conn_->Poll(wc, 32, 0, &n);
+  if (!s.ok()) return Broken(s);
+  for (size_t i = 0; i < n; i++) {
+    if (wc[i].status != WcStatus::kSuccess) {
+      return Broken(conn_->state().ok() ? Status::Disconnected("a channel write failed") : conn_->state());
+    }
+    if (WrKindOf(wc[i].wr_id) == kWrReady) part_in_flight_[WrIndexOf(wc[i].wr_id)] = 0;
+  }
+  return Status::OK();
+}
+
+Status ChannelImpl::ReserveBuffer(uint32_t* buffer, uint64_t* sequence, Clock::time_point deadline,
+                                  bool may_wait) {
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Status s = Progress();
+      if (!s.ok()) return s;
+      for (uint32_t j = 0; j < peer_buffers_; j++) {
+        std::atomic<uint64_t>* entry = Info(kPeerInfoBase + j);
+        if (StateOf(entry->load(std::memory_order_acquire)) == kFree) {
+          *sequence = next_send_sequence_++;
+          entry->store(Word(kBusy, *sequence), std::memory_order_relaxed);
+          *buffer = j;
+          return Status::OK();
+        }
+      }
+    }
+    if (!may_wait) return Status::WouldBlock("every receive buffer of the peer is full");
+    if (Clock::now() >= deadline) return Status::Timeout("no receive buffer of the peer became free");
+    std::this_thread::yield();
+  }
+}
+
+Status ChannelImpl::Send(uint32_t opcode, std::string_view data, uint32_t sender, int timeout_ms) {
+  return SendMessage(opcode, data, nullptr, 0, data.size(), sender, timeout_ms);
+}
+
+Status ChannelImpl::SendRegion(uint32_t opcode, const LocalRegion& region, size_t offset,
+                               size_t length, uint32_t sender, int timeout_ms) {
+  if (offset > region.length || length > region.length - offset) {
+    return Status::InvalidArgument("SendRegion range outside the region");
+  }
+  return SendMessage(opcode, {}, &region, offset, length, sender, timeout_ms);
+}
+
+// Each package: wait for this slot's Send Buffer part, reserve a peer buffer, write header
+// (and payload), then the READY word with a fence so it lands after the package.
+Status ChannelImpl::SendMessage(uint32_t opcode, std::string_view source, const LocalRegion* region,
+                                size_t region_offset, size_t length, uint32_t sender, int timeout_ms) {
+  if (sender >= options_.sender_threads) return Status::InvalidArgument("sender slot out of range");
+  Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  size_t max_payload = std::min<size_t>(peer_buffer_size_, send_part_size_) - kHeaderSize;
+  size_t offset = 0;
+  // Before the first package the caller may simply retry; after it, the peer holds part of
+  // the message and the rest cannot follow, so the channel ends rather than deliver it cut.
+  auto abandon = [&](const Status& s) {
+    if (offset == 0 || !broken_.ok()) return s;
+    std::lock_guard<std::mutex> lock(mu_);
+    conn_->Disconnect();
+    return Broken(Status::Disconnected("message abandoned halfway: " + s.message()));
+  };
+  do {
+    size_t chunk = std::min(max_payload, length - offset);
+    while (true) {  // the slot's part is free once its previous package's READY completed
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        Status s = Progress();
+        if (!s.ok()) return s;
+        if (!part_in_flight_[sender]) break;
+      }
+      // The part frees as soon as the transport completes its write (the peer need not act).
+      if (timeout_ms > 0 && Clock::now() >= deadline) return abandon(Status::Timeout("send buffer busy"));
+      std::this_thread::yield();
+    }
+    uint32_t buffer;
+    uint64_t sequence;
+    // timeout 0 means "WouldBlock rather than wait" for a message's first package only: once
+    // part of a message is out, the rest waits for the peer (or for the connection to fail).
+    Clock::time_point package_deadline =
+        timeout_ms == 0 && offset > 0 ? Clock::time_point::max() : deadline;
+    Status s = ReserveBuffer(&buffer, &sequence, package_deadline, timeout_ms > 0 || offset > 0);
+    if (!s.ok()) return abandon(s);
+    char* part = SendPart(sender);
+    PackageHeader h{kPackageMagic, opcode, sequence, length, offset, uint32_t(chunk), sender};
+    std::memset(part, 0, kHeaderSize);
+    std::memcpy(part, &h, sizeof(h));
+    Sge sges[2];
+    uint32_t nsge = 1;
+    if (region) {
+      sges[0] = Sge{part, kHeaderSize, send_.lkey};
+      if (chunk > 0) sges[nsge++] = Sge{region->addr + region_offset + offset, uint32_t(chunk), region->lkey};
+    } else {
+      if (chunk > 0) std::memcpy(part + kHeaderSize, source.data() + offset, chunk);
+      sges[0] = Sge{part, uint32_t(kHeaderSize + chunk), send_.lkey};
+    }
+    uint64_t* word = WordSlot(kInfoEntries + sender);
+    *word = Word(kReady, sequence);
+    Sge word_sge{word, 8, words_.lkey};
+    WorkRequest wr[2];
+    wr[0].wr_id = WrId(kWrData, sender);
+    wr[0].opcode = Opcode::kWrite;
+    wr[0].sg_list = sges;
+    wr[0].num_sge = nsge;
+    wr[0].remote_addr = peer_receive_.addr + uint64_t(buffer) * peer_buffer_size_;
+    wr[0].rkey = peer_receive_.rkey;
+    wr[0].signaled = false;
+    wr[1].wr_id = WrId(kWrReady, sender);
+    wr[1].opcode = Opcode::kWrite;
+    wr[1].sg_list = &word_sge;
+    wr[1].num_sge = 1;
+    wr[1].remote_addr = peer_info_.addr + 8 * buffer;
+    wr[1].rkey = peer_info_.rkey;
+    wr[1].fence = true;  // the package must be placed before the peer can see READY
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      part_in_flight_[sender] = 1;
+      s = conn_->Post(wr, 2);
+      if (!s.ok()) return Broken(s);
+    }
+    offset += chunk;
+  } while (offset < length);
+  return Status::OK();
+}
+
+// This side's buffers are scanned for the READY word carrying the next sequence number.
+Status ChannelImpl::NextReady(uint32_t* buffer, Clock::time_point deadline) {
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Status s = Progress();
+      if (!s.ok()) return s;
+      for (uint32_t j = 0; j < options_.receive_buffers; j++) {
+        uint64_t word = Info(j)->load(std::memory_order_acquire);
+        if (StateOf(word) == kReady && SequenceOf(word) == next_receive_sequence_) {
+          *buffer = j;
+          return Status::OK();
+        }
+      }
+    }
+    if (Clock::now() >= deadline) return Status::Timeout("no message");
+    std::this_thread::yield();
+  }
+}
+
+Status ChannelImpl::ReceivePackage(PackageView* package, int timeout_ms) {
+  uint32_t j;
+  Status s = NextReady(&j, Clock::now() + std::chrono::milliseconds(timeout_ms));
+  if (!s.ok()) return s;
+  const char* rb = receive_.addr + size_t(j) * options_.receive_buffer_size;
+  PackageHeader h;
+  std::memcpy(&h, rb, sizeof(h));
+  // Never trust the peer's header: a bad one ends the connection.
+  if (h.magic != kPackageMagic || h.sequence != next_receive_sequence_ ||
+      h.length > options_.receive_buffer_size - kHeaderSize || h.offset > h.message_size ||
+      h.length > h.message_size - h.offset || h.sender >= 16) {
+    conn_->Disconnect();
+    return Broken(Status::InvalidArgument("malformed package from the peer"));
+  }
+  next_receive_sequence_++;
+  *package = PackageView{h.opcode, h.sender, h.message_size, h.offset,
+                         std::string_view(rb + kHeaderSize, h.length), j, h.sequence};
+  return Status::OK();
+}
+
+// Marks the buffer free here and tells the sender with a remote write.
+Status ChannelImpl::Release(const PackageView& package) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!broken_.ok()) return broken_;
+  uint32_t j = package.buffer;
+  Info(j)->store(Word(kFree, package.sequence), std::memory_order_release);
+  uint64_t* word = WordSlot(j);
+  *word = Word(kFree, package.sequence);
+  Sge sge{word, 8, words_.lkey};
+  WorkRequest wr;
+  wr.wr_id = WrId(kWrFree, j);
+  wr.opcode = Opcode::kWrite;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.remote_addr = peer_info_.addr + 8 * (kPeerInfoBase + j);
+  wr.rkey = peer_info_.rkey;
+  wr.signaled = false;
+  Status s = conn_->Post(&wr, 1);
+  return s.ok() ? s : Broken(s);
+}
+
+// Packages are appended to their sender's message until it is complete.
+Status ChannelImpl::Receive(Message* message, int timeout_ms) {
+  Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    int left = int(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    PackageView p;
+    Status s = ReceivePackage(&p, std::max(left, 0));
+    if (!s.ok()) return s;
+    Message& m = assembling_[p.sender];
+    if (p.offset != m.data.size()) {
+      conn_->Disconnect();
+      return Broken(Status::InvalidArgument("package out of order within a message"));
+    }
+    if (p.offset == 0) {
+      m.opcode = p.opcode;
+      m.sender = p.sender;
+      m.data.reserve(p.message_size);
+    }
+    m.data.append(p.data);
+    s = Release(p);
+    if (!s.ok()) return s;
+    if (m.data.size() == p.message_size) {
+      *message = std::move(m);
+      assembling_.erase(p.sender);
+      return Status::OK();
+    }
+  }
+}
+
+}  // namespace
+
+Status Channel::Open(Connection* connection, const ChannelOptions& options, int timeout_ms,
+                     std::unique_ptr<Channel>* channel) {
+  auto impl = std::make_unique<ChannelImpl>(connection, options);
+  Status s = impl->Setup(timeout_ms);
+  if (s.ok()) *channel = std::move(impl);
+  return s;
+}
+
+}  // namespace slipstream::rdma

@@ -1,0 +1,877 @@
+// The tcp backend (see tcp_transport.h for the wire format).
+//
+// Threads per connection:
+//  * the agent receives frames with plain blocking recv(). Payloads go straight into their
+//    destination (a registered region, a posted receive buffer, or a READ's scatter list), so
+//    bytes land in order and nothing is bounced. Plain recv is enough here: the agent handles
+//    one frame at a time, and a blocking read into the final buffer is already copy-free.
+//  * the sender sends frames with io_uring (IORING_OP_SENDMSG with the header and the work
+//    request's gather list as one iovec array: the payload is never copied into a staging
+//    buffer). The sender is a thread of its own so that the agent never blocks on a send: if
+//    both agents sent large READ responses while neither read, the sockets would deadlock.
+//    When io_uring cannot be set up (disabled by sysctl or seccomp) it falls back to sendmsg().
+//
+// Memory safety: a region's mapping is reference counted. The agent and the sender hold a
+// reference while they touch a region, so FreeRegion never unmaps memory under a transfer; it
+// removes the key first, so a later access by the peer fails.
+#include "tcp_transport.h"
+
+#include <liburing.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "region_table.h"
+
+namespace slipstream::rdma {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// SEND payloads that arrive before a receive is posted are kept, up to this many bytes; a peer
+// that sends more without the application receiving is dropped.
+constexpr size_t kMaxUnmatchedBytes = 64u << 20;
+constexpr size_t kDiscardChunk = 64u << 10;
+
+// An anonymous mapping; unmapped when the last holder lets go.
+struct Mapping {
+  char* addr = nullptr;
+  size_t length = 0;
+  // Unmaps the memory.
+  ~Mapping() {
+    if (addr != nullptr) ::munmap(addr, length);
+  }
+};
+using MappingRef = std::shared_ptr<Mapping>;
+
+// A posted work request from the moment Post accepts it until its completion is produced.
+struct PendingRequest {
+  uint64_t sequence = 0;
+  WorkRequest wr;              // sg_list is not used after Post (see sges)
+  std::vector<Sge> sges;       // copy of the gather/scatter list
+  std::vector<MappingRef> holders;  // keep the local buffers mapped while in flight
+  uint64_t length = 0;         // total bytes of sges
+  bool sent = false;
+};
+
+// A posted receive with its buffer kept mapped.
+struct PostedRecv {
+  RecvRequest request;
+  MappingRef holder;
+};
+
+// A SEND or WRITE_WITH_IMM notification that arrived before a receive was posted.
+struct UnmatchedMessage {
+  std::string data;  // SEND payload
+  uint32_t length = 0;  // byte_len to report
+  uint32_t imm = 0;
+  bool has_imm = false;
+};
+
+// A frame the agent asks the sender to send (responses to the peer's requests).
+struct Reply {
+  TcpFrameHeader header;
+  const char* data = nullptr;  // READ_RESPONSE payload, inside `holder`
+  MappingRef holder;
+  bool close_after = false;  // a NAK: drop the socket once it is out
+};
+
+// A completion with the time it may be delivered (completion_delay_us).
+struct TimedCompletion {
+  Completion completion;
+  Clock::time_point ready;
+};
+
+// Receives exactly `length` bytes into `out`; false on EOF or error.
+bool RecvAll(int fd, char* out, size_t length) {
+  while (length > 0) {
+    ssize_t n = ::recv(fd, out, length, MSG_WAITALL);
+    if (n > 0) {
+      out += n;
+      length -= static_cast<size_t>(n);
+    } else if (n == 0 || errno != EINTR) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Reads and drops `length` bytes; false on EOF or error.
+bool DiscardBytes(int fd, uint64_t length) {
+  std::vector<char> scratch(std::min<uint64_t>(length, kDiscardChunk));
+  while (length > 0) {
+    size_t chunk = static_cast<size_t>(std::min<uint64_t>(length, scratch.size()));
+    if (!RecvAll(fd, scratch.data(), chunk)) return false;
+    length -= chunk;
+  }
+  return true;
+}
+
+// True when [addr, addr+length) lies inside [base, base+size), without overflow.
+bool Inside(const char* base, size_t size, const void* addr, uint64_t length) {
+  uintptr_t b = reinterpret_cast<uintptr_t>(base);
+  uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  if (a < b) return false;
+  uint64_t offset = a - b;
+  return offset <= size && length <= size - offset;
+}
+
+class TcpConnection : public Connection {
+ public:
+  // Takes over the authenticated socket and starts the agent and sender threads.
+  TcpConnection(const TransportOptions& options, int fd) : options_(options), fd_(fd) {
+    ring_ready_ = ::io_uring_queue_init(8, &ring_, 0) == 0;
+    agent_ = std::thread([this] { AgentLoop(); });
+    sender_ = std::thread([this] { SenderLoop(); });
+  }
+
+  // Fails the connection, stops both threads, then releases the socket and the regions.
+  ~TcpConnection() override {
+    Fail(Status::Disconnected("connection closed locally"));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    sender_.join();
+    ::shutdown(fd_, SHUT_RDWR);  // a NAK may have kept the socket open for the sender
+    agent_.join();
+    ::close(fd_);
+    if (ring_ready_) ::io_uring_queue_exit(&ring_);
+  }
+
+  // mmap gives zeroed pages; remote rights get a random key in the region table.
+  Status AllocateRegion(size_t length, uint32_t access, LocalRegion* region) override {
+    if (length == 0) return Status::InvalidArgument("empty region");
+    if ((access & ~uint32_t(kRemoteWrite | kRemoteRead)) != 0) {
+      return Status::InvalidArgument("unknown access bits");
+    }
+    std::lock_guard<std::mutex> lock(regions_mu_);
+    if (length > options_.region_capacity ||
+        allocated_bytes_ > options_.region_capacity - length) {
+      return Status::InvalidArgument("region capacity of the connection exceeded");
+    }
+    void* memory = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                          -1, 0);
+    if (memory == MAP_FAILED) return Status::IOError("mmap failed for a region");
+    auto mapping = std::make_shared<Mapping>();
+    mapping->addr = static_cast<char*>(memory);
+    mapping->length = length;
+    uint64_t rkey = 0;
+    if (access != kLocalOnly) {
+      Status s = remote_table_.Add(mapping->addr, length, access, &rkey);
+      if (!s.ok()) return s;
+      by_rkey_[rkey] = mapping;
+    }
+    uint32_t lkey = next_lkey_++;
+    if (next_lkey_ == 0) next_lkey_ = 1;
+    by_lkey_[lkey] = LocalEntry{mapping, rkey};
+    allocated_bytes_ += length;
+    region->addr = mapping->addr;
+    region->length = length;
+    region->rkey = rkey;
+    region->lkey = lkey;
+    region->access = access;
+    return Status::OK();
+  }
+
+  // Removes the key first (the peer's later accesses fail); the memory goes when no transfer
+  // holds it any more.
+  Status FreeRegion(const LocalRegion& region) override {
+    std::lock_guard<std::mutex> lock(regions_mu_);
+    auto it = by_lkey_.find(region.lkey);
+    if (it == by_lkey_.end() || it->second.mapping->addr != region.addr) {
+      return Status::InvalidArgument("not a region of this connection");
+    }
+    if (it->second.rkey != 0) {
+      remote_table_.Remove(it->second.rkey);
+      by_rkey_.erase(it->second.rkey);
+    }
+    allocated_bytes_ -= it->second.mapping->length;
+    by_lkey_.erase(it);
+    return Status::OK();
+  }
+
+  // The region's own address is its address in the peer's requests.
+  RemoteRegion Describe(const LocalRegion& region) const override {
+    return RemoteRegion{reinterpret_cast<uintptr_t>(region.addr), region.length, region.rkey};
+  }
+
+  // Validates everything first (posting nothing on bad input), then queues the requests for
+  // the sender in order. On a failed connection the requests complete as kFlushed.
+  Status Post(const WorkRequest* requests, size_t count) override {
+    if (count == 0) return Status::OK();
+    if (requests == nullptr) return Status::InvalidArgument("no work requests");
+    if (count > options_.max_outstanding) {
+      return Status::InvalidArgument("more requests than max_outstanding in one post");
+    }
+    std::vector<std::shared_ptr<PendingRequest>> prepared;
+    prepared.reserve(count);
+    for (size_t i = 0; i < count; i++) {
+      auto pending = std::make_shared<PendingRequest>();
+      Status s = Prepare(requests[i], pending.get());
+      if (!s.ok()) return s;
+      prepared.push_back(std::move(pending));
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!state_.ok()) {
+      for (const auto& pending : prepared) {
+        PushCompletionLocked(SendCompletion(*pending, WcStatus::kFlushed));
+      }
+      cv_.notify_all();
+      return Status::OK();
+    }
+    if (in_flight_.size() + count > options_.max_outstanding) {
+      return Status::WouldBlock("max_outstanding requests in flight");
+    }
+    for (auto& pending : prepared) {
+      pending->sequence = next_sequence_++;
+      in_flight_.push_back(std::move(pending));
+    }
+    cv_.notify_all();
+    return Status::OK();
+  }
+
+  // Validates the buffers, then matches messages that arrived early, in order.
+  Status PostRecv(const RecvRequest* requests, size_t count) override {
+    if (count == 0) return Status::OK();
+    if (requests == nullptr) return Status::InvalidArgument("no receive requests");
+    std::vector<PostedRecv> prepared(count);
+    for (size_t i = 0; i < count; i++) {
+      prepared[i].request = requests[i];
+      Status s = Check(requests[i].sge, &prepared[i].holder);
+      if (!s.ok()) return s;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    for (PostedRecv& recv : prepared) {
+      if (!state_.ok()) {
+        PushCompletionLocked(RecvCompletion(recv.request, WcStatus::kFlushed, 0, 0, false));
+      } else {
+        posted_recvs_.push_back(std::move(recv));
+        MatchLocked();
+      }
+    }
+    cv_.notify_all();
+    return Status::OK();
+  }
+
+  // Returns ready completions; without any, reports a failed connection at once or waits
+  // until the first completion is ready or the timeout passes.
+  Status Poll(Completion* out, size_t max, int timeout_ms, size_t* count) override {
+    *count = 0;
+    if (max == 0) return Status::OK();
+    const Clock::time_point deadline =
+        Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      Clock::time_point now = Clock::now();
+      while (*count < max && !completions_.empty() && completions_.front().ready <= now) {
+        out[(*count)++] = completions_.front().completion;
+        completions_.pop_front();
+      }
+      if (*count > 0) return Status::OK();
+      if (completions_.empty() && !state_.ok()) return state_;
+      if (now >= deadline) return Status::OK();
+      Clock::time_point until = deadline;
+      if (!completions_.empty()) until = std::min(until, completions_.front().ready);
+      cv_.wait_until(lock, until);
+    }
+  }
+
+  // OK while usable; the first error otherwise.
+  Status state() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return state_;
+  }
+
+  // Drops the connection; pending requests complete as kFlushed.
+  void Disconnect() override { Fail(Status::Disconnected("disconnected locally")); }
+
+  FaultInjection* faults() override { return &faults_; }
+
+  std::string backend() const override { return "tcp"; }
+
+ private:
+  struct LocalEntry {
+    MappingRef mapping;
+    uint64_t rkey;
+  };
+
+  // Checks that an Sge lies inside a region of this connection and returns that region.
+  Status Check(const Sge& sge, MappingRef* holder) {
+    std::lock_guard<std::mutex> lock(regions_mu_);
+    auto it = by_lkey_.find(sge.lkey);
+    if (it == by_lkey_.end()) return Status::InvalidArgument("unknown lkey");
+    const Mapping& mapping = *it->second.mapping;
+    if (sge.length > 0 && sge.addr == nullptr) return Status::InvalidArgument("null buffer");
+    if (sge.length > 0 && !Inside(mapping.addr, mapping.length, sge.addr, sge.length)) {
+      return Status::InvalidArgument("buffer outside its region");
+    }
+    *holder = it->second.mapping;
+    return Status::OK();
+  }
+
+  // Validates one work request and copies what the sender and agent need later.
+  Status Prepare(const WorkRequest& wr, PendingRequest* pending) {
+    switch (wr.opcode) {
+      case Opcode::kWrite:
+      case Opcode::kWriteWithImm:
+      case Opcode::kRead:
+      case Opcode::kSend:
+        break;
+      default:
+        return Status::InvalidArgument("opcode cannot be posted");
+    }
+    if (wr.num_sge > kTcpMaxSge) return Status::InvalidArgument("too many Sge");
+    if (wr.num_sge > 0 && wr.sg_list == nullptr) return Status::InvalidArgument("no sg_list");
+    pending->wr = wr;
+    pending->wr.sg_list = nullptr;
+    pending->sges.assign(wr.sg_list, wr.sg_list + wr.num_sge);
+    for (const Sge& sge : pending->sges) {
+      MappingRef holder;
+      Status s = Check(sge, &holder);
+      if (!s.ok()) return s;
+      pending->holders.push_back(std::move(holder));
+      pending->length += sge.length;
+    }
+    if (pending->length > kTcpMaxPayload) return Status::InvalidArgument("request too long");
+    return Status::OK();
+  }
+
+  // The initiator's completion for a request.
+  static Completion SendCompletion(const PendingRequest& pending, WcStatus status) {
+    Completion c;
+    c.wr_id = pending.wr.wr_id;
+    c.opcode = pending.wr.opcode;
+    c.status = status;
+    return c;
+  }
+
+  // A receive completion.
+  static Completion RecvCompletion(const RecvRequest& recv, WcStatus status, uint32_t byte_len,
+                                   uint32_t imm, bool has_imm) {
+    Completion c;
+    c.wr_id = recv.wr_id;
+    c.opcode = Opcode::kRecv;
+    c.status = status;
+    c.byte_len = byte_len;
+    c.imm = imm;
+    c.has_imm = has_imm;
+    return c;
+  }
+
+  // Queues a completion, to be delivered after completion_delay_us.
+  void PushCompletionLocked(const Completion& completion) {
+    Clock::time_point ready =
+        Clock::now() + std::chrono::microseconds(faults_.completion_delay_us);
+    completions_.push_back(TimedCompletion{completion, ready});
+  }
+
+  // Pairs early messages with posted receives, oldest with oldest. The agent may buffer a
+  // message while PostRecv queues a receive (it decides without the lock held while the
+  // payload arrives), so both sides call this after adding to their queue.
+  void MatchLocked() {
+    while (!unmatched_.empty() && !posted_recvs_.empty()) {
+      PostedRecv recv = std::move(posted_recvs_.front());
+      posted_recvs_.pop_front();
+      UnmatchedMessage message = std::move(unmatched_.front());
+      unmatched_.pop_front();
+      unmatched_bytes_ -= message.data.size();
+      DeliverUnmatchedLocked(recv, message);
+    }
+  }
+
+  // Fills a posted receive from an early message.
+  void DeliverUnmatchedLocked(const PostedRecv& recv, const UnmatchedMessage& message) {
+    if (message.data.size() > recv.request.sge.length) {
+      PushCompletionLocked(RecvCompletion(recv.request, WcStatus::kLocalLengthError, 0,
+                                          message.imm, message.has_imm));
+      return;
+    }
+    if (!message.data.empty()) {
+      std::memcpy(const_cast<void*>(recv.request.sge.addr), message.data.data(),
+                  message.data.size());
+    }
+    PushCompletionLocked(RecvCompletion(recv.request, WcStatus::kSuccess, message.length,
+                                        message.imm, message.has_imm));
+  }
+
+  // Ends the connection once: records why, flushes every pending request and receive, and
+  // drops the socket (after the NAK `nak` when the peer must learn of a refused access).
+  void Fail(const Status& why, const TcpFrameHeader* nak = nullptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    FailLocked(why, nak);
+  }
+
+  // Fail() with mu_ held.
+  void FailLocked(const Status& why, const TcpFrameHeader* nak) {
+    if (!state_.ok()) return;
+    state_ = why;
+    for (const auto& pending : in_flight_) {
+      PushCompletionLocked(SendCompletion(*pending, WcStatus::kFlushed));
+    }
+    in_flight_.clear();
+    for (const PostedRecv& recv : posted_recvs_) {
+      PushCompletionLocked(RecvCompletion(recv.request, WcStatus::kFlushed, 0, 0, false));
+    }
+    posted_recvs_.clear();
+    unmatched_.clear();
+    unmatched_bytes_ = 0;
+    if (nak != nullptr) {
+      Reply reply;
+      reply.header = *nak;
+      reply.close_after = true;
+      replies_.push_back(std::move(reply));
+    } else {
+      ::shutdown(fd_, SHUT_RDWR);  // wakes the agent's recv and the sender's send
+    }
+    cv_.notify_all();
+  }
+
+  // Sends an iovec array completely through io_uring (sendmsg when io_uring is missing).
+  bool SendVector(std::vector<iovec>& iov) {
+    size_t first = 0;
+    while (first < iov.size()) {
+      msghdr message{};
+      message.msg_iov = iov.data() + first;
+      message.msg_iovlen = iov.size() - first;
+      ssize_t sent;
+      if (ring_ready_) {
+        io_uring_sqe* sqe = ::io_uring_get_sqe(&ring_);
+        ::io_uring_prep_sendmsg(sqe, fd_, &message, MSG_NOSIGNAL);
+        int rc = ::io_uring_submit(&ring_);
+        if (rc < 0) return false;
+        io_uring_cqe* cqe = nullptr;
+        do {
+          rc = ::io_uring_wait_cqe(&ring_, &cqe);
+        } while (rc == -EINTR);
+        if (rc < 0) return false;
+        sent = cqe->res;
+        ::io_uring_cqe_seen(&ring_, cqe);
+        if (sent < 0) {
+          errno = static_cast<int>(-sent);
+          sent = -1;
+        }
+      } else {
+        sent = ::sendmsg(fd_, &message, MSG_NOSIGNAL);
+      }
+      if (sent < 0) {
+        if (errno == EINTR || errno == EAGAIN) continue;
+        return false;
+      }
+      // Skip what went out; a partly sent iovec is advanced in place.
+      size_t left = static_cast<size_t>(sent);
+      while (first < iov.size() && left >= iov[first].iov_len) {
+        left -= iov[first].iov_len;
+        first++;
+      }
+      if (left > 0) {
+        iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+        iov[first].iov_len -= left;
+      }
+    }
+    return true;
+  }
+
+  // Sends one frame: header, then `payload_limit` bytes of the gather list.
+  bool SendFrame(const TcpFrameHeader& header, const std::vector<Sge>& sges,
+                 uint64_t payload_limit) {
+    std::vector<iovec> iov;
+    iov.reserve(sges.size() + 1);
+    iov.push_back(iovec{const_cast<TcpFrameHeader*>(&header), sizeof(header)});
+    for (const Sge& sge : sges) {
+      if (payload_limit == 0) break;
+      size_t piece = static_cast<size_t>(std::min<uint64_t>(sge.length, payload_limit));
+      if (piece > 0) iov.push_back(iovec{const_cast<void*>(sge.addr), piece});
+      payload_limit -= piece;
+    }
+    return SendVector(iov);
+  }
+
+  // The sender thread: responses to the peer first, then posted requests in order, holding a
+  // fenced request back until every earlier one has completed.
+  void SenderLoop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      if (stopping_) return;
+      if (!replies_.empty()) {
+        Reply reply = std::move(replies_.front());
+        replies_.pop_front();
+        lock.unlock();
+        std::vector<Sge> payload;
+        if (reply.data != nullptr) {
+          payload.push_back(Sge{reply.data, static_cast<uint32_t>(reply.header.length), 0});
+        }
+        bool ok = SendFrame(reply.header, payload, reply.header.length);
+        if (reply.close_after) ::shutdown(fd_, SHUT_RDWR);
+        lock.lock();
+        if (!ok) FailLocked(Status::Disconnected("the peer stopped receiving"), nullptr);
+        continue;
+      }
+      if (state_.ok() && next_to_send_ < next_sequence_) {
+        std::shared_ptr<PendingRequest> pending =
+            in_flight_[next_to_send_ - in_flight_.front()->sequence];
+        if (pending->wr.fence && in_flight_.front() != pending) {
+          cv_.wait(lock);
+          continue;
+        }
+        SendRequest(lock, pending);
+        continue;
+      }
+      cv_.wait(lock);
+    }
+  }
+
+  // Sends one request (mu_ held on entry and exit, released while sending), applying the
+  // injected faults to WRITEs.
+  void SendRequest(std::unique_lock<std::mutex>& lock,
+                   const std::shared_ptr<PendingRequest>& pending) {
+    const WorkRequest& wr = pending->wr;
+    TcpFrameHeader header;
+    header.sequence = pending->sequence;
+    header.length = pending->length;
+    header.rkey = wr.rkey;
+    header.remote_addr = wr.remote_addr;
+    uint64_t payload = pending->length;
+    switch (wr.opcode) {
+      case Opcode::kWrite: header.type = uint8_t(TcpFrameType::kWrite); break;
+      case Opcode::kWriteWithImm:
+        header.type = uint8_t(TcpFrameType::kWriteWithImm);
+        header.imm = wr.imm;
+        break;
+      case Opcode::kRead:
+        header.type = uint8_t(TcpFrameType::kReadRequest);
+        payload = 0;
+        break;
+      default:
+        header.type = uint8_t(TcpFrameType::kSend);
+        header.rkey = 0;
+        header.remote_addr = 0;
+        break;
+    }
+    bool is_write = wr.opcode == Opcode::kWrite || wr.opcode == Opcode::kWriteWithImm;
+    bool tear = false;
+    if (is_write && faults_.drop_on_next_write) {
+      faults_.drop_on_next_write = false;
+      FailLocked(Status::Disconnected("fault injection: dropped before a WRITE"), nullptr);
+      return;
+    }
+    if (is_write && faults_.tear_next_write_after >= 0) {
+      payload = std::min<uint64_t>(payload, uint64_t(faults_.tear_next_write_after));
+      faults_.tear_next_write_after = -1;
+      tear = true;
+    }
+    pending->sent = true;
+    next_to_send_++;
+    lock.unlock();
+    bool ok = SendFrame(header, pending->sges, payload);
+    lock.lock();
+    if (tear) {
+      FailLocked(Status::Disconnected("fault injection: torn WRITE"), nullptr);
+    } else if (!ok) {
+      FailLocked(Status::Disconnected("the peer stopped receiving"), nullptr);
+    }
+  }
+
+  // Finds the remote-accessible region for an incoming access and keeps it mapped.
+  char* ResolveIncoming(const TcpFrameHeader& header, uint32_t right, MappingRef* holder) {
+    std::lock_guard<std::mutex> lock(regions_mu_);
+    char* target = remote_table_.Resolve(header.rkey, header.remote_addr, header.length, right);
+    if (target == nullptr) return nullptr;
+    auto it = by_rkey_.find(header.rkey);
+    if (it == by_rkey_.end()) return nullptr;
+    *holder = it->second;
+    return target;
+  }
+
+  // Queues a response frame for the sender.
+  void QueueReply(Reply reply) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!state_.ok()) return;
+    replies_.push_back(std::move(reply));
+    cv_.notify_all();
+  }
+
+  // Queues an ACK for the peer's request `sequence`.
+  void Acknowledge(uint64_t sequence) {
+    Reply reply;
+    reply.header.type = uint8_t(TcpFrameType::kAck);
+    reply.header.sequence = sequence;
+    QueueReply(std::move(reply));
+  }
+
+  // Refuses the peer's request: NAK, then the connection ends with RemoteAccess.
+  void Refuse(uint64_t sequence, const char* why) {
+    TcpFrameHeader nak;
+    nak.type = uint8_t(TcpFrameType::kNak);
+    nak.sequence = sequence;
+    Fail(Status::RemoteAccess(why), &nak);
+  }
+
+  // The agent thread: one frame at a time until the connection ends.
+  void AgentLoop() {
+    for (;;) {
+      TcpFrameHeader header;
+      if (!RecvAll(fd_, reinterpret_cast<char*>(&header), sizeof(header))) {
+        Fail(Status::Disconnected("the peer closed the connection"));
+        return;
+      }
+      if (!HandleFrame(header)) return;
+    }
+  }
+
+  // Checks the fixed fields of a frame.
+  static bool WellFormed(const TcpFrameHeader& header) {
+    if (header.magic != kTcpFrameMagic || header.reserved[0] != 0 || header.reserved[1] != 0 ||
+        header.reserved[2] != 0 || header.reserved2 != 0) {
+      return false;
+    }
+    if (header.type < uint8_t(TcpFrameType::kWrite) ||
+        header.type > uint8_t(TcpFrameType::kReadResponse)) {
+      return false;
+    }
+    if (header.length > kTcpMaxPayload) return false;
+    TcpFrameType type = TcpFrameType(header.type);
+    if ((type == TcpFrameType::kAck || type == TcpFrameType::kNak) && header.length != 0) {
+      return false;
+    }
+    return true;
+  }
+
+  // Handles one frame; false once the connection has ended.
+  bool HandleFrame(const TcpFrameHeader& header) {
+    if (!WellFormed(header)) {
+      Fail(Status::IOError("malformed frame from the peer"));
+      return false;
+    }
+    TcpFrameType type = TcpFrameType(header.type);
+    if (type == TcpFrameType::kAck || type == TcpFrameType::kNak ||
+        type == TcpFrameType::kReadResponse) {
+      return HandleResponse(header);
+    }
+    // A request: sequence numbers must run without gaps.
+    if (header.sequence != next_peer_sequence_) {
+      Fail(Status::IOError("request out of sequence from the peer"));
+      return false;
+    }
+    next_peer_sequence_++;
+    switch (type) {
+      case TcpFrameType::kWrite:
+      case TcpFrameType::kWriteWithImm:
+        return HandleWrite(header);
+      case TcpFrameType::kReadRequest:
+        return HandleRead(header);
+      default:
+        return HandleSend(header);
+    }
+  }
+
+  // Places a WRITE: check first, then receive straight into the region.
+  bool HandleWrite(const TcpFrameHeader& header) {
+    MappingRef holder;
+    char* target = ResolveIncoming(header, kRemoteWrite, &holder);
+    if (target == nullptr) {
+      Refuse(header.sequence, "the peer wrote outside its rights");
+      return false;
+    }
+    if (!RecvAll(fd_, target, header.length)) {
+      Fail(Status::Disconnected("the peer closed the connection during a WRITE"));
+      return false;
+    }
+    if (TcpFrameType(header.type) == TcpFrameType::kWriteWithImm &&
+        !Notify(nullptr, static_cast<uint32_t>(header.length), header.imm, true)) {
+      return false;
+    }
+    Acknowledge(header.sequence);
+    return true;
+  }
+
+  // Answers a READ with the region's bytes (sent by the sender, straight from the region).
+  bool HandleRead(const TcpFrameHeader& header) {
+    Reply reply;
+    const char* source = ResolveIncoming(header, kRemoteRead, &reply.holder);
+    if (source == nullptr) {
+      Refuse(header.sequence, "the peer read outside its rights");
+      return false;
+    }
+    reply.header.type = uint8_t(TcpFrameType::kReadResponse);
+    reply.header.sequence = header.sequence;
+    reply.header.length = header.length;
+    reply.data = header.length > 0 ? source : nullptr;
+    QueueReply(std::move(reply));
+    return true;
+  }
+
+  // Delivers a SEND into the next posted receive, or keeps it until one is posted.
+  bool HandleSend(const TcpFrameHeader& header) {
+    if (!Notify(&header, static_cast<uint32_t>(header.length), 0, false)) return false;
+    Acknowledge(header.sequence);
+    return true;
+  }
+
+  // Consumes a receive for a SEND (`send` set: its payload follows on the socket) or a
+  // WRITE_WITH_IMM notification. False once the connection has ended.
+  bool Notify(const TcpFrameHeader* send, uint32_t length, uint32_t imm, bool has_imm) {
+    PostedRecv recv;
+    bool have_recv = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!state_.ok()) return false;
+      if (!posted_recvs_.empty()) {
+        recv = std::move(posted_recvs_.front());
+        posted_recvs_.pop_front();
+        have_recv = true;
+      } else if (unmatched_bytes_ + (send ? length : 0) > kMaxUnmatchedBytes) {
+        FailLocked(Status::IOError("the peer sent too much that nobody received"), nullptr);
+        return false;
+      }
+    }
+    UnmatchedMessage early;
+    early.length = length;
+    early.imm = imm;
+    early.has_imm = has_imm;
+    WcStatus status = WcStatus::kSuccess;
+    if (send != nullptr) {
+      bool received;
+      if (!have_recv) {
+        early.data.resize(length);
+        received = RecvAll(fd_, early.data.data(), length);
+      } else if (length <= recv.request.sge.length) {
+        received = RecvAll(fd_, static_cast<char*>(const_cast<void*>(recv.request.sge.addr)),
+                           length);
+      } else {
+        status = WcStatus::kLocalLengthError;
+        received = DiscardBytes(fd_, length);
+      }
+      if (!received) {
+        if (have_recv) {
+          std::lock_guard<std::mutex> lock(mu_);
+          PushCompletionLocked(RecvCompletion(recv.request, WcStatus::kFlushed, 0, 0, false));
+        }
+        Fail(Status::Disconnected("the peer closed the connection during a SEND"));
+        return false;
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!state_.ok()) return false;
+    if (have_recv) {
+      uint32_t byte_len = status == WcStatus::kSuccess ? length : 0;
+      PushCompletionLocked(RecvCompletion(recv.request, status, byte_len, imm, has_imm));
+    } else {
+      unmatched_bytes_ += early.data.size();
+      unmatched_.push_back(std::move(early));
+      MatchLocked();
+    }
+    cv_.notify_all();
+    return true;
+  }
+
+  // Matches a response to the oldest unanswered request (responses come in request order).
+  bool HandleResponse(const TcpFrameHeader& header) {
+    TcpFrameType type = TcpFrameType(header.type);
+    std::shared_ptr<PendingRequest> pending;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!state_.ok()) return false;
+      if (in_flight_.empty() || in_flight_.front()->sequence != header.sequence ||
+          !in_flight_.front()->sent) {
+        FailLocked(Status::IOError("response to no request from the peer"), nullptr);
+        return false;
+      }
+      pending = in_flight_.front();
+      bool is_read = pending->wr.opcode == Opcode::kRead;
+      bool consistent = type == TcpFrameType::kNak ||
+                        (is_read ? type == TcpFrameType::kReadResponse &&
+                                       header.length == pending->length
+                                 : type == TcpFrameType::kAck);
+      if (!consistent) {
+        FailLocked(Status::IOError("response does not fit its request"), nullptr);
+        return false;
+      }
+      if (type == TcpFrameType::kNak) {
+        in_flight_.pop_front();
+        PushCompletionLocked(SendCompletion(*pending, WcStatus::kRemoteAccessError));
+        FailLocked(Status::RemoteAccess("the peer refused an access"), nullptr);
+        return false;
+      }
+    }
+    if (type == TcpFrameType::kReadResponse) {
+      // Scatter straight into the READ's destination buffers, in order.
+      for (const Sge& sge : pending->sges) {
+        if (!RecvAll(fd_, static_cast<char*>(const_cast<void*>(sge.addr)), sge.length)) {
+          Fail(Status::Disconnected("the peer closed the connection during a READ"));
+          return false;
+        }
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!state_.ok()) return false;
+    in_flight_.pop_front();
+    if (pending->wr.signaled) PushCompletionLocked(SendCompletion(*pending, WcStatus::kSuccess));
+    cv_.notify_all();
+    return true;
+  }
+
+  const TransportOptions options_;
+  const int fd_;
+  io_uring ring_{};
+  bool ring_ready_ = false;  // io_uring is used by the sender thread only
+
+  // Regions (lock order: regions_mu_ before the table's own lock).
+  std::mutex regions_mu_;
+  RegionTable remote_table_;
+  std::unordered_map<uint32_t, LocalEntry> by_lkey_;
+  std::unordered_map<uint64_t, MappingRef> by_rkey_;
+  uint32_t next_lkey_ = 1;
+  size_t allocated_bytes_ = 0;
+
+  // Everything below is guarded by mu_; cv_ announces any change of it.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Status state_;
+  bool stopping_ = false;
+  FaultInjection faults_;
+  std::deque<std::shared_ptr<PendingRequest>> in_flight_;  // posting order, oldest first
+  uint64_t next_sequence_ = 0;
+  uint64_t next_to_send_ = 0;
+  std::deque<Reply> replies_;
+  std::deque<TimedCompletion> completions_;
+  std::deque<PostedRecv> posted_recvs_;
+  std::deque<UnmatchedMessage> unmatched_;
+  size_t unmatched_bytes_ = 0;
+
+  uint64_t next_peer_sequence_ = 0;  // agent thread only
+
+  std::thread agent_;
+  std::thread sender_;
+};
+
+}  // namespace
+
+// The listening side: nothing more to exchange; the socket is ready for frames.
+Status AcceptTcp(const TransportOptions& options, int fd, std::unique_ptr<Connection>* out) {
+  *out = std::make_unique<TcpConnection>(options, fd);
+  return Status::OK();
+}
+
+// The connecting side: same as the listening side (the protocol is symmetric).
+Status ConnectTcp(const TransportOptions& options, int fd, std::unique_ptr<Connection>* out) {
+  *out = std::make_unique<TcpConnection>(options, fd);
+  return Status::OK();
+}
+
+}  // namespace slipstream::rdma
