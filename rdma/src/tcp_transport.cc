@@ -134,7 +134,6 @@ class TcpConnection : public Connection {
  public:
   // Takes over the authenticated socket and starts the agent and sender threads.
   TcpConnection(const TransportOptions& options, int fd) : options_(options), fd_(fd) {
-    ring_ready_ = ::io_uring_queue_init(8, &ring_, 0) == 0;
     agent_ = std::thread([this] { AgentLoop(); });
     sender_ = std::thread([this] { SenderLoop(); });
   }
@@ -151,7 +150,6 @@ class TcpConnection : public Connection {
     ::shutdown(fd_, SHUT_RDWR);  // a NAK may have kept the socket open for the sender
     agent_.join();
     ::close(fd_);
-    if (ring_ready_) ::io_uring_queue_exit(&ring_);
   }
 
   // mmap gives zeroed pages; remote rights get a random key in the region table.
@@ -505,6 +503,15 @@ class TcpConnection : public Connection {
   // The sender thread: responses to the peer first, then posted requests in order, holding a
   // fenced request back until every earlier one has completed.
   void SenderLoop() {
+    // The ring belongs to this thread alone: created, used and torn down here, so any io_uring
+    // task work is this thread's business and never interrupts an application thread.
+    ring_ready_ = ::io_uring_queue_init(8, &ring_, 0) == 0;
+    SendUntilStopped();
+    if (ring_ready_) ::io_uring_queue_exit(&ring_);
+  }
+
+  // SenderLoop's body.
+  void SendUntilStopped() {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       if (stopping_) return;
@@ -829,7 +836,7 @@ class TcpConnection : public Connection {
   const TransportOptions options_;
   const int fd_;
   io_uring ring_{};
-  bool ring_ready_ = false;  // io_uring is used by the sender thread only
+  bool ring_ready_ = false;  // ring_ and ring_ready_ belong to the sender thread
 
   // Regions (lock order: regions_mu_ before the table's own lock).
   std::mutex regions_mu_;
