@@ -389,6 +389,10 @@ Status EngineImpl::MergeLocked(const Version& v, MergeSource* newer, MergeSource
 Status EngineImpl::CompactL0Locked() {
   Version v = ReadVersion();
   if (v.immutable_memtable < 0) return Status::OK();
+  if (options_.persist_barrier) {  // the sealed memtable takes no more appends
+    Status s = options_.persist_barrier();
+    if (!s.ok()) return s;
+  }
   SegmentDeltas deltas;  // the memtable adds its overwritten versions' pointers to it
   MemSource newer(Memtable(v.immutable_memtable), &deltas);
   TreeSource older(Trees(), v.levels[1]);

@@ -914,7 +914,10 @@ Status EngineImpl::FlushLogs(bool sync, Lsn wait_for) {
   }
   uint64_t bytes = 0;
   for (const WriteRequest& r : requests) bytes += r.length;
-  Status s = device_->Write(requests, sync && options_.use_fsync);
+  // Every captured record was appended before the snapshot above, so the barrier covers it.
+  Status s = requests.empty() || !options_.persist_barrier ? Status::OK()
+                                                            : options_.persist_barrier();
+  if (s.ok()) s = device_->Write(requests, sync && options_.use_fsync);
   {
     SharedLock lock(&shared_->write_mu);
     for (const Job& j : jobs) {

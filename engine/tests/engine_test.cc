@@ -84,5 +84,34 @@ TEST(Engine, SurvivesCompactionAndReopen) {
   check();
 }
 
+// The write-ahead barrier runs before records reach the device; refusing it keeps them off.
+TEST(Engine, PersistBarrierGuardsEveryWriteOut) {
+  int calls = 0;
+  bool refuse = false;
+  TestEngine t;
+  t.engine.reset();
+  t.options.persist_barrier = [&]() -> Status {
+    calls++;
+    return refuse ? Status::IOError("host log not durable") : Status::OK();
+  };
+  t.Open();
+  KeyspaceId ks;
+  ASSERT_TRUE(t->CreateKeyspace(3, &ks).ok());
+  Lsn lsn = 0;
+  ASSERT_TRUE(t->Put(ks, "durable", "yes", &lsn).ok());
+  ASSERT_TRUE(t->Sync(lsn).ok());
+  EXPECT_GE(calls, 1);
+
+  refuse = true;
+  ASSERT_TRUE(t->Put(ks, "held-back", "no", &lsn).ok());
+  Status s = t->Sync(lsn);
+  EXPECT_TRUE(s.IsIOError()) << s.ToString();
+  calls = 0;
+  t.Reopen();
+  std::string got;
+  EXPECT_TRUE(t->Get(ks, "durable", &got).ok());
+  EXPECT_TRUE(t->Get(ks, "held-back", &got).IsNotFound());
+}
+
 }  // namespace
 }  // namespace slipstream::engine::test

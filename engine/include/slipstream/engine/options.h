@@ -3,7 +3,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+
+#include "slipstream/engine/status.h"
 
 namespace slipstream::engine {
 
@@ -65,6 +68,13 @@ struct Options {
 
   // fdatasync on Sync(); tests that only care about crash-of-process may keep it, benches too.
   bool use_fsync = true;
+
+  // Write-ahead barrier: called before newly appended records can reach the device (before
+  // each log write-out and before a memtable is compacted), in the process doing the write.
+  // A host that logs its changes elsewhere first (PostgreSQL's WAL) makes that log durable up
+  // to every change already applied here, so nothing the host's log lacks is ever persisted.
+  // A failure fails the write-out. Empty: no barrier.
+  std::function<Status()> persist_barrier;
 };
 
 }  // namespace slipstream::engine
