@@ -466,6 +466,18 @@ Status EngineImpl::LookupKeyspace(uint64_t tag, KeyspaceId* id) {
   return Status::NotFound("no keyspace with tag " + std::to_string(tag));
 }
 
+// Collects the live slots; a keyspace created or dropped meanwhile may or may not appear.
+Status EngineImpl::ListKeyspaces(std::vector<std::pair<uint64_t, KeyspaceId>>* keyspaces) {
+  keyspaces->clear();
+  KeyspaceSlot* slots = keyspace_slots();
+  for (uint32_t i = 0; i < kKeyspaceSlots; i++) {
+    if (slots[i].state.load() == KeyspaceSlot::kLive) {
+      keyspaces->emplace_back(slots[i].tag, slots[i].id);
+    }
+  }
+  return Status::OK();
+}
+
 // Marks the keyspace dropped (O(1)); compaction discards its entries and frees their space.
 Status EngineImpl::DropKeyspace(KeyspaceId id) {
   Lsn lsn;

@@ -63,6 +63,7 @@ class EngineImpl final : public Engine {
   Status CreateKeyspace(uint64_t tag, KeyspaceId* id) override;
   Status LookupKeyspace(uint64_t tag, KeyspaceId* id) override;
   Status DropKeyspace(KeyspaceId id) override;
+  Status ListKeyspaces(std::vector<std::pair<uint64_t, KeyspaceId>>* keyspaces) override;
   Status Put(KeyspaceId ks, std::string_view key, std::string_view value, Lsn* lsn) override;
   Status Delete(KeyspaceId ks, std::string_view key, Lsn* lsn) override;
   Status Write(const WriteBatch& batch, Lsn* lsn) override;

@@ -113,5 +113,19 @@ TEST(Engine, PersistBarrierGuardsEveryWriteOut) {
   EXPECT_TRUE(t->Get(ks, "held-back", &got).IsNotFound());
 }
 
+// ListKeyspaces reports exactly the live keyspaces, with their tags.
+TEST(Engine, ListKeyspacesShowsLiveOnes) {
+  TestEngine t;
+  KeyspaceId a, b;
+  ASSERT_TRUE(t->CreateKeyspace(11, &a).ok());
+  ASSERT_TRUE(t->CreateKeyspace(12, &b).ok());
+  ASSERT_TRUE(t->DropKeyspace(a).ok());
+  std::vector<std::pair<uint64_t, KeyspaceId>> live;
+  ASSERT_TRUE(t->ListKeyspaces(&live).ok());
+  ASSERT_EQ(live.size(), 1u);
+  EXPECT_EQ(live[0].first, 12u);
+  EXPECT_EQ(live[0].second, b);
+}
+
 }  // namespace
 }  // namespace slipstream::engine::test

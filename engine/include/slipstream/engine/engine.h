@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "slipstream/engine/options.h"
 #include "slipstream/engine/stats.h"
@@ -51,6 +53,8 @@ class Engine {
   virtual Status CreateKeyspace(uint64_t tag, KeyspaceId* id) = 0;
   virtual Status LookupKeyspace(uint64_t tag, KeyspaceId* id) = 0;
   virtual Status DropKeyspace(KeyspaceId id) = 0;
+  // Every live keyspace as (tag, id).
+  virtual Status ListKeyspaces(std::vector<std::pair<uint64_t, KeyspaceId>>* keyspaces) = 0;
 
   // Writes. Each returns the LSN of its last record; it is durable after Sync(lsn).
   virtual Status Put(KeyspaceId ks, std::string_view key, std::string_view value,

@@ -1,0 +1,333 @@
+// bridge.cc: the engine behind the C interface of bridge.h. No PostgreSQL headers here: every
+// entry point catches C++ exceptions and returns an SsCode, so nothing unwinds into C.
+#include "bridge.h"
+
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "slipstream/engine/engine.h"
+
+namespace {
+
+using slipstream::engine::Engine;
+using slipstream::engine::Iterator;
+using slipstream::engine::Options;
+using slipstream::engine::Status;
+using slipstream::engine::WriteBatch;
+
+std::unique_ptr<Engine> g_engine;  // this process's handle on the shared engine
+std::string g_last_error;
+std::string g_get_buffer;  // ss_get's result
+
+// Records a failed status and maps it to a code.
+SsCode Fail(const Status& s) {
+  g_last_error = s.ToString();
+  switch (s.code()) {
+    case Status::Code::kOk: return SS_OK;
+    case Status::Code::kNotFound: return SS_NOT_FOUND;
+    case Status::Code::kCorruption: return SS_CORRUPTION;
+    case Status::Code::kInvalidArgument: return SS_INVALID;
+    case Status::Code::kIOError: return SS_IO_ERROR;
+    case Status::Code::kBusy: return SS_BUSY;
+  }
+  return SS_INTERNAL;
+}
+
+// Maps a status to a code, remembering the message of a failure.
+SsCode Code(const Status& s) { return s.ok() ? SS_OK : Fail(s); }
+
+// Runs `body` with every exception turned into a code.
+template <typename Body>
+SsCode Guard(Body body) {
+  try {
+    if (!g_engine) {
+      g_last_error = "the slipstream engine is not open in this process";
+      return SS_INTERNAL;
+    }
+    return body();
+  } catch (const std::bad_alloc&) {
+    g_last_error = "out of memory";
+    return SS_NO_MEMORY;
+  } catch (const std::exception& e) {
+    g_last_error = e.what();
+    return SS_INTERNAL;
+  } catch (...) {
+    g_last_error = "unknown C++ exception";
+    return SS_INTERNAL;
+  }
+}
+
+// The engine options for a bridge options struct.
+Options ToOptions(const SsOptions* o) {
+  Options opts;
+  opts.directory = o->directory;
+  opts.segment_size = o->segment_size;
+  opts.node_size = o->node_size;
+  opts.l0_size = o->l0_size;
+  opts.memtables = o->memtables;
+  opts.growth_factor = o->growth_factor;
+  opts.max_levels = o->max_levels;
+  opts.small_threshold = o->small_threshold;
+  opts.large_threshold = o->large_threshold;
+  opts.medium_inplace_level = o->medium_inplace_level;
+  opts.compress_large = o->compress_large;
+  opts.gc_threshold = o->gc_threshold;
+  opts.bloom_bits_per_key = o->bloom_bits_per_key;
+  opts.max_device_size = o->max_device_size;
+  opts.max_value_size = o->max_value_size;
+  opts.flush_interval_ms = o->flush_interval_ms;
+  return opts;
+}
+
+}  // namespace
+
+struct SsIterator {
+  std::unique_ptr<Iterator> it;
+};
+
+struct SsBatch {
+  WriteBatch batch;
+};
+
+extern "C" {
+
+const char* ss_last_error(void) { return g_last_error.c_str(); }
+
+size_t ss_arena_size(const SsOptions* options) {
+  try {
+    return Engine::ArenaSize(ToOptions(options));
+  } catch (...) {
+    return 0;
+  }
+}
+
+SsCode ss_open(const SsOptions* options, void* arena, size_t arena_size,
+               SsPersistBarrier barrier) {
+  try {
+    Options opts = ToOptions(options);
+    if (barrier != nullptr) {
+      opts.persist_barrier = [barrier]() -> Status {
+        char msg[256] = {0};
+        if (barrier(msg, sizeof(msg))) return Status::OK();
+        return Status::IOError(msg);
+      };
+    }
+    std::unique_ptr<Engine> engine;
+    Status s = Engine::Open(opts, arena, arena_size, &engine);
+    if (!s.ok()) return Fail(s);
+    g_engine = std::move(engine);
+    return SS_OK;
+  } catch (const std::exception& e) {
+    g_last_error = e.what();
+    return SS_INTERNAL;
+  } catch (...) {
+    g_last_error = "unknown C++ exception";
+    return SS_INTERNAL;
+  }
+}
+
+bool ss_is_open(void) { return g_engine != nullptr; }
+
+void ss_close(void) {
+  try {
+    g_engine.reset();
+  } catch (...) {
+  }
+}
+
+SsCode ss_keyspace_lookup(uint64_t tag, uint32_t* keyspace) {
+  return Guard([&] { return Code(g_engine->LookupKeyspace(tag, keyspace)); });
+}
+
+SsCode ss_keyspace_create(uint64_t tag, uint32_t* keyspace) {
+  return Guard([&] { return Code(g_engine->CreateKeyspace(tag, keyspace)); });
+}
+
+SsCode ss_keyspace_drop(uint32_t keyspace) {
+  return Guard([&] { return Code(g_engine->DropKeyspace(keyspace)); });
+}
+
+SsCode ss_keyspace_list(void (*fn)(uint64_t, uint32_t, void*), void* arg) {
+  return Guard([&] {
+    std::vector<std::pair<uint64_t, uint32_t>> live;
+    Status s = g_engine->ListKeyspaces(&live);
+    if (!s.ok()) return Fail(s);
+    for (const auto& [tag, id] : live) fn(tag, id, arg);
+    return SS_OK;
+  });
+}
+
+SsCode ss_put(uint32_t keyspace, const void* key, size_t key_len, const void* value,
+              size_t value_len) {
+  return Guard([&] {
+    return Code(g_engine->Put(keyspace, std::string_view(static_cast<const char*>(key), key_len),
+                              std::string_view(static_cast<const char*>(value), value_len)));
+  });
+}
+
+SsCode ss_delete(uint32_t keyspace, const void* key, size_t key_len) {
+  return Guard([&] {
+    return Code(
+        g_engine->Delete(keyspace, std::string_view(static_cast<const char*>(key), key_len)));
+  });
+}
+
+SsCode ss_get(uint32_t keyspace, const void* key, size_t key_len, const char** value,
+              size_t* value_len) {
+  return Guard([&] {
+    Status s = g_engine->Get(keyspace, std::string_view(static_cast<const char*>(key), key_len),
+                             &g_get_buffer);
+    if (!s.ok()) {
+      if (s.IsNotFound()) return SS_NOT_FOUND;  // an answer, not a failure
+      return Fail(s);
+    }
+    *value = g_get_buffer.data();
+    *value_len = g_get_buffer.size();
+    return SS_OK;
+  });
+}
+
+SsBatch* ss_batch_new(void) {
+  try {
+    return new SsBatch();
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void ss_batch_put(SsBatch* batch, uint32_t keyspace, const void* key, size_t key_len,
+                  const void* value, size_t value_len) {
+  batch->batch.Put(keyspace, std::string_view(static_cast<const char*>(key), key_len),
+                   std::string_view(static_cast<const char*>(value), value_len));
+}
+
+void ss_batch_delete(SsBatch* batch, uint32_t keyspace, const void* key, size_t key_len) {
+  batch->batch.Delete(keyspace, std::string_view(static_cast<const char*>(key), key_len));
+}
+
+SsCode ss_batch_write(SsBatch* batch) {
+  return Guard([&] { return Code(g_engine->Write(batch->batch)); });
+}
+
+void ss_batch_free(SsBatch* batch) { delete batch; }
+
+SsCode ss_sync_all(void) {
+  return Guard([&] { return Code(g_engine->Sync(~uint64_t(0))); });
+}
+
+SsCode ss_background_work(bool* did_work) {
+  return Guard([&] {
+    *did_work = g_engine->DoBackgroundWork();
+    return SS_OK;
+  });
+}
+
+void ss_wait_for_background_work(int timeout_ms) {
+  Guard([&] {
+    g_engine->WaitForBackgroundWork(timeout_ms);
+    return SS_OK;
+  });
+}
+
+SsCode ss_compact_all(void) {
+  return Guard([&] { return Code(g_engine->CompactAll()); });
+}
+
+SsCode ss_run_gc(void) {
+  return Guard([&] { return Code(g_engine->RunGC()); });
+}
+
+SsCode ss_verify(void) {
+  return Guard([&] { return Code(g_engine->Verify()); });
+}
+
+SsCode ss_stats(SsStats* out) {
+  return Guard([&] {
+    slipstream::engine::Stats s = g_engine->GetStats();
+    std::memset(out, 0, sizeof(*out));
+    for (const auto& l : s.levels) {
+      if (out->nlevels == SS_MAX_LEVELS) break;
+      out->levels[out->nlevels++] =
+          SsLevelStats{l.level,         l.bytes,          l.segments,      l.entries,
+                       l.small_entries, l.medium_entries, l.large_entries, l.tombstones};
+    }
+    out->l0_entries = s.l0_entries;
+    out->l0_bytes = s.l0_bytes;
+    out->user_bytes_written = s.user_bytes_written;
+    out->device_bytes_written = s.device_bytes_written;
+    out->device_bytes_read = s.device_bytes_read;
+    out->compactions = s.compactions;
+    out->compaction_bytes_written = s.compaction_bytes_written;
+    out->gc_runs = s.gc_runs;
+    out->gc_bytes_relocated = s.gc_bytes_relocated;
+    out->gc_reclaimed_bytes = s.gc_reclaimed_bytes;
+    out->stall_count = s.stall_count;
+    out->stall_micros = s.stall_micros;
+    out->log_flushes = s.log_flushes;
+    out->log_records_flushed = s.log_records_flushed;
+    out->segments_in_use = s.segments_in_use;
+    out->medium_log_segments = s.medium_log_segments;
+    out->large_log_segments = s.large_log_segments;
+    out->l0_log_segments = s.l0_log_segments;
+    out->last_lsn = s.last_lsn;
+    out->durable_lsn = s.durable_lsn;
+    return SS_OK;
+  });
+}
+
+SsIterator* ss_iter_new(uint32_t keyspace) {
+  SsIterator* result = nullptr;
+  Guard([&] {
+    auto it = std::make_unique<SsIterator>();
+    it->it = g_engine->NewIterator(keyspace);
+    result = it.release();
+    return SS_OK;
+  });
+  return result;
+}
+
+void ss_iter_seek(SsIterator* it, const void* key, size_t key_len) {
+  try {
+    it->it->Seek(std::string_view(static_cast<const char*>(key), key_len));
+  } catch (...) {
+    g_last_error = "iterator seek failed";
+  }
+}
+
+void ss_iter_next(SsIterator* it) {
+  try {
+    it->it->Next();
+  } catch (...) {
+    g_last_error = "iterator step failed";
+  }
+}
+
+bool ss_iter_valid(SsIterator* it) { return it->it->Valid(); }
+
+void ss_iter_key(SsIterator* it, const char** key, size_t* key_len) {
+  std::string_view k = it->it->key();
+  *key = k.data();
+  *key_len = k.size();
+}
+
+void ss_iter_value(SsIterator* it, const char** value, size_t* value_len) {
+  std::string_view v = it->it->value();
+  *value = v.data();
+  *value_len = v.size();
+}
+
+SsCode ss_iter_status(SsIterator* it) {
+  Status s = it->it->status();
+  return s.ok() ? SS_OK : Fail(s);
+}
+
+void ss_iter_free(SsIterator* it) {
+  try {
+    delete it;
+  } catch (...) {
+  }
+}
+
+}  // extern "C"

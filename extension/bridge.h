@@ -1,0 +1,153 @@
+/*
+ * bridge.h: the C interface between the PostgreSQL glue (C) and the engine (C++).
+ *
+ * Every function catches C++ exceptions and reports failure as an SsCode; the message of the
+ * last failure in this process is ss_last_error(). Nothing here calls PostgreSQL, so no
+ * ereport/longjmp can cross a C++ frame: callers turn codes into ereports afterwards.
+ * Pointers handed out (values, keys) stay valid until the next call on the same object.
+ */
+#ifndef SLIPSTREAM_BRIDGE_H
+#define SLIPSTREAM_BRIDGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum SsCode {
+	SS_OK = 0,
+	SS_NOT_FOUND,
+	SS_CORRUPTION,
+	SS_INVALID,
+	SS_IO_ERROR,
+	SS_BUSY,
+	SS_NO_MEMORY,
+	SS_INTERNAL
+} SsCode;
+
+/* Engine sizes and thresholds (see engine/include/slipstream/engine/options.h). */
+typedef struct SsOptions {
+	const char *directory;
+	uint32_t	segment_size;
+	uint32_t	node_size;
+	uint64_t	l0_size;
+	uint32_t	memtables;
+	uint32_t	growth_factor;
+	uint32_t	max_levels;
+	uint32_t	small_threshold;
+	uint32_t	large_threshold;
+	uint32_t	medium_inplace_level;
+	bool		compress_large;
+	double		gc_threshold;
+	uint32_t	bloom_bits_per_key;
+	uint64_t	max_device_size;
+	uint32_t	max_value_size;
+	uint32_t	flush_interval_ms;
+} SsOptions;
+
+/* Called before engine records reach the device; returns false (and fills msg) to refuse. */
+typedef bool (*SsPersistBarrier) (char *msg, size_t msg_size);
+
+typedef struct SsLevelStats {
+	uint32_t	level;
+	uint64_t	bytes;
+	uint64_t	segments;
+	uint64_t	entries;
+	uint64_t	small_entries;
+	uint64_t	medium_entries;
+	uint64_t	large_entries;
+	uint64_t	tombstones;
+} SsLevelStats;
+
+#define SS_MAX_LEVELS 13
+
+typedef struct SsStats {
+	uint32_t	nlevels;
+	SsLevelStats levels[SS_MAX_LEVELS];
+	uint64_t	l0_entries;
+	uint64_t	l0_bytes;
+	uint64_t	user_bytes_written;
+	uint64_t	device_bytes_written;
+	uint64_t	device_bytes_read;
+	uint64_t	compactions;
+	uint64_t	compaction_bytes_written;
+	uint64_t	gc_runs;
+	uint64_t	gc_bytes_relocated;
+	uint64_t	gc_reclaimed_bytes;
+	uint64_t	stall_count;
+	uint64_t	stall_micros;
+	uint64_t	log_flushes;
+	uint64_t	log_records_flushed;
+	uint64_t	segments_in_use;
+	uint64_t	medium_log_segments;
+	uint64_t	large_log_segments;
+	uint64_t	l0_log_segments;
+	uint64_t	last_lsn;
+	uint64_t	durable_lsn;
+} SsStats;
+
+typedef struct SsIterator SsIterator;
+typedef struct SsBatch SsBatch;
+
+/* Message of the last failure in this process (empty if none). */
+extern const char *ss_last_error(void);
+
+/* Shared-memory bytes the engine needs for these options; 0 if the options are invalid. */
+extern size_t ss_arena_size(const SsOptions *options);
+/* Opens (first process: recovers into the zeroed arena) or attaches this process's handle. */
+extern SsCode ss_open(const SsOptions *options, void *arena, size_t arena_size,
+					  SsPersistBarrier barrier);
+extern bool ss_is_open(void);
+/* Drops this process's handle (the shared state stays). */
+extern void ss_close(void);
+
+extern SsCode ss_keyspace_lookup(uint64_t tag, uint32_t *keyspace);
+extern SsCode ss_keyspace_create(uint64_t tag, uint32_t *keyspace);
+extern SsCode ss_keyspace_drop(uint32_t keyspace);
+/* Calls fn(tag, keyspace, arg) for every live keyspace. */
+extern SsCode ss_keyspace_list(void (*fn) (uint64_t tag, uint32_t keyspace, void *arg), void *arg);
+
+extern SsCode ss_put(uint32_t keyspace, const void *key, size_t key_len, const void *value,
+					 size_t value_len);
+extern SsCode ss_delete(uint32_t keyspace, const void *key, size_t key_len);
+/* On SS_OK, *value points at a copy owned by the bridge, valid until the next ss_get. */
+extern SsCode ss_get(uint32_t keyspace, const void *key, size_t key_len, const char **value,
+					 size_t *value_len);
+
+/* Atomic batches of puts and deletes. */
+extern SsBatch *ss_batch_new(void);
+extern void ss_batch_put(SsBatch *batch, uint32_t keyspace, const void *key, size_t key_len,
+						 const void *value, size_t value_len);
+extern void ss_batch_delete(SsBatch *batch, uint32_t keyspace, const void *key, size_t key_len);
+extern SsCode ss_batch_write(SsBatch *batch);
+extern void ss_batch_free(SsBatch *batch);
+
+/* Makes every record written so far durable in the engine's own log. */
+extern SsCode ss_sync_all(void);
+/* One round of background work; *did_work tells whether there was any. */
+extern SsCode ss_background_work(bool *did_work);
+extern void ss_wait_for_background_work(int timeout_ms);
+extern SsCode ss_compact_all(void);
+extern SsCode ss_run_gc(void);
+extern SsCode ss_verify(void);
+extern SsCode ss_stats(SsStats *stats);
+
+/* Iterators over one keyspace; a snapshot of the engine at creation. NULL on failure. */
+extern SsIterator *ss_iter_new(uint32_t keyspace);
+extern void ss_iter_seek(SsIterator *it, const void *key, size_t key_len);
+extern void ss_iter_next(SsIterator *it);
+extern bool ss_iter_valid(SsIterator *it);
+extern void ss_iter_key(SsIterator *it, const char **key, size_t *key_len);
+extern void ss_iter_value(SsIterator *it, const char **value, size_t *value_len);
+/* SS_OK unless the iteration stopped on corruption or an I/O error. */
+extern SsCode ss_iter_status(SsIterator *it);
+extern void ss_iter_free(SsIterator *it);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif							/* SLIPSTREAM_BRIDGE_H */

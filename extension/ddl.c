@@ -1,0 +1,566 @@
+/*
+ * ddl.c: storage life cycle (CREATE, TRUNCATE, rewrites), CLUSTER / VACUUM FULL copies, index
+ * builds and validation, and the size figures the planner and ANALYZE use.
+ *
+ * Each relation file node has an (empty) md file besides its keyspace: PostgreSQL's own
+ * pending-delete machinery then removes it on DROP, TRUNCATE, rewrite or abort, and the worker
+ * drops keyspaces whose file is gone (see worker.c). PostgreSQL never reuses a relfilenode
+ * whose file exists, so a keyspace met again under a new relation is stale and is dropped.
+ */
+#include "slipstream.h"
+
+#include <math.h>
+
+#include "access/genam.h"
+
+#include "access/heaptoast.h"
+#include "access/multixact.h"
+#include "access/relscan.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "catalog/pg_am_d.h"
+#include "catalog/pg_tablespace_d.h"
+#include "catalog/storage.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "optimizer/plancat.h"
+#include "storage/bufmgr.h"
+#include "storage/procarray.h"
+#include "storage/smgr.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+#include "utils/tuplesort.h"
+
+/* Rows written per engine batch while copying. */
+#define SS_COPY_BATCH 512
+
+/* Refuses storage choices slipstream cannot honour. */
+static void
+check_storage(const RelFileNode *node, char persistence)
+{
+	if (node->spcNode != DEFAULTTABLESPACE_OID)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("slipstream tables must live in the pg_default tablespace"),
+				 errhint("The engine keeps all its data under the data directory; create the "
+						 "table without TABLESPACE.")));
+	if (persistence != RELPERSISTENCE_PERMANENT)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("slipstream does not support %s tables",
+						persistence == RELPERSISTENCE_TEMP ? "temporary" : "unlogged"),
+				 errhint("Create the table with USING heap.")));
+}
+
+/* Starts an empty keyspace for a new file node, dropping a stale one with the same tag. */
+static void
+fresh_keyspace(uint64 tag, bool wal)
+{
+	uint32		stale;
+
+	ss_engine_ready();
+	stale = ss_keyspace_for_tag(tag, false);
+	if (stale != 0)
+		SS_CHECK(ss_keyspace_drop(stale), "dropping a stale keyspace");
+	ss_forget_rowids(tag);
+	if (wal)
+	{
+		ss_change_begin();
+		ss_change_logged(ss_log_reset(tag));
+		ss_change_done();
+	}
+	(void) ss_keyspace_for_tag(tag, true);
+}
+
+/* Forgets the cached keyspace of a relation. */
+static void
+forget_cached_keyspace(Relation rel)
+{
+	if (rel->rd_amcache != NULL)
+		pfree(rel->rd_amcache);
+	rel->rd_amcache = NULL;
+}
+
+/* CREATE TABLE, TRUNCATE and rewrites: new, empty storage under a new file node. */
+static void
+ss_relation_set_new_filenode(Relation rel, const RelFileNode *newrnode, char persistence,
+							 TransactionId *freeze_xid, MultiXactId *minmulti)
+{
+	SMgrRelation srel;
+
+	check_storage(newrnode, persistence);
+	*freeze_xid = RecentXmin;
+	*minmulti = GetOldestMultiXactId();
+	srel = RelationCreateStorage(*newrnode, persistence, true);
+	smgrclose(srel);
+	fresh_keyspace(ss_tag(MyDatabaseId, newrnode->relNode), true);
+	forget_cached_keyspace(rel);
+}
+
+/* TRUNCATE of a table created in the same transaction: empty it in place. */
+static void
+ss_relation_nontransactional_truncate(Relation rel)
+{
+	uint64		tag = ss_tag(MyDatabaseId, rel->rd_node.relNode);
+
+	fresh_keyspace(tag, ss_rel_needs_wal(rel));
+	forget_cached_keyspace(rel);
+}
+
+/* ALTER TABLE ... SET TABLESPACE: refused, the engine has one home. */
+static void
+ss_relation_copy_data(Relation rel, const RelFileNode *newrnode)
+{
+	check_storage(newrnode, rel->rd_rel->relpersistence);
+	elog(ERROR, "slipstream: copying storage within pg_default is never needed");
+}
+
+/* Freezes what the cutoffs allow in a row about to be copied (CLUSTER, VACUUM FULL). */
+static void
+freeze_copied_row(HeapTupleHeader tuple, TransactionId xid_cutoff, MultiXactId multi_cutoff)
+{
+	TransactionId xmin = HeapTupleHeaderGetRawXmin(tuple);
+
+	if (!HeapTupleHeaderXminFrozen(tuple) && TransactionIdIsNormal(xmin) &&
+		TransactionIdPrecedes(xmin, xid_cutoff) && TransactionIdDidCommit(xmin))
+		tuple->t_infomask |= HEAP_XMIN_FROZEN;
+	if (!(tuple->t_infomask & HEAP_XMAX_INVALID) && HEAP_XMAX_IS_LOCKED_ONLY(tuple->t_infomask))
+	{
+		TransactionId xmax = HeapTupleHeaderGetRawXmax(tuple);
+		bool		running = (tuple->t_infomask & HEAP_XMAX_IS_MULTI)
+			? MultiXactIdIsRunning(xmax, true)
+			: TransactionIdIsInProgress(xmax);
+
+		if (!running)
+		{
+			tuple->t_infomask &= ~HEAP_XMAX_BITS;
+			tuple->t_infomask |= HEAP_XMAX_INVALID;
+			tuple->t_infomask2 &= ~HEAP_KEYS_UPDATED;
+			HeapTupleHeaderSetXmax(tuple, InvalidTransactionId);
+		}
+	}
+}
+
+typedef struct RowidMapping
+{
+	uint64		old_rowid;
+	uint64		new_rowid;
+} RowidMapping;
+
+/*
+ * CLUSTER and VACUUM FULL: copies every row some transaction may still see into the new
+ * relation (in index order for CLUSTER), with new row ids. A second pass writes the rows, so
+ * that update chains (t_ctid) can point at their successors' new row ids.
+ */
+static void
+ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_index,
+							 bool use_sort, TransactionId oldest_xmin,
+							 TransactionId *xid_cutoff, MultiXactId *multi_cutoff,
+							 double *num_tuples, double *tups_vacuumed,
+							 double *tups_recently_dead)
+{
+	uint32		old_keyspace = ss_rel_keyspace(old_rel);
+	uint32		new_keyspace = ss_rel_keyspace(new_rel);
+	TupleTableSlot *slot = table_slot_create(old_rel, NULL);
+	TableScanDesc scan = NULL;
+	IndexScanDesc iscan = NULL;
+	Tuplesortstate *sort = NULL;
+	HASHCTL		info;
+	HTAB	   *mapping;
+	uint64	   *kept;
+	int64		nkept = 0;
+	int64		capacity = 1024;
+	uint64		next_new = ss_next_rowid(new_rel, new_keyspace, 0);
+	HeapTuple	batch[SS_COPY_BATCH];
+	uint64		batch_rowids[SS_COPY_BATCH];
+	int			nbatch = 0;
+
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(uint64);
+	info.entrysize = sizeof(RowidMapping);
+	info.hcxt = CurrentMemoryContext;
+	mapping = hash_create("slipstream cluster mapping", 1024, &info,
+						  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	kept = palloc(sizeof(uint64) * capacity);
+	*num_tuples = *tups_vacuumed = *tups_recently_dead = 0;
+
+	if (old_index != NULL && use_sort)
+		sort = tuplesort_begin_cluster(RelationGetDescr(old_rel), old_index,
+									   maintenance_work_mem, NULL, TUPLESORT_NONE);
+	if (old_index != NULL && !use_sort)
+	{
+		iscan = index_beginscan(old_rel, old_index, SnapshotAny, 0, 0);
+		index_rescan(iscan, NULL, 0, NULL, 0);
+	}
+	else
+		scan = table_beginscan(old_rel, SnapshotAny, 0, NULL);
+
+	/* Pass 1: decide which rows survive and give them their new row ids. */
+	for (;;)
+	{
+		bool		should_free;
+		HeapTuple	tuple;
+		TransactionId dead_after;
+		RowidMapping *entry;
+		bool		found;
+
+		CHECK_FOR_INTERRUPTS();
+		if (iscan != NULL ? !index_getnext_slot(iscan, ForwardScanDirection, slot)
+			: !table_scan_getnextslot(scan, ForwardScanDirection, slot))
+			break;
+		tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
+		switch (ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after))
+		{
+			case HEAPTUPLE_DEAD:
+				*tups_vacuumed += 1;
+				continue;
+			case HEAPTUPLE_RECENTLY_DEAD:
+				*tups_recently_dead += 1;
+				break;
+			default:
+				*num_tuples += 1;
+				break;
+		}
+		if (sort != NULL)
+		{
+			tuplesort_putheaptuple(sort, tuple);
+			continue;
+		}
+		if (nkept == capacity)
+		{
+			capacity *= 2;
+			kept = repalloc_huge(kept, sizeof(uint64) * capacity);
+		}
+		kept[nkept++] = ss_tid_to_rowid(&tuple->t_self);
+		entry = hash_search(mapping, &kept[nkept - 1], HASH_ENTER, &found);
+		entry->new_rowid = next_new++;
+	}
+	if (sort != NULL)
+	{
+		HeapTuple	tuple;
+
+		tuplesort_performsort(sort);
+		while ((tuple = tuplesort_getheaptuple(sort, true)) != NULL)
+		{
+			RowidMapping *entry;
+			bool		found;
+
+			if (nkept == capacity)
+			{
+				capacity *= 2;
+				kept = repalloc_huge(kept, sizeof(uint64) * capacity);
+			}
+			kept[nkept++] = ss_tid_to_rowid(&tuple->t_self);
+			entry = hash_search(mapping, &kept[nkept - 1], HASH_ENTER, &found);
+			entry->new_rowid = next_new++;
+		}
+		tuplesort_end(sort);
+	}
+	if (iscan != NULL)
+		index_endscan(iscan);
+	if (scan != NULL)
+		table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+
+	/* Pass 2: write the survivors in their new order, re-pointing update chains. */
+	(void) ss_next_rowid(new_rel, new_keyspace, (uint32) Min(nkept, PG_UINT32_MAX));
+	for (int64 i = 0; i < nkept; i++)
+	{
+		HeapTuple	tuple = ss_fetch_row(old_rel, old_keyspace, kept[i]);
+		RowidMapping *entry = hash_search(mapping, &kept[i], HASH_FIND, NULL);
+
+		CHECK_FOR_INTERRUPTS();
+		if (tuple == NULL)
+			elog(ERROR, "slipstream: row " UINT64_FORMAT " vanished during a rewrite", kept[i]);
+		if (!ItemPointerEquals(&tuple->t_self, &tuple->t_data->t_ctid) &&
+			ss_tid_valid(&tuple->t_data->t_ctid))
+		{
+			uint64		successor = ss_tid_to_rowid(&tuple->t_data->t_ctid);
+			RowidMapping *next = hash_search(mapping, &successor, HASH_FIND, NULL);
+
+			if (next != NULL)
+				ss_rowid_to_tid(next->new_rowid, &tuple->t_data->t_ctid);
+			else
+				ss_rowid_to_tid(entry->new_rowid, &tuple->t_data->t_ctid);
+		}
+		else
+			ss_rowid_to_tid(entry->new_rowid, &tuple->t_data->t_ctid);
+		freeze_copied_row(tuple->t_data, *xid_cutoff, *multi_cutoff);
+		tuple->t_tableOid = RelationGetRelid(new_rel);
+		ss_rowid_to_tid(entry->new_rowid, &tuple->t_self);
+		if (HeapTupleHasExternal(tuple))
+		{
+			/* TOASTed values move to the new relation's TOAST table, as heap does. */
+			HeapTuple	retoasted = heap_toast_insert_or_update(new_rel, tuple, NULL,
+																HEAP_INSERT_NO_LOGICAL);
+
+			if (retoasted != tuple)
+			{
+				retoasted->t_self = tuple->t_self;
+				pfree(tuple);
+				tuple = retoasted;
+			}
+		}
+		batch[nbatch] = tuple;
+		batch_rowids[nbatch] = entry->new_rowid;
+		if (++nbatch == SS_COPY_BATCH || i == nkept - 1)
+		{
+			ss_write_rows(new_rel, new_keyspace, batch_rowids, batch, nbatch);
+			for (int j = 0; j < nbatch; j++)
+				pfree(batch[j]);
+			nbatch = 0;
+		}
+	}
+	hash_destroy(mapping);
+	pfree(kept);
+}
+
+/*
+ * Feeds an index build: every row some transaction may still see (SnapshotAny, classified by
+ * VACUUM's rules) or, for concurrent builds, every row the build's snapshot sees.
+ */
+static double
+ss_index_build_range_scan(Relation table_rel, Relation index_rel, IndexInfo *index_info,
+						  bool allow_sync, bool anyvisible, bool progress,
+						  BlockNumber start_blockno, BlockNumber numblocks,
+						  IndexBuildCallback callback, void *callback_state,
+						  TableScanDesc scan)
+{
+	Datum		values[INDEX_MAX_KEYS];
+	bool		isnull[INDEX_MAX_KEYS];
+	EState	   *estate = CreateExecutorState();
+	ExprContext *econtext = GetPerTupleExprContext(estate);
+	TupleTableSlot *slot = table_slot_create(table_rel, NULL);
+	ExprState  *predicate;
+	Snapshot	snapshot;
+	bool		own_scan = (scan == NULL);
+	bool		unregister = false;
+	TransactionId oldest_xmin = InvalidTransactionId;
+	double		reltuples = 0;
+
+	econtext->ecxt_scantuple = slot;
+	predicate = ExecPrepareQual(index_info->ii_Predicate, estate);
+	if (own_scan)
+	{
+		if (!IsBootstrapProcessingMode() && !index_info->ii_Concurrent)
+		{
+			oldest_xmin = GetOldestNonRemovableTransactionId(table_rel);
+			snapshot = SnapshotAny;
+		}
+		else
+		{
+			snapshot = RegisterSnapshot(GetTransactionSnapshot());
+			unregister = true;
+		}
+		scan = table_beginscan_strat(table_rel, snapshot, 0, NULL, true, allow_sync);
+		if (start_blockno != 0 || numblocks != InvalidBlockNumber)
+		{
+			ItemPointerData min,
+						max;
+
+			ItemPointerSet(&min, start_blockno, 1);
+			ItemPointerSet(&max,
+						   numblocks == InvalidBlockNumber ? MaxBlockNumber
+						   : start_blockno + numblocks - 1,
+						   SS_ROWS_PER_BLOCK);
+			table_rescan_tidrange(scan, &min, &max);
+		}
+	}
+	else
+	{
+		snapshot = scan->rs_snapshot;
+		if (snapshot == SnapshotAny)
+			oldest_xmin = GetOldestNonRemovableTransactionId(table_rel);
+	}
+
+	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	{
+		bool		should_free;
+		HeapTuple	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
+		bool		alive = true;
+
+		CHECK_FOR_INTERRUPTS();
+		if (snapshot == SnapshotAny)
+		{
+			TransactionId dead_after;
+
+			switch (ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after))
+			{
+				case HEAPTUPLE_DEAD:
+					continue;
+				case HEAPTUPLE_RECENTLY_DEAD:
+				case HEAPTUPLE_DELETE_IN_PROGRESS:
+					alive = false;
+					break;
+				default:
+					break;
+			}
+		}
+		reltuples += 1;
+		MemoryContextReset(econtext->ecxt_per_tuple_memory);
+		if (predicate != NULL && !ExecQual(predicate, econtext))
+			continue;
+		FormIndexDatum(index_info, slot, estate, values, isnull);
+		callback(index_rel, &tuple->t_self, values, isnull, alive, callback_state);
+	}
+	if (own_scan)
+		table_endscan(scan);
+	if (unregister)
+		UnregisterSnapshot(snapshot);
+	ExecDropSingleTupleTableSlot(slot);
+	FreeExecutorState(estate);
+	index_info->ii_ExpressionsState = NIL;
+	index_info->ii_PredicateState = NULL;
+	return reltuples;
+}
+
+/*
+ * CREATE INDEX CONCURRENTLY's validation: inserts every row the snapshot sees whose TID the
+ * index lacks. Rows come in TID order, as does the sorted list of the index's TIDs.
+ */
+static void
+ss_index_validate_scan(Relation table_rel, Relation index_rel, IndexInfo *index_info,
+					   Snapshot snapshot, ValidateIndexState *state)
+{
+	Datum		values[INDEX_MAX_KEYS];
+	bool		isnull[INDEX_MAX_KEYS];
+	EState	   *estate = CreateExecutorState();
+	ExprContext *econtext = GetPerTupleExprContext(estate);
+	TupleTableSlot *slot = table_slot_create(table_rel, NULL);
+	ExprState  *predicate;
+	TableScanDesc scan = table_beginscan_strat(table_rel, snapshot, 0, NULL, true, false);
+	ItemPointerData indexed;
+	bool		have_indexed = false;
+	bool		index_done = false;
+
+	econtext->ecxt_scantuple = slot;
+	predicate = ExecPrepareQual(index_info->ii_Predicate, estate);
+	ItemPointerSetInvalid(&indexed);
+	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	{
+		ItemPointerData tid = slot->tts_tid;
+
+		CHECK_FOR_INTERRUPTS();
+		state->htups += 1;
+		/* Advance through the index's TIDs up to this row's. */
+		while (!index_done && (!have_indexed || ItemPointerCompare(&indexed, &tid) < 0))
+		{
+			Datum		ts_val;
+			bool		ts_isnull;
+
+			if (!tuplesort_getdatum(state->tuplesort, true, &ts_val, &ts_isnull, NULL))
+			{
+				index_done = true;
+				break;
+			}
+			itemptr_decode(&indexed, DatumGetInt64(ts_val));
+			have_indexed = true;
+		}
+		if (have_indexed && !index_done && ItemPointerEquals(&indexed, &tid))
+			continue;
+		MemoryContextReset(econtext->ecxt_per_tuple_memory);
+		if (predicate != NULL && !ExecQual(predicate, econtext))
+			continue;
+		FormIndexDatum(index_info, slot, estate, values, isnull);
+		index_insert(index_rel, values, isnull, &tid, table_rel,
+					 index_info->ii_Unique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, false,
+					 index_info);
+		state->tups_inserted += 1;
+	}
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	FreeExecutorState(estate);
+	index_info->ii_ExpressionsState = NIL;
+	index_info->ii_PredicateState = NULL;
+}
+
+/* Size in bytes as 8 KB "blocks" of 256 row ids each (what ANALYZE and BRIN walk). */
+static uint64
+ss_relation_size(Relation rel, ForkNumber fork)
+{
+	uint64		high;
+
+	if (fork != MAIN_FORKNUM && fork != InvalidForkNumber)
+		return 0;
+	high = ss_rowid_high(rel, ss_rel_keyspace(rel));
+	return (high + SS_ROWS_PER_BLOCK - 1) / SS_ROWS_PER_BLOCK * BLCKSZ;
+}
+
+/* A TOAST table is needed when a row could exceed the TOAST threshold, as for heap. */
+static bool
+ss_relation_needs_toast_table(Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	int32		fixed = SizeofHeapTupleHeader + BITMAPLEN(desc->natts);
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped)
+			continue;
+		if (att->attlen < 0)
+		{
+			if (att->attstorage != TYPSTORAGE_PLAIN)
+				return true;
+			fixed += BLCKSZ;	/* a plain varlena can be wide */
+		}
+		else
+			fixed = att_align_nominal(fixed, att->attalign) + att->attlen;
+	}
+	return fixed > TOAST_TUPLE_THRESHOLD;
+}
+
+/* TOAST values live in a heap TOAST table: PostgreSQL's toaster writes only to heap. */
+static Oid
+ss_relation_toast_am(Relation rel)
+{
+	return HEAP_TABLE_AM_OID;
+}
+
+/*
+ * Planner size estimate: rows from the row id high-water mark (row ids are dense, VACUUM's
+ * counts correct it) and pages from rows times their estimated width.
+ */
+static void
+ss_relation_estimate_size(Relation rel, int32 *attr_widths, BlockNumber *pages, double *tuples,
+						  double *allvisfrac)
+{
+	double		high = (double) ss_rowid_high(rel, ss_rel_keyspace(rel));
+	double		rows = high;
+	int32		width = get_rel_data_width(rel, attr_widths);
+	double		bytes;
+
+	if (rel->rd_rel->relpages > 0 && rel->rd_rel->reltuples >= 0)
+	{
+		/* Scale the last VACUUM/ANALYZE's live fraction to today's row ids. */
+		double		id_space = (double) rel->rd_rel->relpages * SS_ROWS_PER_BLOCK;
+
+		rows = high * Min(1.0, rel->rd_rel->reltuples / Max(id_space, 1.0));
+	}
+	bytes = rows * (width + SizeofHeapTupleHeader + SS_KEY_SIZE + 16);
+	*tuples = rows;
+	*pages = (BlockNumber) Min(ceil(bytes / BLCKSZ), (double) MaxBlockNumber);
+	if (*tuples > 0 && *pages == 0)
+		*pages = 1;
+	*allvisfrac = 0;
+}
+
+/* Installs the callbacks of this file. */
+void
+ss_init_ddl_callbacks(TableAmRoutine *am)
+{
+	am->relation_set_new_filenode = ss_relation_set_new_filenode;
+	am->relation_nontransactional_truncate = ss_relation_nontransactional_truncate;
+	am->relation_copy_data = ss_relation_copy_data;
+	am->relation_copy_for_cluster = ss_relation_copy_for_cluster;
+	am->index_build_range_scan = ss_index_build_range_scan;
+	am->index_validate_scan = ss_index_validate_scan;
+	am->relation_size = ss_relation_size;
+	am->relation_needs_toast_table = ss_relation_needs_toast_table;
+	am->relation_toast_am = ss_relation_toast_am;
+	am->relation_estimate_size = ss_relation_estimate_size;
+}

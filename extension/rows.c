@@ -1,0 +1,164 @@
+/*
+ * rows.c: reading and writing single rows. Every write goes WAL first, then the engine, inside
+ * the change brackets that let the worker compute the durable horizon (see wal.c).
+ */
+#include "slipstream.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "utils/memutils.h"
+
+/* Builds a palloc'd HeapTuple from a stored value. */
+HeapTuple
+ss_tuple_from_value(Relation rel, uint64 rowid, const char *value, size_t len)
+{
+	HeapTuple	tuple;
+
+	if (len < SizeofHeapTupleHeader || len > MaxAllocSize - HEAPTUPLESIZE)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("slipstream: row " UINT64_FORMAT " of \"%s\" has an invalid length %zu",
+						rowid, RelationGetRelationName(rel), len)));
+	tuple = (HeapTuple) palloc(HEAPTUPLESIZE + len);
+	tuple->t_len = (uint32) len;
+	tuple->t_tableOid = RelationGetRelid(rel);
+	tuple->t_data = (HeapTupleHeader) ((char *) tuple + HEAPTUPLESIZE);
+	memcpy(tuple->t_data, value, len);
+	ss_rowid_to_tid(rowid, &tuple->t_self);
+	if (tuple->t_data->t_hoff < SizeofHeapTupleHeader || tuple->t_data->t_hoff > len)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("slipstream: row " UINT64_FORMAT " of \"%s\" has a corrupt header",
+						rowid, RelationGetRelationName(rel))));
+	return tuple;
+}
+
+/* Reads row `rowid` into a palloc'd tuple; NULL if there is no such row. */
+HeapTuple
+ss_fetch_row(Relation rel, uint32 keyspace, uint64 rowid)
+{
+	char		key[SS_KEY_SIZE];
+	const char *value;
+	size_t		len;
+	SsCode		code;
+
+	ss_encode_key(rowid, key);
+	code = ss_get(keyspace, key, SS_KEY_SIZE, &value, &len);
+	if (code == SS_NOT_FOUND)
+		return NULL;
+	if (code != SS_OK)
+		ss_report(code, "reading a row");
+	return ss_tuple_from_value(rel, rowid, value, len);
+}
+
+/* Stores the tuple as row `rowid` (a new row, or a whole new image of an existing one). */
+void
+ss_write_row(Relation rel, uint32 keyspace, uint64 rowid, HeapTuple tuple, bool header_only)
+{
+	char		key[SS_KEY_SIZE];
+	SsCode		code;
+
+	ss_encode_key(rowid, key);
+	if (ss_rel_needs_wal(rel))
+	{
+		XLogRecPtr	lsn;
+
+		ss_change_begin();
+		lsn = header_only ? ss_log_header(rel, rowid, tuple->t_data)
+			: ss_log_put(rel, rowid, tuple);
+		ss_change_logged(lsn);
+	}
+	code = ss_put(keyspace, key, SS_KEY_SIZE, tuple->t_data, tuple->t_len);
+	ss_change_done();
+	if (code != SS_OK)
+		ss_report(code, "writing a row");
+}
+
+/* Stores an update atomically: the old row's new header and the new version. */
+void
+ss_write_update(Relation rel, uint32 keyspace, HeapTuple old_tuple, uint64 new_rowid,
+				HeapTuple new_tuple)
+{
+	uint64		old_rowid = ss_tid_to_rowid(&old_tuple->t_self);
+	char		old_key[SS_KEY_SIZE];
+	char		new_key[SS_KEY_SIZE];
+	SsBatch    *batch = ss_batch_new();
+	SsCode		code;
+
+	if (batch == NULL)
+		ss_report(SS_NO_MEMORY, "updating a row");
+	ss_encode_key(old_rowid, old_key);
+	ss_encode_key(new_rowid, new_key);
+	ss_batch_put(batch, keyspace, old_key, SS_KEY_SIZE, old_tuple->t_data, old_tuple->t_len);
+	ss_batch_put(batch, keyspace, new_key, SS_KEY_SIZE, new_tuple->t_data, new_tuple->t_len);
+	if (ss_rel_needs_wal(rel))
+	{
+		ss_change_begin();
+		ss_change_logged(ss_log_update(rel, old_rowid, old_tuple->t_data, new_rowid, new_tuple));
+	}
+	code = ss_batch_write(batch);
+	ss_change_done();
+	ss_batch_free(batch);
+	if (code != SS_OK)
+		ss_report(code, "updating a row");
+}
+
+/* Stores many new rows atomically (multi-row inserts, COPY, rewrites). */
+void
+ss_write_rows(Relation rel, uint32 keyspace, uint64 *rowids, HeapTuple *tuples, int ntuples)
+{
+	SsBatch    *batch;
+	SsCode		code;
+	char		key[SS_KEY_SIZE];
+
+	if (ntuples == 0)
+		return;
+	batch = ss_batch_new();
+	if (batch == NULL)
+		ss_report(SS_NO_MEMORY, "inserting rows");
+	for (int i = 0; i < ntuples; i++)
+	{
+		ss_encode_key(rowids[i], key);
+		ss_batch_put(batch, keyspace, key, SS_KEY_SIZE, tuples[i]->t_data, tuples[i]->t_len);
+	}
+	if (ss_rel_needs_wal(rel))
+	{
+		ss_change_begin();
+		ss_change_logged(ss_log_put_multi(rel, rowids, tuples, ntuples));
+	}
+	code = ss_batch_write(batch);
+	ss_change_done();
+	ss_batch_free(batch);
+	if (code != SS_OK)
+		ss_report(code, "inserting rows");
+}
+
+/* Removes rows for good (VACUUM, after their index entries are gone). */
+void
+ss_remove_rows(Relation rel, uint32 keyspace, uint64 *rowids, int nrowids)
+{
+	SsBatch    *batch;
+	SsCode		code;
+	char		key[SS_KEY_SIZE];
+
+	if (nrowids == 0)
+		return;
+	batch = ss_batch_new();
+	if (batch == NULL)
+		ss_report(SS_NO_MEMORY, "removing rows");
+	for (int i = 0; i < nrowids; i++)
+	{
+		ss_encode_key(rowids[i], key);
+		ss_batch_delete(batch, keyspace, key, SS_KEY_SIZE);
+	}
+	if (ss_rel_needs_wal(rel))
+	{
+		ss_change_begin();
+		ss_change_logged(ss_log_remove(rel, rowids, nrowids));
+	}
+	code = ss_batch_write(batch);
+	ss_change_done();
+	ss_batch_free(batch);
+	if (code != SS_OK)
+		ss_report(code, "removing rows");
+}

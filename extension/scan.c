@@ -1,0 +1,709 @@
+/*
+ * scan.c: reading rows: sequential, TID-range, parallel, ANALYZE and TABLESAMPLE scans over an
+ * engine iterator, and point fetches for index scans.
+ *
+ * An engine iterator is a C++ object: it is freed by scan_end, or by a memory-context reset
+ * callback when an error ends the query first, so an ERROR never leaks one.
+ */
+#include "slipstream.h"
+
+#include "access/relscan.h"
+#include "access/tsmapi.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "nodes/execnodes.h"
+#include "pgstat.h"
+#include "storage/predicate.h"
+#include "utils/snapmgr.h"
+
+/* Rows a parallel worker claims at a time. */
+#define SS_PARALLEL_CHUNK (64 * SS_ROWS_PER_BLOCK)
+
+/* Owner of an engine iterator, freed when its memory context goes away. */
+typedef struct IteratorHolder
+{
+	SsIterator *it;
+	MemoryContextCallback callback;
+} IteratorHolder;
+
+typedef struct SsScanDescData
+{
+	TableScanDescData base;
+	uint32		keyspace;
+	MemoryContext mcxt;			/* the scan's own context: iterators live there */
+	IteratorHolder *holder;
+	bool		positioned;
+	uint64		range_start;	/* first row id to return */
+	uint64		range_end;		/* one past the last (UINT64_MAX: no end) */
+	/* ANALYZE and TABLESAMPLE: the rows of the current block. */
+	HeapTuple	block_rows[SS_ROWS_PER_BLOCK];
+	int			block_nrows;
+	int			block_next;
+	BlockNumber block;
+	BlockNumber sample_next_block;
+	BlockNumber sample_nblocks;
+} SsScanDescData;
+typedef SsScanDescData *SsScanDesc;
+
+/* Parallel scans share a cursor over row ids. */
+typedef struct SsParallelScanData
+{
+	ParallelTableScanDescData base;
+	pg_atomic_uint64 next_rowid;
+	uint64		end_rowid;
+} SsParallelScanData;
+
+/* Frees the iterator when its memory context is reset (errors included). */
+static void
+free_iterator_callback(void *arg)
+{
+	IteratorHolder *holder = (IteratorHolder *) arg;
+
+	if (holder->it != NULL)
+		ss_iter_free(holder->it);
+	holder->it = NULL;
+}
+
+/* A new iterator owned by memory context `mcxt`. */
+static IteratorHolder *
+new_iterator(uint32 keyspace, MemoryContext mcxt)
+{
+	IteratorHolder *holder = MemoryContextAllocZero(mcxt, sizeof(IteratorHolder));
+
+	holder->it = ss_iter_new(keyspace);
+	if (holder->it == NULL)
+		ss_report(SS_INTERNAL, "opening an iterator");
+	holder->callback.func = free_iterator_callback;
+	holder->callback.arg = holder;
+	MemoryContextRegisterResetCallback(mcxt, &holder->callback);
+	return holder;
+}
+
+/* Frees an iterator early (its holder stays until the context goes). */
+static void
+drop_iterator(IteratorHolder *holder)
+{
+	if (holder != NULL && holder->it != NULL)
+	{
+		ss_iter_free(holder->it);
+		holder->it = NULL;
+	}
+}
+
+/* Positions the iterator at the first row id >= rowid. */
+static void
+seek_rowid(SsIterator *it, uint64 rowid)
+{
+	char		key[SS_KEY_SIZE];
+
+	ss_encode_key(rowid, key);
+	ss_iter_seek(it, key, SS_KEY_SIZE);
+}
+
+/* Row id at the iterator, after checking the iteration did not fail. */
+static bool
+iterator_row(SsIterator *it, uint64 *rowid)
+{
+	const char *key;
+	size_t		len;
+	SsCode		code;
+
+	if (!ss_iter_valid(it))
+	{
+		code = ss_iter_status(it);
+		if (code != SS_OK)
+			ss_report(code, "scanning");
+		return false;
+	}
+	ss_iter_key(it, &key, &len);
+	if (len != SS_KEY_SIZE)
+		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+						errmsg("slipstream: a row key has %zu bytes instead of %d", len,
+							   SS_KEY_SIZE)));
+	*rowid = ss_decode_key(key);
+	return true;
+}
+
+/* The tuple at the iterator, copied into `mcxt`. */
+static HeapTuple
+iterator_tuple(Relation rel, SsIterator *it, uint64 rowid, MemoryContext mcxt)
+{
+	const char *value;
+	size_t		len;
+	MemoryContext old = MemoryContextSwitchTo(mcxt);
+	HeapTuple	tuple;
+
+	ss_iter_value(it, &value, &len);
+	tuple = ss_tuple_from_value(rel, rowid, value, len);
+	MemoryContextSwitchTo(old);
+	return tuple;
+}
+
+/* Reads a row into the slot's memory context (the slot frees it). */
+static HeapTuple
+fetch_for_slot(Relation rel, uint32 keyspace, uint64 rowid, TupleTableSlot *slot)
+{
+	MemoryContext old = MemoryContextSwitchTo(slot->tts_mcxt);
+	HeapTuple	tuple = ss_fetch_row(rel, keyspace, rowid);
+
+	MemoryContextSwitchTo(old);
+	return tuple;
+}
+
+/* Serializable: reads of this relation are covered by one relation-level predicate lock. */
+static void
+predicate_lock(Relation rel, Snapshot snapshot)
+{
+	if (snapshot != NULL && IsMVCCSnapshot(snapshot))
+		PredicateLockRelation(rel, snapshot);
+}
+
+/* Serializable: reports a read of `tuple` that a concurrent writer may invalidate. */
+void
+ss_conflict_out(Relation rel, HeapTuple tuple, bool visible, Snapshot snapshot)
+{
+	TransactionId xid;
+
+	if (!CheckForSerializableConflictOutNeeded(rel, snapshot))
+		return;
+	if (!visible)
+		xid = HeapTupleHeaderGetXmin(tuple->t_data);
+	else
+	{
+		xid = HeapTupleHeaderGetUpdateXid(tuple->t_data);
+		if (tuple->t_data->t_infomask & HEAP_XMAX_INVALID ||
+			HEAP_XMAX_IS_LOCKED_ONLY(tuple->t_data->t_infomask))
+			return;
+	}
+	if (!TransactionIdIsValid(xid) || TransactionIdIsCurrentTransactionId(xid) ||
+		!TransactionIdIsNormal(xid))
+		return;
+	if (TransactionIdPrecedes(xid, TransactionXmin))
+		return;
+	CheckForSerializableConflictOut(rel, xid, snapshot);
+}
+
+/* Begins a scan of any kind. */
+static TableScanDesc
+ss_scan_begin(Relation rel, Snapshot snapshot, int nkeys, struct ScanKeyData *key,
+			  ParallelTableScanDesc pscan, uint32 flags)
+{
+	SsScanDesc	scan = palloc0(sizeof(SsScanDescData));
+
+	RelationIncrementReferenceCount(rel);
+	scan->base.rs_rd = rel;
+	scan->base.rs_snapshot = snapshot;
+	scan->base.rs_nkeys = nkeys;
+	scan->base.rs_key = key;
+	scan->base.rs_flags = flags;
+	scan->base.rs_parallel = pscan;
+	scan->keyspace = ss_rel_keyspace(rel);
+	scan->mcxt = CurrentMemoryContext;
+	scan->range_end = PG_UINT64_MAX;
+	if (flags & (SO_TYPE_SEQSCAN | SO_TYPE_SAMPLESCAN | SO_TYPE_TIDRANGESCAN))
+		predicate_lock(rel, snapshot);
+	if (flags & SO_TYPE_ANALYZE)
+		scan->holder = new_iterator(scan->keyspace, scan->mcxt);
+	return (TableScanDesc) scan;
+}
+
+/* Ends a scan and frees its iterator. */
+static void
+ss_scan_end(TableScanDesc sscan)
+{
+	SsScanDesc	scan = (SsScanDesc) sscan;
+
+	drop_iterator(scan->holder);
+	if (scan->base.rs_flags & SO_TEMP_SNAPSHOT)
+		UnregisterSnapshot(scan->base.rs_snapshot);
+	RelationDecrementReferenceCount(scan->base.rs_rd);
+	pfree(scan);
+}
+
+/* Restarts a scan from the beginning (with a fresh engine snapshot). */
+static void
+ss_scan_rescan(TableScanDesc sscan, struct ScanKeyData *key, bool set_params, bool allow_strat,
+			   bool allow_sync, bool allow_pagemode)
+{
+	SsScanDesc	scan = (SsScanDesc) sscan;
+
+	drop_iterator(scan->holder);
+	scan->holder = NULL;
+	scan->positioned = false;
+	scan->block_nrows = scan->block_next = 0;
+	scan->sample_next_block = 0;
+	if (key != NULL && scan->base.rs_nkeys > 0)
+		memcpy(scan->base.rs_key, key, scan->base.rs_nkeys * sizeof(ScanKeyData));
+}
+
+/* Claims the next chunk of row ids in a parallel scan; false when none is left. */
+static bool
+claim_parallel_chunk(SsScanDesc scan)
+{
+	SsParallelScanData *p = (SsParallelScanData *) scan->base.rs_parallel;
+	uint64		start = pg_atomic_fetch_add_u64(&p->next_rowid, SS_PARALLEL_CHUNK);
+
+	if (start >= p->end_rowid)
+		return false;
+	scan->range_start = start;
+	scan->range_end = Min(start + SS_PARALLEL_CHUNK, p->end_rowid);
+	seek_rowid(scan->holder->it, scan->range_start);
+	return true;
+}
+
+/* The next visible row of the scan's range, stored in `slot`. */
+static bool
+ss_scan_getnextslot(TableScanDesc sscan, ScanDirection direction, TupleTableSlot *slot)
+{
+	SsScanDesc	scan = (SsScanDesc) sscan;
+	Relation	rel = scan->base.rs_rd;
+	Snapshot	snapshot = scan->base.rs_snapshot;
+
+	if (ScanDirectionIsBackward(direction))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("slipstream tables do not support backward scans"),
+				 errhint("Declare the cursor without SCROLL, or materialize the result.")));
+	if (scan->holder == NULL || scan->holder->it == NULL)
+		scan->holder = new_iterator(scan->keyspace, scan->mcxt);
+	if (!scan->positioned)
+	{
+		scan->positioned = true;
+		if (scan->base.rs_parallel != NULL)
+		{
+			if (!claim_parallel_chunk(scan))
+			{
+				ExecClearTuple(slot);
+				return false;
+			}
+		}
+		else
+			seek_rowid(scan->holder->it, scan->range_start);
+	}
+	for (;;)
+	{
+		uint64		rowid;
+		HeapTuple	tuple;
+		bool		visible;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!iterator_row(scan->holder->it, &rowid) || rowid >= scan->range_end)
+		{
+			if (scan->base.rs_parallel != NULL && claim_parallel_chunk(scan))
+				continue;
+			ExecClearTuple(slot);
+			return false;
+		}
+		tuple = iterator_tuple(rel, scan->holder->it, rowid, slot->tts_mcxt);
+		ss_iter_next(scan->holder->it);
+		visible = ss_tuple_visible(tuple, snapshot);
+		ss_conflict_out(rel, tuple, visible, snapshot);
+		if (!visible)
+		{
+			pfree(tuple);
+			continue;
+		}
+		pgstat_count_heap_getnext(rel);
+		ExecStoreHeapTuple(tuple, slot, true);
+		slot->tts_tableOid = RelationGetRelid(rel);
+		return true;
+	}
+}
+
+/* Restricts a TID range scan to [mintid, maxtid]. */
+static void
+ss_scan_set_tidrange(TableScanDesc sscan, ItemPointer mintid, ItemPointer maxtid)
+{
+	SsScanDesc	scan = (SsScanDesc) sscan;
+	BlockNumber min_block = ItemPointerGetBlockNumberNoCheck(mintid);
+	OffsetNumber min_off = ItemPointerGetOffsetNumberNoCheck(mintid);
+	BlockNumber max_block = ItemPointerGetBlockNumberNoCheck(maxtid);
+	OffsetNumber max_off = ItemPointerGetOffsetNumberNoCheck(maxtid);
+
+	scan->range_start = (uint64) min_block * SS_ROWS_PER_BLOCK +
+		(min_off == 0 ? 0 : Min(min_off - 1, SS_ROWS_PER_BLOCK));
+	scan->range_end = (uint64) max_block * SS_ROWS_PER_BLOCK +
+		Min((uint64) max_off, SS_ROWS_PER_BLOCK);
+	scan->positioned = false;
+}
+
+/* The next visible row of a TID range scan. */
+static bool
+ss_scan_getnextslot_tidrange(TableScanDesc sscan, ScanDirection direction,
+							 TupleTableSlot *slot)
+{
+	return ss_scan_getnextslot(sscan, direction, slot);
+}
+
+/* Shared-memory size of a parallel scan's state. */
+static Size
+ss_parallelscan_estimate(Relation rel)
+{
+	return sizeof(SsParallelScanData);
+}
+
+/* Sets up a parallel scan over every row id handed out so far. */
+static Size
+ss_parallelscan_initialize(Relation rel, ParallelTableScanDesc pscan)
+{
+	SsParallelScanData *p = (SsParallelScanData *) pscan;
+
+	p->base.phs_relid = RelationGetRelid(rel);
+	p->base.phs_syncscan = false;
+	pg_atomic_init_u64(&p->next_rowid, 0);
+	p->end_rowid = ss_rowid_high(rel, ss_rel_keyspace(rel));
+	return sizeof(SsParallelScanData);
+}
+
+/* Rewinds a parallel scan. */
+static void
+ss_parallelscan_reinitialize(Relation rel, ParallelTableScanDesc pscan)
+{
+	SsParallelScanData *p = (SsParallelScanData *) pscan;
+
+	pg_atomic_write_u64(&p->next_rowid, 0);
+}
+
+typedef struct SsIndexFetchData
+{
+	IndexFetchTableData base;
+	uint32		keyspace;
+} SsIndexFetchData;
+
+/* Begins fetching rows by TID for an index scan. */
+static IndexFetchTableData *
+ss_index_fetch_begin(Relation rel)
+{
+	SsIndexFetchData *fetch = palloc0(sizeof(SsIndexFetchData));
+
+	fetch->base.rel = rel;
+	fetch->keyspace = ss_rel_keyspace(rel);
+	return &fetch->base;
+}
+
+/* Nothing is cached between fetches. */
+static void
+ss_index_fetch_reset(IndexFetchTableData *scan)
+{
+}
+
+/* Ends an index fetch. */
+static void
+ss_index_fetch_end(IndexFetchTableData *scan)
+{
+	pfree(scan);
+}
+
+/*
+ * Fetches the row an index entry points at, if visible. Each row id holds one version, so
+ * there is no chain to walk (*call_again stays false); *all_dead lets the index drop entries
+ * of rows that are dead to everyone.
+ */
+static bool
+ss_index_fetch_tuple(IndexFetchTableData *sscan, ItemPointer tid, Snapshot snapshot,
+					 TupleTableSlot *slot, bool *call_again, bool *all_dead)
+{
+	SsIndexFetchData *fetch = (SsIndexFetchData *) sscan;
+	Relation	rel = fetch->base.rel;
+	HeapTuple	tuple;
+	bool		visible;
+
+	*call_again = false;
+	if (all_dead)
+		*all_dead = false;
+	if (!ss_tid_valid(tid))
+		return false;
+	tuple = fetch_for_slot(rel, fetch->keyspace, ss_tid_to_rowid(tid), slot);
+	if (tuple == NULL)
+	{
+		if (all_dead)
+			*all_dead = true;	/* removed by VACUUM: the entry is garbage */
+		return false;
+	}
+	predicate_lock(rel, snapshot);
+	visible = ss_tuple_visible(tuple, snapshot);
+	ss_conflict_out(rel, tuple, visible, snapshot);
+	if (!visible)
+	{
+		if (all_dead)
+		{
+			TransactionId dead_after;
+			HTSV_Result state = ss_tuple_vacuum_state(tuple, InvalidTransactionId, &dead_after);
+
+			*all_dead = state == HEAPTUPLE_DEAD ||
+				(state == HEAPTUPLE_RECENTLY_DEAD &&
+				 GlobalVisTestIsRemovableXid(GlobalVisTestFor(rel), dead_after));
+		}
+		pfree(tuple);
+		return false;
+	}
+	pgstat_count_heap_fetch(rel);
+	ExecStoreHeapTuple(tuple, slot, true);
+	slot->tts_tableOid = RelationGetRelid(rel);
+	return true;
+}
+
+/* Fetches one row version by TID if `snapshot` sees it. */
+static bool
+ss_tuple_fetch_row_version(Relation rel, ItemPointer tid, Snapshot snapshot,
+						   TupleTableSlot *slot)
+{
+	HeapTuple	tuple;
+	bool		visible;
+
+	if (!ss_tid_valid(tid))
+		return false;
+	tuple = fetch_for_slot(rel, ss_rel_keyspace(rel), ss_tid_to_rowid(tid), slot);
+	if (tuple == NULL)
+		return false;
+	visible = ss_tuple_visible(tuple, snapshot);
+	ss_conflict_out(rel, tuple, visible, snapshot);
+	if (!visible)
+	{
+		pfree(tuple);
+		return false;
+	}
+	ExecStoreHeapTuple(tuple, slot, true);
+	slot->tts_tableOid = RelationGetRelid(rel);
+	return true;
+}
+
+/* Whether a TID can name a row of this relation. */
+static bool
+ss_tuple_tid_valid(TableScanDesc sscan, ItemPointer tid)
+{
+	SsScanDesc	scan = (SsScanDesc) sscan;
+
+	return ss_tid_valid(tid) &&
+		ss_tid_to_rowid(tid) < ss_rowid_high(scan->base.rs_rd, scan->keyspace);
+}
+
+/* Follows the update chain from *tid to the newest version the scan's snapshot sees. */
+static void
+ss_tuple_get_latest_tid(TableScanDesc sscan, ItemPointer tid)
+{
+	SsScanDesc	scan = (SsScanDesc) sscan;
+	Relation	rel = scan->base.rs_rd;
+	ItemPointerData current = *tid;
+	TransactionId prior_xmax = InvalidTransactionId;
+
+	for (;;)
+	{
+		HeapTuple	tuple;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!ss_tid_valid(&current))
+			return;
+		tuple = ss_fetch_row(rel, scan->keyspace, ss_tid_to_rowid(&current));
+		if (tuple == NULL)
+			return;
+		if (TransactionIdIsValid(prior_xmax) &&
+			!TransactionIdEquals(prior_xmax, HeapTupleHeaderGetXmin(tuple->t_data)))
+			return;
+		if (ss_tuple_visible(tuple, scan->base.rs_snapshot))
+			*tid = current;
+		if ((tuple->t_data->t_infomask & HEAP_XMAX_INVALID) ||
+			HEAP_XMAX_IS_LOCKED_ONLY(tuple->t_data->t_infomask) ||
+			ItemPointerEquals(&tuple->t_self, &tuple->t_data->t_ctid))
+			return;
+		prior_xmax = HeapTupleHeaderGetUpdateXid(tuple->t_data);
+		current = tuple->t_data->t_ctid;
+		pfree(tuple);
+	}
+}
+
+/* Whether the row in `slot` (one of ours) satisfies `snapshot`. */
+static bool
+ss_tuple_satisfies_snapshot(Relation rel, TupleTableSlot *slot, Snapshot snapshot)
+{
+	bool		should_free;
+	HeapTuple	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
+	bool		visible = ss_tuple_visible(tuple, snapshot);
+
+	if (should_free)
+		heap_freetuple(tuple);
+	return visible;
+}
+
+/* Loads every row of one 256-row block into the scan (ANALYZE, TABLESAMPLE). */
+static void
+load_block(SsScanDesc scan, BlockNumber block)
+{
+	uint64		first = (uint64) block * SS_ROWS_PER_BLOCK;
+	uint64		rowid;
+
+	for (int i = 0; i < scan->block_nrows; i++)
+		if (scan->block_rows[i] != NULL)
+			pfree(scan->block_rows[i]);
+	scan->block_nrows = 0;
+	scan->block_next = 0;
+	scan->block = block;
+	if (scan->holder == NULL || scan->holder->it == NULL)
+		scan->holder = new_iterator(scan->keyspace, scan->mcxt);
+	seek_rowid(scan->holder->it, first);
+	while (iterator_row(scan->holder->it, &rowid) && rowid < first + SS_ROWS_PER_BLOCK)
+	{
+		scan->block_rows[scan->block_nrows++] =
+			iterator_tuple(scan->base.rs_rd, scan->holder->it, rowid, scan->mcxt);
+		ss_iter_next(scan->holder->it);
+	}
+}
+
+/* ANALYZE: moves to a sampled block (always "exists": empty blocks just yield no rows). */
+static bool
+ss_scan_analyze_next_block(TableScanDesc sscan, BlockNumber blockno,
+						   BufferAccessStrategy bstrategy)
+{
+	load_block((SsScanDesc) sscan, blockno);
+	return true;
+}
+
+/* ANALYZE: the next row of the block worth sampling, counting live and dead rows. */
+static bool
+ss_scan_analyze_next_tuple(TableScanDesc sscan, TransactionId oldest_xmin, double *liverows,
+						   double *deadrows, TupleTableSlot *slot)
+{
+	SsScanDesc	scan = (SsScanDesc) sscan;
+
+	while (scan->block_next < scan->block_nrows)
+	{
+		HeapTuple	tuple = scan->block_rows[scan->block_next];
+		TransactionId dead_after;
+		bool		sample = false;
+
+		scan->block_rows[scan->block_next++] = NULL;
+		switch (ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after))
+		{
+			case HEAPTUPLE_LIVE:
+				sample = true;
+				*liverows += 1;
+				break;
+			case HEAPTUPLE_DEAD:
+			case HEAPTUPLE_RECENTLY_DEAD:
+				*deadrows += 1;
+				break;
+			case HEAPTUPLE_INSERT_IN_PROGRESS:
+				/* Our own inserts count as live, as heap's ANALYZE does. */
+				if (TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data)))
+				{
+					sample = true;
+					*liverows += 1;
+				}
+				break;
+			case HEAPTUPLE_DELETE_IN_PROGRESS:
+				if (TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetUpdateXid(tuple->t_data)))
+					*deadrows += 1;
+				else
+				{
+					sample = true;
+					*liverows += 1;
+				}
+				break;
+		}
+		if (sample)
+		{
+			ExecStoreHeapTuple(tuple, slot, true);
+			slot->tts_tableOid = RelationGetRelid(scan->base.rs_rd);
+			return true;
+		}
+		pfree(tuple);
+	}
+	ExecClearTuple(slot);
+	return false;
+}
+
+/* TABLESAMPLE: moves to the next block the sampling method picks. */
+static bool
+ss_scan_sample_next_block(TableScanDesc sscan, struct SampleScanState *scanstate)
+{
+	SsScanDesc	scan = (SsScanDesc) sscan;
+	TsmRoutine *tsm = scanstate->tsmroutine;
+	BlockNumber block;
+
+	if (scan->sample_next_block == 0 && !scan->positioned)
+	{
+		uint64		high = ss_rowid_high(scan->base.rs_rd, scan->keyspace);
+
+		scan->sample_nblocks = (BlockNumber) ((high + SS_ROWS_PER_BLOCK - 1) / SS_ROWS_PER_BLOCK);
+		scan->positioned = true;
+	}
+	if (tsm->NextSampleBlock)
+		block = tsm->NextSampleBlock(scanstate, scan->sample_nblocks);
+	else
+		block = scan->sample_next_block < scan->sample_nblocks ? scan->sample_next_block
+			: InvalidBlockNumber;
+	if (!BlockNumberIsValid(block))
+		return false;
+	scan->sample_next_block = block + 1;
+	load_block(scan, block);
+	return true;
+}
+
+/* TABLESAMPLE: the next sampled visible row of the current block. */
+static bool
+ss_scan_sample_next_tuple(TableScanDesc sscan, struct SampleScanState *scanstate,
+						  TupleTableSlot *slot)
+{
+	SsScanDesc	scan = (SsScanDesc) sscan;
+	TsmRoutine *tsm = scanstate->tsmroutine;
+
+	for (;;)
+	{
+		OffsetNumber off = tsm->NextSampleTuple(scanstate, scan->block, SS_ROWS_PER_BLOCK);
+		HeapTuple	found = NULL;
+
+		if (!OffsetNumberIsValid(off))
+		{
+			ExecClearTuple(slot);
+			return false;
+		}
+		for (int i = 0; i < scan->block_nrows; i++)
+		{
+			if (scan->block_rows[i] != NULL &&
+				ItemPointerGetOffsetNumber(&scan->block_rows[i]->t_self) == off)
+			{
+				found = scan->block_rows[i];
+				break;
+			}
+		}
+		if (found != NULL && ss_tuple_visible(found, scan->base.rs_snapshot))
+		{
+			MemoryContext old = MemoryContextSwitchTo(slot->tts_mcxt);
+			HeapTuple	copy = heap_copytuple(found);
+
+			MemoryContextSwitchTo(old);
+			ExecStoreHeapTuple(copy, slot, true);
+			slot->tts_tableOid = RelationGetRelid(scan->base.rs_rd);
+			return true;
+		}
+	}
+}
+
+/* Installs the callbacks of this file. */
+void
+ss_init_scan_callbacks(TableAmRoutine *am)
+{
+	am->scan_begin = ss_scan_begin;
+	am->scan_end = ss_scan_end;
+	am->scan_rescan = ss_scan_rescan;
+	am->scan_getnextslot = ss_scan_getnextslot;
+	am->scan_set_tidrange = ss_scan_set_tidrange;
+	am->scan_getnextslot_tidrange = ss_scan_getnextslot_tidrange;
+	am->parallelscan_estimate = ss_parallelscan_estimate;
+	am->parallelscan_initialize = ss_parallelscan_initialize;
+	am->parallelscan_reinitialize = ss_parallelscan_reinitialize;
+	am->index_fetch_begin = ss_index_fetch_begin;
+	am->index_fetch_reset = ss_index_fetch_reset;
+	am->index_fetch_end = ss_index_fetch_end;
+	am->index_fetch_tuple = ss_index_fetch_tuple;
+	am->tuple_fetch_row_version = ss_tuple_fetch_row_version;
+	am->tuple_tid_valid = ss_tuple_tid_valid;
+	am->tuple_get_latest_tid = ss_tuple_get_latest_tid;
+	am->tuple_satisfies_snapshot = ss_tuple_satisfies_snapshot;
+	am->scan_analyze_next_block = ss_scan_analyze_next_block;
+	am->scan_analyze_next_tuple = ss_scan_analyze_next_tuple;
+	am->scan_sample_next_block = ss_scan_sample_next_block;
+	am->scan_sample_next_tuple = ss_scan_sample_next_tuple;
+}

@@ -1,0 +1,208 @@
+/*
+ * slipstream.h: declarations shared by the extension's C files (the PostgreSQL glue).
+ *
+ * Storage model: every slipstream relation file node is one engine keyspace whose tag is
+ * (database oid << 32 | relfilenode). A row is one key-value pair: the key is its 64-bit row
+ * id (big-endian), the value is a heap-format tuple (HeapTupleHeader plus data), so MVCC
+ * fields, t_ctid chains and PostgreSQL's tuple routines work unchanged. Row id r maps to the
+ * ItemPointer (r >> 8, (r & 0xff) + 1), so every index AM can point at rows.
+ *
+ * Durability: every change is first written to PostgreSQL's WAL (our resource manager), then
+ * applied to the engine; the engine persists nothing the WAL lacks (its persist barrier
+ * flushes WAL first). Commit durability is therefore PostgreSQL's own group commit. After a
+ * restart, the engine recovers its own state and then replays our WAL records from the
+ * horizon it had made durable, kept in the replication slot "slipstream" (see wal.c).
+ */
+#ifndef SLIPSTREAM_H
+#define SLIPSTREAM_H
+
+#include "postgres.h"
+
+#include "access/heapam.h"
+#include "access/htup.h"
+#include "access/xlogdefs.h"
+#include "access/htup_details.h"
+#include "access/tableam.h"
+#include "port/atomics.h"
+#include "storage/itemptr.h"
+#include "storage/lwlock.h"
+#include "storage/condition_variable.h"
+#include "utils/rel.h"
+#include "utils/snapshot.h"
+
+#include "bridge.h"
+
+/* ---- row ids ---- */
+#define SS_ROWS_PER_BLOCK 256
+#define SS_KEY_SIZE 8
+#define SS_MAX_ROWID ((UINT64CONST(1) << 40) - SS_ROWS_PER_BLOCK)
+
+/* The ItemPointer that names row id `rowid`. */
+static inline void
+ss_rowid_to_tid(uint64 rowid, ItemPointer tid)
+{
+	ItemPointerSet(tid, (BlockNumber) (rowid / SS_ROWS_PER_BLOCK),
+				   (OffsetNumber) (rowid % SS_ROWS_PER_BLOCK + 1));
+}
+
+/* The row id an ItemPointer names (callers check ss_tid_valid first). */
+static inline uint64
+ss_tid_to_rowid(ItemPointer tid)
+{
+	return (uint64) ItemPointerGetBlockNumberNoCheck(tid) * SS_ROWS_PER_BLOCK +
+		(ItemPointerGetOffsetNumberNoCheck(tid) - 1);
+}
+
+/* Whether an ItemPointer can name a slipstream row at all. */
+static inline bool
+ss_tid_valid(ItemPointer tid)
+{
+	OffsetNumber off = ItemPointerGetOffsetNumberNoCheck(tid);
+
+	return ItemPointerIsValid(tid) && off >= 1 && off <= SS_ROWS_PER_BLOCK;
+}
+
+/* Big-endian encoding, so that key order is row id order. */
+static inline void
+ss_encode_key(uint64 rowid, char *key)
+{
+	for (int i = SS_KEY_SIZE - 1; i >= 0; i--)
+	{
+		key[i] = (char) (rowid & 0xff);
+		rowid >>= 8;
+	}
+}
+
+static inline uint64
+ss_decode_key(const char *key)
+{
+	uint64		rowid = 0;
+
+	for (int i = 0; i < SS_KEY_SIZE; i++)
+		rowid = (rowid << 8) | (uint8) key[i];
+	return rowid;
+}
+
+/* The engine tag of a relation file node. */
+static inline uint64
+ss_tag(Oid dbid, Oid relfilenode)
+{
+	return ((uint64) dbid << 32) | relfilenode;
+}
+
+/* ---- GUCs (slipstream.c) ---- */
+extern int	ss_segment_size_kb;
+extern int	ss_node_size_kb;
+extern int	ss_l0_size_mb;
+extern int	ss_memtables;
+extern int	ss_growth_factor;
+extern int	ss_max_levels;
+extern int	ss_small_threshold;
+extern int	ss_large_threshold;
+extern int	ss_medium_inplace_level;
+extern bool ss_compress_large;
+extern double ss_gc_threshold;
+extern int	ss_bloom_bits;
+extern int	ss_flush_interval_ms;
+extern int	ss_worker_naptime_ms;
+
+/* ---- shared state and the engine handle (host.c) ---- */
+#define SS_ROW_LOCKS 1024
+
+typedef struct SsShared
+{
+	/* Replay state: 0 = not started, 1 = replaying, 2 = ready, 3 = failed. */
+	pg_atomic_uint32 replay_state;
+	ConditionVariable replay_cv;
+	char		replay_error[256];
+	/* End of the last WAL record whose change was applied to the engine (barrier target). */
+	pg_atomic_uint64 max_applied_lsn;
+	/* WAL position below which every change is durable in the engine (slot restart_lsn). */
+	pg_atomic_uint64 durable_horizon;
+	pg_atomic_uint64 replayed_records;
+	int			worker_pid;
+	LWLockPadded row_locks[SS_ROW_LOCKS];
+	/* Per-backend: WAL insert position when a change began, 0 when none is in flight. */
+	pg_atomic_uint64 inflight[FLEXIBLE_ARRAY_MEMBER];
+} SsShared;
+
+extern SsShared *ss_shared;
+
+extern void ss_shmem_request(void);
+extern void ss_shmem_startup(void);
+extern void ss_fill_options(SsOptions *options);
+/* Opens the engine in this process (no wait for replay). */
+extern void ss_engine_attach(void);
+/* Opens the engine and waits until WAL replay has finished: the gate for every table access. */
+extern void ss_engine_ready(void);
+/* Turns a failed bridge call into an ERROR. */
+extern void ss_report(SsCode code, const char *what) pg_attribute_noreturn();
+#define SS_CHECK(call, what) \
+	do { SsCode ss_code_ = (call); if (ss_code_ != SS_OK) ss_report(ss_code_, (what)); } while (0)
+
+/* Keyspace of a relation (cached in rd_amcache); creates it if `create`. */
+extern uint32 ss_rel_keyspace(Relation rel);
+extern uint32 ss_keyspace_for_tag(uint64 tag, bool create);
+extern uint64 ss_next_rowid(Relation rel, uint32 keyspace, uint32 count);
+extern void ss_forget_rowids(uint64 tag);
+extern LWLock *ss_row_lock(uint64 tag, uint64 rowid);
+/*
+ * Brackets a WAL-then-engine change: begin before XLogInsert, logged with the record's end
+ * (before the engine write), done after the engine write. wal.c derives the durable horizon.
+ */
+extern void ss_change_begin(void);
+extern void ss_change_logged(XLogRecPtr end_lsn);
+extern void ss_change_done(void);
+
+/* ---- WAL (wal.c) ---- */
+#define SS_RMGR_ID 128
+#define SS_HEADER_SIZE offsetof(HeapTupleHeaderData, t_bits)
+
+extern void ss_register_rmgr(void);
+extern XLogRecPtr ss_log_put(Relation rel, uint64 rowid, HeapTuple tuple);
+extern XLogRecPtr ss_log_put_multi(Relation rel, uint64 *rowids, HeapTuple *tuples, int ntuples);
+extern XLogRecPtr ss_log_header(Relation rel, uint64 rowid, HeapTupleHeader header);
+extern XLogRecPtr ss_log_update(Relation rel, uint64 old_rowid, HeapTupleHeader old_header,
+								uint64 new_rowid, HeapTuple new_tuple);
+extern XLogRecPtr ss_log_remove(Relation rel, uint64 *rowids, int nrowids);
+extern XLogRecPtr ss_log_reset(uint64 tag);
+extern bool ss_rel_needs_wal(Relation rel);
+extern void ss_replay_wal(void);
+extern void ss_advance_horizon(void);
+extern bool ss_persist_barrier(char *msg, size_t msg_size);
+
+/* ---- background worker (worker.c) ---- */
+extern void ss_register_worker(void);
+PGDLLEXPORT void ss_worker_main(Datum arg);
+
+/* ---- visibility (visibility.c) ---- */
+extern bool ss_tuple_visible(HeapTuple tuple, Snapshot snapshot);
+extern TM_Result ss_tuple_satisfies_update(HeapTuple tuple, CommandId curcid);
+extern HTSV_Result ss_tuple_vacuum_state(HeapTuple tuple, TransactionId oldest_xmin,
+										 TransactionId *dead_after);
+
+/* ---- table access method (tableam.c) ---- */
+extern const TableAmRoutine *ss_tableam_routine(void);
+/* ---- rows (rows.c) ---- */
+extern HeapTuple ss_tuple_from_value(Relation rel, uint64 rowid, const char *value, size_t len);
+/* Reads row `rowid` into a palloc'd tuple; NULL if absent. */
+extern HeapTuple ss_fetch_row(Relation rel, uint32 keyspace, uint64 rowid);
+extern void ss_write_row(Relation rel, uint32 keyspace, uint64 rowid, HeapTuple tuple,
+						 bool header_only);
+extern void ss_write_update(Relation rel, uint32 keyspace, HeapTuple old_tuple, uint64 new_rowid,
+							HeapTuple new_tuple);
+extern void ss_write_rows(Relation rel, uint32 keyspace, uint64 *rowids, HeapTuple *tuples,
+						  int ntuples);
+extern void ss_remove_rows(Relation rel, uint32 keyspace, uint64 *rowids, int nrowids);
+
+/* ---- callbacks by concern (scan.c, modify.c, ddl.c, vacuum.c) ---- */
+extern void ss_init_scan_callbacks(TableAmRoutine *am);
+extern void ss_init_modify_callbacks(TableAmRoutine *am);
+extern void ss_init_ddl_callbacks(TableAmRoutine *am);
+extern void ss_init_vacuum_callbacks(TableAmRoutine *am);
+/* One past the highest row id handed out (0 for an empty relation). */
+extern uint64 ss_rowid_high(Relation rel, uint32 keyspace);
+/* Serializable: reports a read of `tuple` that a concurrent writer may invalidate. */
+extern void ss_conflict_out(Relation rel, HeapTuple tuple, bool visible, Snapshot snapshot);
+
+#endif							/* SLIPSTREAM_H */

@@ -1,0 +1,316 @@
+/*
+ * vacuum.c: VACUUM (dead rows out of the engine and their index entries out of the indexes,
+ * old xids frozen, relfrozenxid advanced) and the index AMs' question "which of these entries
+ * point at rows dead to everyone?".
+ *
+ * Order matters: index entries go first, rows after, so an index never points at a missing
+ * row that a later insert could reuse the id of.
+ */
+#include "slipstream.h"
+
+#include <math.h>
+
+#include "access/genam.h"
+#include "access/heapam_xlog.h"
+#include "access/multixact.h"
+#include "access/transam.h"
+#include "access/xact.h"
+#include "catalog/index.h"
+#include "commands/vacuum.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/bufmgr.h"
+#include "storage/procarray.h"
+#include "utils/snapmgr.h"
+
+/* Rows removed per WAL record and engine batch. */
+#define SS_REMOVE_BATCH 1024
+
+typedef struct DeadRows
+{
+	uint64	   *rowids;			/* sorted ascending */
+	int64		count;
+	int64		capacity;
+} DeadRows;
+
+/* Appends a dead row id (scans produce them in ascending order). */
+static void
+dead_rows_add(DeadRows *dead, uint64 rowid)
+{
+	if (dead->count == dead->capacity)
+	{
+		dead->capacity = Max(1024, dead->capacity * 2);
+		dead->rowids = dead->rowids == NULL
+			? palloc_extended(sizeof(uint64) * dead->capacity, MCXT_ALLOC_HUGE)
+			: repalloc_huge(dead->rowids, sizeof(uint64) * dead->capacity);
+	}
+	dead->rowids[dead->count++] = rowid;
+}
+
+/* Index bulk-delete callback: is this TID one of the dead rows? */
+static bool
+tid_is_dead(ItemPointer tid, void *state)
+{
+	DeadRows   *dead = (DeadRows *) state;
+	uint64		rowid;
+	int64		lo = 0,
+				hi = dead->count;
+
+	if (!ss_tid_valid(tid))
+		return false;
+	rowid = ss_tid_to_rowid(tid);
+	while (lo < hi)
+	{
+		int64		mid = lo + (hi - lo) / 2;
+
+		if (dead->rowids[mid] < rowid)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < dead->count && dead->rowids[lo] == rowid;
+}
+
+/* Clears an xmax that no longer means anything (finished lockers, aborted updaters). */
+static bool
+clear_stale_xmax(HeapTupleHeader tuple)
+{
+	TransactionId xmax = HeapTupleHeaderGetRawXmax(tuple);
+	bool		stale;
+
+	if (tuple->t_infomask & HEAP_XMAX_INVALID)
+		return false;
+	if (tuple->t_infomask & HEAP_XMAX_IS_MULTI)
+		stale = !MultiXactIdIsRunning(xmax, HEAP_XMAX_IS_LOCKED_ONLY(tuple->t_infomask)) &&
+			(HEAP_XMAX_IS_LOCKED_ONLY(tuple->t_infomask) ||
+			 !TransactionIdDidCommit(HeapTupleGetUpdateXid(tuple)));
+	else
+		stale = !TransactionIdIsInProgress(xmax) &&
+			(HEAP_XMAX_IS_LOCKED_ONLY(tuple->t_infomask) || !TransactionIdDidCommit(xmax));
+	if (!stale)
+		return false;
+	tuple->t_infomask &= ~HEAP_XMAX_BITS;
+	tuple->t_infomask |= HEAP_XMAX_INVALID;
+	tuple->t_infomask2 &= ~HEAP_KEYS_UPDATED;
+	HeapTupleHeaderSetXmax(tuple, InvalidTransactionId);
+	return true;
+}
+
+/*
+ * Writes a row whose header VACUUM froze, unless a concurrent change got there first (VACUUM
+ * holds no row lock while scanning; the next VACUUM will freeze what this one skips).
+ */
+static bool
+write_frozen_row(Relation rel, uint32 keyspace, HeapTuple tuple, HeapTupleHeader original)
+{
+	bool		written = false;
+
+	uint64		rowid = ss_tid_to_rowid(&tuple->t_self);
+	LWLock	   *lock = ss_row_lock(ss_tag(MyDatabaseId, rel->rd_node.relNode), rowid);
+	HeapTuple	current;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	current = ss_fetch_row(rel, keyspace, rowid);
+	if (current != NULL && memcmp(current->t_data, original, SS_HEADER_SIZE) == 0)
+	{
+		ss_write_row(rel, keyspace, rowid, tuple, true);
+		written = true;
+	}
+	LWLockRelease(lock);
+	if (current != NULL)
+		pfree(current);
+	return written;
+}
+
+/* Removes the index entries of the dead rows, then the rows. */
+static void
+remove_dead_rows(Relation rel, uint32 keyspace, DeadRows *dead, Relation *indexes, int nindexes,
+				 IndexBulkDeleteResult **stats, BufferAccessStrategy strategy, double live)
+{
+	for (int i = 0; i < nindexes; i++)
+	{
+		IndexVacuumInfo ivinfo = {0};
+
+		ivinfo.index = indexes[i];
+		ivinfo.analyze_only = false;
+		ivinfo.report_progress = false;
+		ivinfo.estimated_count = true;
+		ivinfo.message_level = DEBUG2;
+		ivinfo.num_heap_tuples = live;
+		ivinfo.strategy = strategy;
+		stats[i] = index_bulk_delete(&ivinfo, stats[i], tid_is_dead, dead);
+	}
+	for (int64 i = 0; i < dead->count; i += SS_REMOVE_BATCH)
+	{
+		CHECK_FOR_INTERRUPTS();
+		ss_remove_rows(rel, keyspace, dead->rowids + i,
+					   (int) Min(SS_REMOVE_BATCH, dead->count - i));
+	}
+}
+
+/* VACUUM (not FULL) of one slipstream relation. */
+static void
+ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrategy strategy)
+{
+	uint32		keyspace = ss_rel_keyspace(rel);
+	TransactionId oldest_xmin,
+				freeze_limit,
+				new_frozen_xid;
+	MultiXactId oldest_mxact,
+				multi_cutoff,
+				new_min_multi;
+	Relation   *indexes;
+	int			nindexes;
+	IndexBulkDeleteResult **index_stats;
+	DeadRows	dead = {0};
+	double		live = 0,
+				recently_dead = 0;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	uint64		high;
+	BlockNumber pages;
+
+	vacuum_set_xid_limits(rel, params->freeze_min_age, params->freeze_table_age,
+						  params->multixact_freeze_min_age, params->multixact_freeze_table_age,
+						  &oldest_xmin, &oldest_mxact, &freeze_limit, &multi_cutoff);
+	new_frozen_xid = oldest_xmin;
+	new_min_multi = oldest_mxact;
+	vac_open_indexes(rel, RowExclusiveLock, &nindexes, &indexes);
+	index_stats = palloc0(sizeof(IndexBulkDeleteResult *) * Max(nindexes, 1));
+
+	scan = table_beginscan(rel, SnapshotAny, 0, NULL);
+	slot = table_slot_create(rel, NULL);
+	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	{
+		bool		should_free;
+		HeapTuple	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
+		uint64		rowid = ss_tid_to_rowid(&tuple->t_self);
+		TransactionId dead_after;
+		TransactionId xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
+		bool		changed = false;
+		HeapTupleHeaderData original;
+
+		vacuum_delay_point();
+		memcpy(&original, tuple->t_data, SS_HEADER_SIZE);
+		switch (ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after))
+		{
+			case HEAPTUPLE_DEAD:
+				dead_rows_add(&dead, rowid);
+				continue;
+			case HEAPTUPLE_LIVE:
+				live += 1;
+				if (!HeapTupleHeaderXminFrozen(tuple->t_data) && TransactionIdIsNormal(xmin) &&
+					TransactionIdPrecedes(xmin, freeze_limit))
+				{
+					tuple->t_data->t_infomask |= HEAP_XMIN_FROZEN;
+					changed = true;
+				}
+				changed |= clear_stale_xmax(tuple->t_data);
+				break;
+			case HEAPTUPLE_RECENTLY_DEAD:
+				recently_dead += 1;
+				break;
+			default:
+				live += 1;
+				break;
+		}
+		if (changed && !write_frozen_row(rel, keyspace, tuple, &original))
+			memcpy(tuple->t_data, &original, SS_HEADER_SIZE);	/* account for what stays */
+		/* Track the oldest xid and multixact still present for relfrozenxid/relminmxid. */
+		if (!HeapTupleHeaderXminFrozen(tuple->t_data) && TransactionIdIsNormal(xmin) &&
+			TransactionIdPrecedes(xmin, new_frozen_xid))
+			new_frozen_xid = xmin;
+		if (!(tuple->t_data->t_infomask & HEAP_XMAX_INVALID))
+		{
+			TransactionId xmax = HeapTupleHeaderGetRawXmax(tuple->t_data);
+
+			if (tuple->t_data->t_infomask & HEAP_XMAX_IS_MULTI)
+			{
+				if (MultiXactIdIsValid(xmax) && MultiXactIdPrecedes(xmax, new_min_multi))
+					new_min_multi = xmax;
+			}
+			else if (TransactionIdIsNormal(xmax) && TransactionIdPrecedes(xmax, new_frozen_xid))
+				new_frozen_xid = xmax;
+		}
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	table_endscan(scan);
+
+	if (dead.count > 0 && nindexes > 0 && params->index_cleanup != VACOPTVALUE_DISABLED)
+		remove_dead_rows(rel, keyspace, &dead, indexes, nindexes, index_stats, strategy, live);
+	else if (dead.count > 0 && nindexes == 0)
+		remove_dead_rows(rel, keyspace, &dead, indexes, 0, index_stats, strategy, live);
+	for (int i = 0; i < nindexes; i++)
+	{
+		IndexVacuumInfo ivinfo = {0};
+
+		ivinfo.index = indexes[i];
+		ivinfo.estimated_count = false;
+		ivinfo.message_level = DEBUG2;
+		ivinfo.num_heap_tuples = live;
+		ivinfo.strategy = strategy;
+		index_stats[i] = index_vacuum_cleanup(&ivinfo, index_stats[i]);
+		if (index_stats[i] != NULL && !index_stats[i]->estimated_count)
+			vac_update_relstats(indexes[i], index_stats[i]->num_pages,
+								index_stats[i]->num_index_tuples, 0, false,
+								InvalidTransactionId, InvalidMultiXactId, NULL, NULL, false);
+	}
+	vac_close_indexes(nindexes, indexes, NoLock);
+
+	high = ss_rowid_high(rel, keyspace);
+	pages = (BlockNumber) ((high + SS_ROWS_PER_BLOCK - 1) / SS_ROWS_PER_BLOCK);
+	vac_update_relstats(rel, pages, live, 0, nindexes > 0, new_frozen_xid, new_min_multi,
+						NULL, NULL, false);
+	pgstat_report_vacuum(RelationGetRelid(rel), rel->rd_rel->relisshared, (PgStat_Counter) live,
+						 (PgStat_Counter) recently_dead);
+	ereport(params->log_min_duration >= 0 ? LOG : DEBUG2,
+			(errmsg("slipstream: vacuumed \"%s\": removed " INT64_FORMAT " dead rows, %.0f live, "
+					"%.0f recently dead", RelationGetRelationName(rel), dead.count, live,
+					recently_dead)));
+}
+
+/*
+ * Index AMs ask which entries point at rows dead to everyone (bottom-up and simple deletion).
+ * A missing row is left alone: VACUUM removes rows only after their index entries, so such an
+ * entry is one VACUUM is already deleting.
+ */
+static TransactionId
+ss_index_delete_tuples(Relation rel, TM_IndexDeleteOp *delstate)
+{
+	uint32		keyspace = ss_rel_keyspace(rel);
+	GlobalVisState *vistest = GlobalVisTestFor(rel);
+	TransactionId latest_removed = InvalidTransactionId;
+
+	for (int i = 0; i < delstate->ndeltids; i++)
+	{
+		TM_IndexDelete *d = &delstate->deltids[i];
+		TM_IndexStatus *status = &delstate->status[d->id];
+		HeapTuple	tuple;
+		TransactionId dead_after;
+		HTSV_Result state;
+
+		if (!ss_tid_valid(&d->tid))
+			continue;
+		tuple = ss_fetch_row(rel, keyspace, ss_tid_to_rowid(&d->tid));
+		if (tuple == NULL)
+			continue;			/* VACUUM is about to remove this entry itself */
+		state = ss_tuple_vacuum_state(tuple, InvalidTransactionId, &dead_after);
+		if (state == HEAPTUPLE_DEAD ||
+			(state == HEAPTUPLE_RECENTLY_DEAD &&
+			 GlobalVisTestIsRemovableXid(vistest, dead_after)))
+		{
+			status->knowndeletable = true;
+			HeapTupleHeaderAdvanceLatestRemovedXid(tuple->t_data, &latest_removed);
+		}
+		pfree(tuple);
+	}
+	return latest_removed;
+}
+
+/* Installs the callbacks of this file. */
+void
+ss_init_vacuum_callbacks(TableAmRoutine *am)
+{
+	am->relation_vacuum = ss_relation_vacuum;
+	am->index_delete_tuples = ss_index_delete_tuples;
+}

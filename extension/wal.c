@@ -1,0 +1,521 @@
+/*
+ * wal.c: slipstream's WAL resource manager, the write-ahead barrier, the durable horizon kept
+ * in the replication slot "slipstream", and the replay of our records into the engine.
+ *
+ * Why a WAL record per change: commit durability then costs exactly what heap's does (one
+ * group-committed WAL flush), and a transaction id is always in WAL before any engine data
+ * that carries it can reach disk (the barrier), so a crash can never let PostgreSQL hand the
+ * same xid to a new transaction while old engine rows still carry it.
+ *
+ * Redo in the startup process does nothing: the engine is not usable there. Instead, after
+ * every start the worker replays our records from the slot's restart_lsn (a horizon below
+ * which every change is durable in the engine, see ss_advance_horizon) to the end of WAL,
+ * before any backend may touch a slipstream table. Every record is idempotent: puts carry
+ * whole rows, header records whole header prefixes.
+ */
+#include "slipstream.h"
+
+#include "access/twophase.h"
+#include "access/xlog.h"
+#include "access/xlog_internal.h"
+#include "access/xloginsert.h"
+#include "access/xlogreader.h"
+#include "access/xlogutils.h"
+#include "miscadmin.h"
+#include "replication/slot.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
+#include "utils/memutils.h"
+
+#define SS_XLOG_PUT 0x00
+#define SS_XLOG_PUT_MULTI 0x10
+#define SS_XLOG_HEADER 0x20
+#define SS_XLOG_UPDATE 0x30
+#define SS_XLOG_REMOVE 0x40
+#define SS_XLOG_RESET 0x50
+
+#define SS_SLOT_NAME "slipstream"
+
+typedef struct XlPut
+{
+	uint64		tag;
+	uint64		rowid;
+	uint32		len;
+} XlPut;
+
+typedef struct XlMultiHeader
+{
+	uint64		tag;
+	uint32		count;
+} XlMultiHeader;
+
+typedef struct XlMultiItem
+{
+	uint64		rowid;
+	uint32		len;
+} XlMultiItem;
+
+typedef struct XlHeader
+{
+	uint64		tag;
+	uint64		rowid;
+	char		header[SS_HEADER_SIZE];
+} XlHeader;
+
+typedef struct XlUpdate
+{
+	uint64		tag;
+	uint64		old_rowid;
+	uint64		new_rowid;
+	uint32		len;
+	char		old_header[SS_HEADER_SIZE];
+} XlUpdate;
+
+typedef struct XlRemove
+{
+	uint64		tag;
+	uint32		count;
+} XlRemove;
+
+/* Tag of a relation as the WAL records name it. */
+static uint64
+rel_tag(Relation rel)
+{
+	return ss_tag(MyDatabaseId, rel->rd_node.relNode);
+}
+
+/* Whether changes to this relation go through WAL (permanent relations). */
+bool
+ss_rel_needs_wal(Relation rel)
+{
+	return RelationNeedsWAL(rel);
+}
+
+/* Logs an inserted row. */
+XLogRecPtr
+ss_log_put(Relation rel, uint64 rowid, HeapTuple tuple)
+{
+	XlPut		rec = {rel_tag(rel), rowid, tuple->t_len};
+
+	XLogBeginInsert();
+	XLogRegisterData((char *) &rec, sizeof(rec));
+	XLogRegisterData((char *) tuple->t_data, tuple->t_len);
+	return XLogInsert(SS_RMGR_ID, SS_XLOG_PUT);
+}
+
+/* Logs a batch of inserted rows (COPY, multi-row inserts). */
+XLogRecPtr
+ss_log_put_multi(Relation rel, uint64 *rowids, HeapTuple *tuples, int ntuples)
+{
+	XlMultiHeader head = {rel_tag(rel), (uint32) ntuples};
+	XlMultiItem *items = palloc(sizeof(XlMultiItem) * ntuples);
+
+	XLogBeginInsert();
+	XLogRegisterData((char *) &head, sizeof(head));
+	for (int i = 0; i < ntuples; i++)
+	{
+		items[i].rowid = rowids[i];
+		items[i].len = tuples[i]->t_len;
+		XLogRegisterData((char *) &items[i], sizeof(XlMultiItem));
+		XLogRegisterData((char *) tuples[i]->t_data, tuples[i]->t_len);
+	}
+	return XLogInsert(SS_RMGR_ID, SS_XLOG_PUT_MULTI);
+}
+
+/* Logs a new header prefix (xmax, infomask, ctid) of an existing row. */
+XLogRecPtr
+ss_log_header(Relation rel, uint64 rowid, HeapTupleHeader header)
+{
+	XlHeader	rec;
+
+	rec.tag = rel_tag(rel);
+	rec.rowid = rowid;
+	memcpy(rec.header, header, SS_HEADER_SIZE);
+	XLogBeginInsert();
+	XLogRegisterData((char *) &rec, sizeof(rec));
+	return XLogInsert(SS_RMGR_ID, SS_XLOG_HEADER);
+}
+
+/* Logs an update: the old row's new header and the new version, as one record. */
+XLogRecPtr
+ss_log_update(Relation rel, uint64 old_rowid, HeapTupleHeader old_header, uint64 new_rowid,
+			  HeapTuple new_tuple)
+{
+	XlUpdate	rec;
+
+	rec.tag = rel_tag(rel);
+	rec.old_rowid = old_rowid;
+	rec.new_rowid = new_rowid;
+	rec.len = new_tuple->t_len;
+	memcpy(rec.old_header, old_header, SS_HEADER_SIZE);
+	XLogBeginInsert();
+	XLogRegisterData((char *) &rec, sizeof(rec));
+	XLogRegisterData((char *) new_tuple->t_data, new_tuple->t_len);
+	return XLogInsert(SS_RMGR_ID, SS_XLOG_UPDATE);
+}
+
+/* Logs the removal of dead rows by VACUUM. */
+XLogRecPtr
+ss_log_remove(Relation rel, uint64 *rowids, int nrowids)
+{
+	XlRemove	rec = {rel_tag(rel), (uint32) nrowids};
+
+	XLogBeginInsert();
+	XLogRegisterData((char *) &rec, sizeof(rec));
+	XLogRegisterData((char *) rowids, sizeof(uint64) * nrowids);
+	return XLogInsert(SS_RMGR_ID, SS_XLOG_REMOVE);
+}
+
+/* Logs that a relation's rows were all discarded in place (non-transactional truncate). */
+XLogRecPtr
+ss_log_reset(uint64 tag)
+{
+	XLogBeginInsert();
+	XLogRegisterData((char *) &tag, sizeof(tag));
+	return XLogInsert(SS_RMGR_ID, SS_XLOG_RESET);
+}
+
+/* Redo in the startup process: nothing; the worker replays after recovery (see above). */
+static void
+ss_redo(XLogReaderState *record)
+{
+}
+
+/* pg_waldump's description of a record. */
+static void
+ss_desc(StringInfo buf, XLogReaderState *record)
+{
+	char	   *data = XLogRecGetData(record);
+	uint8		info = XLogRecGetInfo(record) & ~XLR_INFO_MASK;
+	uint64		tag;
+
+	memcpy(&tag, data, sizeof(tag));
+	appendStringInfo(buf, "db %u relfilenode %u", (uint32) (tag >> 32), (uint32) tag);
+	if (info == SS_XLOG_PUT || info == SS_XLOG_HEADER)
+	{
+		uint64		rowid;
+
+		memcpy(&rowid, data + sizeof(uint64), sizeof(rowid));
+		appendStringInfo(buf, " row " UINT64_FORMAT, rowid);
+	}
+}
+
+/* pg_waldump's name of a record type. */
+static const char *
+ss_identify(uint8 info)
+{
+	switch (info & ~XLR_INFO_MASK)
+	{
+		case SS_XLOG_PUT:
+			return "PUT";
+		case SS_XLOG_PUT_MULTI:
+			return "PUT_MULTI";
+		case SS_XLOG_HEADER:
+			return "HEADER";
+		case SS_XLOG_UPDATE:
+			return "UPDATE";
+		case SS_XLOG_REMOVE:
+			return "REMOVE";
+		case SS_XLOG_RESET:
+			return "RESET";
+	}
+	return NULL;
+}
+
+static RmgrData ss_rmgr = {
+	.rm_name = "slipstream",
+	.rm_redo = ss_redo,
+	.rm_desc = ss_desc,
+	.rm_identify = ss_identify,
+};
+
+/* Registers the resource manager (from _PG_init, under shared_preload_libraries). */
+void
+ss_register_rmgr(void)
+{
+	RegisterCustomRmgr(SS_RMGR_ID, &ss_rmgr);
+}
+
+/*
+ * The engine's write-ahead barrier: flushes WAL up to the end of every change applied so far.
+ * Runs inside engine calls (C++ frames above us), so errors are caught here, not thrown.
+ */
+bool
+ss_persist_barrier(char *msg, size_t msg_size)
+{
+	XLogRecPtr	target = pg_atomic_read_u64(&ss_shared->max_applied_lsn);
+	MemoryContext context = CurrentMemoryContext;
+	volatile bool ok = true;
+
+	if (target == InvalidXLogRecPtr || RecoveryInProgress())
+		return true;
+	PG_TRY();
+	{
+		XLogFlush(target);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		strlcpy(msg, edata->message, msg_size);
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+/* ---- applying records to the engine (replay) ---- */
+
+/* Replaces the header prefix of a stored row; a missing row is left missing. */
+static void
+apply_header(uint32 keyspace, uint64 rowid, const char *header, SsBatch *batch)
+{
+	char		key[SS_KEY_SIZE];
+	const char *value;
+	size_t		len;
+	SsCode		code;
+	char	   *copy;
+
+	ss_encode_key(rowid, key);
+	code = ss_get(keyspace, key, SS_KEY_SIZE, &value, &len);
+	if (code == SS_NOT_FOUND)
+		return;					/* removed by a later change already in the engine */
+	if (code != SS_OK)
+		ss_report(code, "replaying a row header");
+	if (len < SS_HEADER_SIZE)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("slipstream: row " UINT64_FORMAT " of keyspace %u is too short (%zu bytes)",
+						rowid, keyspace, len)));
+	copy = palloc(len);
+	memcpy(copy, value, len);
+	memcpy(copy, header, SS_HEADER_SIZE);
+	ss_batch_put(batch, keyspace, key, SS_KEY_SIZE, copy, len);
+	pfree(copy);
+}
+
+/* Applies one of our WAL records to the engine. */
+static void
+apply_record(XLogReaderState *record)
+{
+	char	   *data = XLogRecGetData(record);
+	uint32		data_len = XLogRecGetDataLen(record);
+	uint8		info = XLogRecGetInfo(record) & ~XLR_INFO_MASK;
+	uint64		tag;
+	uint32		keyspace;
+	char		key[SS_KEY_SIZE];
+	SsBatch    *batch;
+	SsCode		code;
+
+	if (data_len < sizeof(uint64))
+		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+						errmsg("slipstream: WAL record at %X/%X is too short",
+							   LSN_FORMAT_ARGS(record->ReadRecPtr))));
+	memcpy(&tag, data, sizeof(tag));
+	if (info == SS_XLOG_RESET)
+	{
+		keyspace = ss_keyspace_for_tag(tag, false);
+		if (keyspace != 0)
+			SS_CHECK(ss_keyspace_drop(keyspace), "replaying a truncate");
+		return;
+	}
+	keyspace = ss_keyspace_for_tag(tag, true);
+	batch = ss_batch_new();
+	if (batch == NULL)
+		ss_report(SS_NO_MEMORY, "replaying WAL");
+	switch (info)
+	{
+		case SS_XLOG_PUT:
+			{
+				XlPut		rec;
+
+				memcpy(&rec, data, sizeof(rec));
+				ss_encode_key(rec.rowid, key);
+				ss_batch_put(batch, keyspace, key, SS_KEY_SIZE, data + sizeof(rec), rec.len);
+				break;
+			}
+		case SS_XLOG_PUT_MULTI:
+			{
+				XlMultiHeader head;
+				char	   *p = data + sizeof(head);
+
+				memcpy(&head, data, sizeof(head));
+				for (uint32 i = 0; i < head.count; i++)
+				{
+					XlMultiItem item;
+
+					memcpy(&item, p, sizeof(item));
+					p += sizeof(item);
+					ss_encode_key(item.rowid, key);
+					ss_batch_put(batch, keyspace, key, SS_KEY_SIZE, p, item.len);
+					p += item.len;
+				}
+				break;
+			}
+		case SS_XLOG_HEADER:
+			{
+				XlHeader	rec;
+
+				memcpy(&rec, data, sizeof(rec));
+				apply_header(keyspace, rec.rowid, rec.header, batch);
+				break;
+			}
+		case SS_XLOG_UPDATE:
+			{
+				XlUpdate	rec;
+
+				memcpy(&rec, data, sizeof(rec));
+				apply_header(keyspace, rec.old_rowid, rec.old_header, batch);
+				ss_encode_key(rec.new_rowid, key);
+				ss_batch_put(batch, keyspace, key, SS_KEY_SIZE, data + sizeof(rec), rec.len);
+				break;
+			}
+		case SS_XLOG_REMOVE:
+			{
+				XlRemove	rec;
+				uint64		rowid;
+
+				memcpy(&rec, data, sizeof(rec));
+				for (uint32 i = 0; i < rec.count; i++)
+				{
+					memcpy(&rowid, data + sizeof(rec) + i * sizeof(uint64), sizeof(rowid));
+					ss_encode_key(rowid, key);
+					ss_batch_delete(batch, keyspace, key, SS_KEY_SIZE);
+				}
+				break;
+			}
+		default:
+			ss_batch_free(batch);
+			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+							errmsg("slipstream: unknown WAL record type 0x%02x at %X/%X", info,
+								   LSN_FORMAT_ARGS(record->ReadRecPtr))));
+	}
+	code = ss_batch_write(batch);
+	ss_batch_free(batch);
+	if (code != SS_OK)
+		ss_report(code, "replaying WAL");
+}
+
+/* Acquires our slot, creating it (reserving WAL from now on) the first time. */
+static void
+acquire_slot(void)
+{
+	if (MyReplicationSlot != NULL)
+		return;
+	if (SearchNamedReplicationSlot(SS_SLOT_NAME, true) == NULL)
+	{
+		ReplicationSlotCreate(SS_SLOT_NAME, false, RS_PERSISTENT, false);
+		ReplicationSlotReserveWal();
+		ReplicationSlotMarkDirty();
+		ReplicationSlotSave();
+		ReplicationSlotsComputeRequiredLSN();
+		ereport(LOG, (errmsg("slipstream: created replication slot \"%s\" to keep the WAL the "
+							 "engine has not yet made durable", SS_SLOT_NAME)));
+		return;
+	}
+	ReplicationSlotAcquire(SS_SLOT_NAME, true);
+}
+
+/*
+ * Replays our WAL records from the slot's restart_lsn to the end of WAL into the engine, then
+ * opens the gate for backends. Runs in the worker, once per server start.
+ */
+void
+ss_replay_wal(void)
+{
+	XLogRecPtr	start;
+	XLogRecPtr	end;
+	XLogRecPtr	first;
+	XLogReaderState *reader;
+	uint64		applied = 0;
+
+	pg_atomic_write_u32(&ss_shared->replay_state, 1);
+	ss_engine_attach();
+	acquire_slot();
+	start = MyReplicationSlot->data.restart_lsn;
+	end = GetFlushRecPtr(NULL);
+	pg_atomic_write_u64(&ss_shared->durable_horizon, start);
+	if (start != InvalidXLogRecPtr && start < end)
+	{
+		reader = XLogReaderAllocate(wal_segment_size, NULL,
+									XL_ROUTINE(.page_read = &read_local_xlog_page,
+											   .segment_open = &wal_segment_open,
+											   .segment_close = &wal_segment_close),
+									NULL);
+		if (reader == NULL)
+			ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
+		first = XLogFindNextRecord(reader, start);
+		if (first == InvalidXLogRecPtr)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("slipstream: no WAL record at or after %X/%X, the engine's durable "
+							"horizon", LSN_FORMAT_ARGS(start))));
+		XLogBeginRead(reader, first);
+		while (reader->EndRecPtr < end || reader->EndRecPtr == InvalidXLogRecPtr)
+		{
+			char	   *errormsg = NULL;
+			XLogRecord *rec = XLogReadRecord(reader, &errormsg);
+
+			if (rec == NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_DATA_CORRUPTED),
+						 errmsg("slipstream: could not read WAL at %X/%X: %s",
+								LSN_FORMAT_ARGS(reader->EndRecPtr),
+								errormsg ? errormsg : "unknown error")));
+			if (XLogRecGetRmid(reader) == SS_RMGR_ID)
+			{
+				apply_record(reader);
+				applied++;
+			}
+			CHECK_FOR_INTERRUPTS();
+		}
+		XLogReaderFree(reader);
+	}
+	pg_atomic_write_u64(&ss_shared->replayed_records, applied);
+	/* Everything replayed is in the WAL already; make it durable in the engine too. */
+	SS_CHECK(ss_sync_all(), "syncing the replayed changes");
+	ss_advance_horizon();
+	if (applied > 0)
+		ereport(LOG, (errmsg("slipstream: replayed " UINT64_FORMAT " WAL records from %X/%X "
+							 "to %X/%X into the engine", applied, LSN_FORMAT_ARGS(start),
+							 LSN_FORMAT_ARGS(end))));
+	pg_atomic_write_u32(&ss_shared->replay_state, 2);
+	ConditionVariableBroadcast(&ss_shared->replay_cv);
+}
+
+/*
+ * Makes the engine durable and moves the slot up to a WAL position A such that every change
+ * whose record starts below A has been applied (and is now synced): A is the insert position
+ * read first, lowered to the start position of any change still in flight.
+ */
+void
+ss_advance_horizon(void)
+{
+	XLogRecPtr	horizon = GetXLogInsertRecPtr();
+	int			nslots = MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
+
+	pg_memory_barrier();
+	for (int i = 0; i < nslots; i++)
+	{
+		uint64		v = pg_atomic_read_u64(&ss_shared->inflight[i]);
+
+		if (v != 0 && v < horizon)
+			horizon = v;
+	}
+	SS_CHECK(ss_sync_all(), "syncing the engine");
+	acquire_slot();
+	if (horizon <= MyReplicationSlot->data.restart_lsn)
+		return;
+	SpinLockAcquire(&MyReplicationSlot->mutex);
+	MyReplicationSlot->data.restart_lsn = horizon;
+	SpinLockRelease(&MyReplicationSlot->mutex);
+	ReplicationSlotMarkDirty();
+	/* Saved before WAL below it may be recycled, so the slot on disk never points at a gap. */
+	ReplicationSlotSave();
+	ReplicationSlotsComputeRequiredLSN();
+	pg_atomic_write_u64(&ss_shared->durable_horizon, horizon);
+}

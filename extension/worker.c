@@ -1,0 +1,156 @@
+/*
+ * worker.c: the slipstream background worker. After every server start it replays our WAL
+ * into the engine (opening the gate for backends), then loops: engine background work (log
+ * flushes, compactions, GC), advancing the durable horizon, and dropping keyspaces whose
+ * relation files PostgreSQL has removed (DROP TABLE, TRUNCATE, DROP DATABASE, aborted
+ * CREATE). SIGTERM ends it after a final sync; after a crash the postmaster restarts it.
+ */
+#include "slipstream.h"
+
+#include <sys/stat.h>
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/timestamp.h"
+
+/* How often the durable horizon moves and stale keyspaces are looked for. */
+#define SS_HORIZON_INTERVAL_MS 1000
+#define SS_SWEEP_INTERVAL_MS 5000
+
+/* Registers the worker (from _PG_init). */
+void
+ss_register_worker(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 1;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "slipstream");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "ss_worker_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "slipstream engine worker");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "slipstream worker");
+	RegisterBackgroundWorker(&worker);
+}
+
+typedef struct SweepState
+{
+	int			dropped;
+} SweepState;
+
+/* Drops a keyspace whose relation file no longer exists. */
+static void
+sweep_one(uint64 tag, uint32 keyspace, void *arg)
+{
+	SweepState *state = (SweepState *) arg;
+	char		path[MAXPGPATH];
+	struct stat st;
+	Oid			db = (Oid) (tag >> 32);
+	Oid			relnode = (Oid) (tag & 0xffffffff);
+
+	if (db == InvalidOid)
+		return;					/* reserved tags */
+	snprintf(path, sizeof(path), "base/%u/%u", db, relnode);
+	if (stat(path, &st) == 0 || errno != ENOENT)
+		return;
+	if (ss_keyspace_drop(keyspace) == SS_OK)
+	{
+		ss_forget_rowids(tag);
+		state->dropped++;
+	}
+}
+
+/* Drops every keyspace whose relation file is gone. */
+static void
+sweep_keyspaces(void)
+{
+	SweepState	state = {0};
+
+	SS_CHECK(ss_keyspace_list(sweep_one, &state), "listing keyspaces");
+	if (state.dropped > 0)
+		ereport(DEBUG1, (errmsg("slipstream: dropped %d keyspaces of removed relations",
+								state.dropped)));
+}
+
+/* Marks replay as failed so that waiting backends get an error instead of waiting on. */
+static void
+mark_replay_failed(const char *message)
+{
+	strlcpy(ss_shared->replay_error, message, sizeof(ss_shared->replay_error));
+	pg_atomic_write_u32(&ss_shared->replay_state, 3);
+	ConditionVariableBroadcast(&ss_shared->replay_cv);
+}
+
+/* The worker's entry point. */
+void
+ss_worker_main(Datum arg)
+{
+	TimestampTz last_horizon = 0;
+	TimestampTz last_sweep = 0;
+	MemoryContext loop_context;
+
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	BackgroundWorkerUnblockSignals();
+	CurrentResourceOwner = ResourceOwnerCreate(NULL, "slipstream worker");
+	ss_shared->worker_pid = MyProcPid;
+
+	PG_TRY();
+	{
+		ss_replay_wal();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(TopMemoryContext);
+		edata = CopyErrorData();
+		mark_replay_failed(edata->message);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	loop_context = AllocSetContextCreate(TopMemoryContext, "slipstream worker loop",
+										 ALLOCSET_DEFAULT_SIZES);
+	while (!ShutdownRequestPending)
+	{
+		bool		did_work = false;
+		TimestampTz now;
+		MemoryContext old = MemoryContextSwitchTo(loop_context);
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		SS_CHECK(ss_background_work(&did_work), "engine background work");
+		now = GetCurrentTimestamp();
+		if (TimestampDifferenceExceeds(last_horizon, now, SS_HORIZON_INTERVAL_MS))
+		{
+			ss_advance_horizon();
+			last_horizon = now;
+		}
+		if (TimestampDifferenceExceeds(last_sweep, now, SS_SWEEP_INTERVAL_MS))
+		{
+			sweep_keyspaces();
+			last_sweep = now;
+		}
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(loop_context);
+		if (!did_work)
+			ss_wait_for_background_work(ss_worker_naptime_ms);
+	}
+	/* Shutdown: everything applied becomes durable in the engine, the slot moves up. */
+	ss_advance_horizon();
+	proc_exit(0);
+}

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# pg_cluster.sh: a private PostgreSQL 15 cluster with slipstream preloaded, run as the postgres
+# OS user on a loopback port and a private socket directory (never the system cluster).
+#
+#   scripts/pg_cluster.sh init  DIR PORT [extra postgresql.conf lines...]
+#   scripts/pg_cluster.sh start DIR
+#   scripts/pg_cluster.sh stop  DIR [mode]
+#   scripts/pg_cluster.sh kill  DIR          # SIGKILL the postmaster (crash tests)
+#   scripts/pg_cluster.sh psql  DIR [psql args...]
+set -euo pipefail
+
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+cmd=${1:?command}
+dir=${2:?cluster directory}
+
+as_postgres() {
+  if [ "$(id -un)" = postgres ]; then "$@"; else runuser -u postgres -- "$@"; fi
+}
+
+port_of() { sed -n 's/^port = \([0-9]*\).*/\1/p' "$dir/data/postgresql.conf" | tail -1; }
+
+case "$cmd" in
+  init)
+    port=${3:?port}
+    shift 3
+    rm -rf "$dir"
+    mkdir -p "$dir/sock"
+    [ "$(id -u)" = 0 ] && chown -R postgres: "$dir"
+    as_postgres "$PGBIN/initdb" -D "$dir/data" -U postgres -A trust --no-sync >"$dir/initdb.log"
+    {
+      echo "port = $port"
+      echo "listen_addresses = ''"
+      echo "unix_socket_directories = '$dir/sock'"
+      echo "shared_preload_libraries = 'slipstream'"
+      echo "max_connections = 40"
+      echo "shared_buffers = 128MB"
+      echo "slipstream.l0_size = 4MB"
+      echo "max_prepared_transactions = 10"
+      echo "log_min_messages = warning"
+      for line in "$@"; do echo "$line"; done
+    } | as_postgres tee -a "$dir/data/postgresql.conf" >/dev/null
+    ;;
+  start)
+    as_postgres "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 120 start >/dev/null
+    ;;
+  stop)
+    as_postgres "$PGBIN/pg_ctl" -D "$dir/data" -m "${3:-fast}" -w -t 120 stop >/dev/null
+    ;;
+  kill)
+    pid=$(head -1 "$dir/data/postmaster.pid")
+    kill -9 "$pid"
+    # Children notice the postmaster's death; wait until they are gone.
+    for _ in $(seq 1 100); do
+      pgrep -f -- "-D $dir/data" >/dev/null 2>&1 || pgrep -P "$pid" >/dev/null 2>&1 || break
+      sleep 0.1
+    done
+    for _ in $(seq 1 100); do
+      [ -z "$(ps -o pid= --ppid "$pid" 2>/dev/null)" ] && break
+      sleep 0.1
+    done
+    ;;
+  psql)
+    shift 2
+    "$PGBIN/psql" -X -v ON_ERROR_STOP=1 -h "$dir/sock" -p "$(port_of)" -U postgres "$@"
+    ;;
+  *)
+    echo "unknown command $cmd" >&2
+    exit 2
+    ;;
+esac
