@@ -28,6 +28,7 @@ double		ss_gc_threshold = 0.1;
 int			ss_bloom_bits = 10;
 int			ss_flush_interval_ms = 10;
 int			ss_worker_naptime_ms = 100;
+int			ss_sync_interval_ms = 1000;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -129,6 +130,13 @@ _PG_init(void)
 							"Idle wait of the background worker between rounds.", NULL,
 							&ss_worker_naptime_ms, 100, 1, 10000, PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+	DefineCustomIntVariable("slipstream.sync_interval",
+							"How often the engine is synced and the WAL it no longer needs "
+							"is released.",
+							"After a crash, WAL written since the last sync is replayed into "
+							"the engine, so this bounds replay work, not durability.",
+							&ss_sync_interval_ms, 1000, 10, 3600 * 1000, PGC_SIGHUP,
+							GUC_UNIT_MS, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("slipstream");
 
 	if (ss_small_threshold >= ss_large_threshold)

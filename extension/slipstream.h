@@ -105,6 +105,7 @@ extern double ss_gc_threshold;
 extern int	ss_bloom_bits;
 extern int	ss_flush_interval_ms;
 extern int	ss_worker_naptime_ms;
+extern int	ss_sync_interval_ms;
 
 /* ---- shared state and the engine handle (host.c) ---- */
 #define SS_ROW_LOCKS 1024

@@ -13,6 +13,7 @@
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "storage/pmsignal.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
@@ -21,8 +22,7 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
-/* How often the durable horizon moves and stale keyspaces are looked for. */
-#define SS_HORIZON_INTERVAL_MS 1000
+/* How often stale keyspaces are looked for. */
 #define SS_SWEEP_INTERVAL_MS 5000
 
 /* Registers the worker (from _PG_init). */
@@ -128,6 +128,8 @@ ss_worker_main(Datum arg)
 		MemoryContext old = MemoryContextSwitchTo(loop_context);
 
 		CHECK_FOR_INTERRUPTS();
+		if (!PostmasterIsAlive())
+			proc_exit(1);		/* the postmaster died: our shared memory goes with it */
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
@@ -135,7 +137,7 @@ ss_worker_main(Datum arg)
 		}
 		SS_CHECK(ss_background_work(&did_work), "engine background work");
 		now = GetCurrentTimestamp();
-		if (TimestampDifferenceExceeds(last_horizon, now, SS_HORIZON_INTERVAL_MS))
+		if (TimestampDifferenceExceeds(last_horizon, now, ss_sync_interval_ms))
 		{
 			ss_advance_horizon();
 			last_horizon = now;

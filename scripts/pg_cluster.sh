@@ -48,14 +48,13 @@ case "$cmd" in
     ;;
   kill)
     pid=$(head -1 "$dir/data/postmaster.pid")
+    children=$(pgrep -P "$pid" || true)
     kill -9 "$pid"
-    # Children notice the postmaster's death; wait until they are gone.
-    for _ in $(seq 1 100); do
-      pgrep -f -- "-D $dir/data" >/dev/null 2>&1 || pgrep -P "$pid" >/dev/null 2>&1 || break
-      sleep 0.1
-    done
-    for _ in $(seq 1 100); do
-      [ -z "$(ps -o pid= --ppid "$pid" 2>/dev/null)" ] && break
+    # Children notice the postmaster's death and exit; wait for every one of them.
+    for _ in $(seq 1 300); do
+      alive=0
+      for c in $children; do kill -0 "$c" 2>/dev/null && alive=1; done
+      [ "$alive" = 0 ] && break
       sleep 0.1
     done
     ;;
