@@ -13,7 +13,7 @@ DEBIAN_PACKAGES = cmake g++ make pkg-config googletest libgtest-dev libgmock-dev
 
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build demo bench test test-sanitize check format clean
+.PHONY: all deps build extension install demo bench test test-sanitize test-pg check format clean
 
 all: build
 
@@ -29,6 +29,14 @@ deps:
 build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	cmake --build $(BUILD) -j$(JOBS)
+
+# The PostgreSQL module: CMake builds the engine and the C++ bridge, PGXS the C glue.
+extension: build
+	$(MAKE) -C extension BUILD_DIR=$(abspath $(BUILD))
+
+# Installs the module into the system's PostgreSQL 15 (its lib and extension directories).
+install: extension
+	$(SUDO) $(MAKE) -C extension BUILD_DIR=$(abspath $(BUILD)) install
 
 # The main job (for now): the engine benchmark against RocksDB, with its summary.
 demo: build
@@ -47,8 +55,12 @@ test-sanitize: deps
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
 
-# Every test: the plain build and the sanitizer build.
-check: test test-sanitize
+# pg_regress and isolation suites on a private cluster run by the postgres OS user.
+test-pg: install
+	scripts/pg_regress.sh
+
+# Every test: the plain build, the sanitizer build and the PostgreSQL suites.
+check: test test-sanitize test-pg
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

@@ -43,3 +43,4 @@ GRANT EXECUTE ON FUNCTION compact(regclass) TO slipstream_admin;
 
 CREATE VIEW engine AS SELECT * FROM engine_stats();
 CREATE VIEW levels AS SELECT * FROM level_stats();
+GRANT USAGE ON SCHEMA slipstream TO PUBLIC;

@@ -103,23 +103,35 @@ ss_log_put(Relation rel, uint64 rowid, HeapTuple tuple)
 	return XLogInsert(SS_RMGR_ID, SS_XLOG_PUT);
 }
 
-/* Logs a batch of inserted rows (COPY, multi-row inserts). */
+/* Logs a batch of inserted rows (COPY, multi-row inserts) as one contiguous record body. */
 XLogRecPtr
 ss_log_put_multi(Relation rel, uint64 *rowids, HeapTuple *tuples, int ntuples)
 {
 	XlMultiHeader head = {rel_tag(rel), (uint32) ntuples};
-	XlMultiItem *items = palloc(sizeof(XlMultiItem) * ntuples);
+	Size		size = sizeof(head);
+	char	   *body;
+	char	   *p;
+	XLogRecPtr	lsn;
 
-	XLogBeginInsert();
-	XLogRegisterData((char *) &head, sizeof(head));
+	for (int i = 0; i < ntuples; i++)
+		size += sizeof(XlMultiItem) + tuples[i]->t_len;
+	body = palloc_extended(size, MCXT_ALLOC_HUGE);
+	memcpy(body, &head, sizeof(head));
+	p = body + sizeof(head);
 	for (int i = 0; i < ntuples; i++)
 	{
-		items[i].rowid = rowids[i];
-		items[i].len = tuples[i]->t_len;
-		XLogRegisterData((char *) &items[i], sizeof(XlMultiItem));
-		XLogRegisterData((char *) tuples[i]->t_data, tuples[i]->t_len);
+		XlMultiItem item = {rowids[i], tuples[i]->t_len};
+
+		memcpy(p, &item, sizeof(item));
+		p += sizeof(item);
+		memcpy(p, tuples[i]->t_data, tuples[i]->t_len);
+		p += tuples[i]->t_len;
 	}
-	return XLogInsert(SS_RMGR_ID, SS_XLOG_PUT_MULTI);
+	XLogBeginInsert();
+	XLogRegisterData(body, size);
+	lsn = XLogInsert(SS_RMGR_ID, SS_XLOG_PUT_MULTI);
+	pfree(body);
+	return lsn;
 }
 
 /* Logs a new header prefix (xmax, infomask, ctid) of an existing row. */

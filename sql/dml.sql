@@ -1,0 +1,107 @@
+-- Basic DDL and DML on slipstream tables, checked against what heap would return.
+CREATE EXTENSION IF NOT EXISTS slipstream;
+SET default_table_access_method = slipstream;
+
+CREATE TABLE items (id int PRIMARY KEY, name text NOT NULL, qty int DEFAULT 0, note text);
+SELECT amname FROM pg_class c JOIN pg_am a ON a.oid = c.relam WHERE relname = 'items';
+INSERT INTO items VALUES (1, 'apple', 5), (2, 'pear', 3), (3, 'plum', NULL);
+INSERT INTO items (id, name) SELECT g, 'item' || g FROM generate_series(4, 1000) g;
+SELECT count(*), sum(id), count(qty), sum(qty) FROM items;
+SELECT * FROM items WHERE id <= 3 ORDER BY id;
+
+-- UPDATE moves rows to new row ids; every index must follow.
+UPDATE items SET qty = qty + 1 WHERE id <= 2;
+UPDATE items SET name = upper(name) WHERE id % 100 = 0;
+SELECT id, name, qty FROM items WHERE id IN (1, 2, 100, 1000) ORDER BY id;
+SELECT count(*) FROM items WHERE name LIKE 'ITEM%';
+
+-- DELETE, and DELETE ... RETURNING
+DELETE FROM items WHERE id > 990 RETURNING id;
+DELETE FROM items WHERE id % 2 = 0;
+SELECT count(*), min(id), max(id) FROM items;
+
+-- UPDATE ... FROM, and a self-join
+CREATE TABLE price (id int, price numeric);
+INSERT INTO price SELECT g, g * 1.5 FROM generate_series(1, 20) g;
+UPDATE items i SET note = 'priced ' || p.price FROM price p WHERE p.id = i.id;
+SELECT id, note FROM items WHERE note IS NOT NULL ORDER BY id LIMIT 5;
+
+-- COPY in and out (COPY FROM goes through multi_insert)
+CREATE TABLE copied (a int, b text, c float8);
+COPY copied FROM stdin WITH (FORMAT csv);
+1,one,1.5
+2,two,2.5
+3,"three, quoted",3.5
+\.
+INSERT INTO copied SELECT g, 'bulk' || g, g / 4.0 FROM generate_series(4, 5000) g;
+COPY copied (a) FROM PROGRAM 'seq 5001 8000';
+COPY (SELECT * FROM copied WHERE a <= 3 ORDER BY a) TO stdout;
+SELECT count(*), sum(a), round(sum(c)::numeric, 2) FROM copied;
+
+-- CREATE TABLE AS, SELECT INTO, and a materialized view
+CREATE TABLE ctas AS SELECT a, b FROM copied WHERE a % 100 = 0;
+SELECT count(*), sum(a) FROM ctas;
+SELECT a INTO selinto FROM copied WHERE a < 10;
+SELECT count(*) FROM selinto;
+CREATE MATERIALIZED VIEW mv AS SELECT a % 10 AS k, count(*) AS n FROM ctas GROUP BY 1;
+SELECT amname FROM pg_class c JOIN pg_am a ON a.oid = c.relam WHERE relname = 'mv';
+REFRESH MATERIALIZED VIEW mv;
+SELECT * FROM mv ORDER BY k LIMIT 3;
+DROP MATERIALIZED VIEW mv;
+
+-- TRUNCATE (new file node), in a transaction that rolls back, then for real
+BEGIN;
+TRUNCATE ctas;
+SELECT count(*) FROM ctas;
+ROLLBACK;
+SELECT count(*) FROM ctas;
+TRUNCATE ctas;
+SELECT count(*) FROM ctas;
+INSERT INTO ctas VALUES (1, 'after truncate');
+SELECT * FROM ctas;
+
+-- TRUNCATE of a table created in the same transaction (empties it in place)
+BEGIN;
+CREATE TABLE fresh (x int);
+INSERT INTO fresh SELECT generate_series(1, 100);
+TRUNCATE fresh;
+INSERT INTO fresh VALUES (42);
+SELECT * FROM fresh;
+COMMIT;
+SELECT * FROM fresh;
+
+-- ALTER TABLE that rewrites the table, VACUUM FULL and CLUSTER
+ALTER TABLE copied ALTER COLUMN a TYPE bigint;
+SELECT pg_typeof(a), count(*) FROM copied GROUP BY 1;
+ALTER TABLE copied ADD COLUMN d int DEFAULT 7;
+ALTER TABLE copied ADD COLUMN e timestamptz DEFAULT now();
+SELECT count(*), sum(d) FROM copied;
+DELETE FROM copied WHERE a > 100;
+VACUUM FULL copied;
+SELECT count(*), sum(a) FROM copied;
+CREATE INDEX copied_b ON copied (b);
+CLUSTER copied USING copied_b;
+SELECT a, b FROM copied ORDER BY b LIMIT 3;
+SELECT count(*) FROM copied WHERE b = 'bulk50';
+
+-- Partitioned tables whose partitions use slipstream
+CREATE TABLE events (id int, kind text, at date) PARTITION BY RANGE (at);
+CREATE TABLE events_2025 PARTITION OF events FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
+CREATE TABLE events_2026 PARTITION OF events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01');
+INSERT INTO events SELECT g, 'k' || (g % 3), date '2025-06-01' + g FROM generate_series(1, 400) g;
+SELECT tableoid::regclass, count(*) FROM events GROUP BY 1 ORDER BY 1;
+UPDATE events SET at = at + 300 WHERE id <= 10;  -- moves rows across partitions
+SELECT tableoid::regclass, count(*) FROM events GROUP BY 1 ORDER BY 1;
+SELECT c.relname, a.amname FROM pg_class c JOIN pg_am a ON a.oid = c.relam
+  WHERE c.relname LIKE 'events_%' ORDER BY 1;
+
+-- Temporary and unlogged tables are refused with a hint
+CREATE TEMP TABLE tmp (x int) USING slipstream;
+CREATE UNLOGGED TABLE unl (x int) USING slipstream;
+CREATE TABLE heapy (x int) USING heap;
+SELECT amname FROM pg_class c JOIN pg_am a ON a.oid = c.relam WHERE relname = 'heapy';
+
+-- DROP TABLE
+DROP TABLE items, price, ctas, selinto, fresh, events, heapy CASCADE;
+SELECT count(*) FROM pg_class WHERE relname IN ('items', 'ctas');
+DROP TABLE copied;
