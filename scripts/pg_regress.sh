@@ -27,7 +27,7 @@ run_as_postgres "$pgxs/src/test/regress/pg_regress" --inputdir="$root" --outputd
 if [ -n "$specs" ]; then
   run_as_postgres "$pgxs/src/test/isolation/pg_isolation_regress" --inputdir="$root" \
     --outputdir="$out/isolation" --host="$cluster/sock" --port="$port" --user=postgres \
-    --dbname=slipstream_isolation $specs || status=$?
+    --dbname=slipstream_isolation --load-extension=slipstream $specs || status=$?
 fi
 if [ "$status" != 0 ]; then
   for f in "$out/regression.diffs" "$out/isolation/regression.diffs"; do
