@@ -13,7 +13,7 @@ DEBIAN_PACKAGES = cmake g++ make pkg-config googletest libgtest-dev libgmock-dev
 
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build extension install demo bench test test-sanitize test-pg check format clean
+.PHONY: all deps build extension install demo bench test test-sanitize test-pg check format clean bench-rdma
 
 all: build
 
@@ -68,3 +68,20 @@ format:
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
+
+# The rdma benchmarks of docs/benchmarks.md: transport WRITE bandwidth/latency (rdma_bench,
+# beside memcpy, raw loopback TCP and UCX), the multi-buffer channel (channel_bench), then the
+# plots docs/rdma_*.png. CSV files go to RDMA_RESULTS. About 4 minutes on 2 cores.
+RDMA_RESULTS ?= results/rdma
+bench-rdma: deps
+	@missing=$$(for p in ucx-utils gnuplot-nox; do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(BUILD) -j$(JOBS) --target rdma_bench channel_bench
+	$(BUILD)/bench/rdma_bench --csv-dir=$(RDMA_RESULTS)
+	$(BUILD)/bench/channel_bench --csv-dir=$(RDMA_RESULTS)
+	gnuplot -e "csv='$(RDMA_RESULTS)'; out='docs'" scripts/plot_rdma.gp
