@@ -38,8 +38,12 @@ bool MemTable::Before(const MemNode* n, std::string_view ikey, uint64_t lsn) {
   return c < 0 || (c == 0 && n->lsn > lsn);
 }
 
-// Classic skiplist descent from the highest used level.
-MemNode* MemTable::FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** prev) const {
+// Classic skiplist descent from the highest used level. Returns the last node before
+// (ikey, lsn) at level 0 and, in *successor, the level-0 node that ended the descent: the
+// first at or after (ikey, lsn) as of that moment. Callers must use that node rather than
+// reload the link, which a concurrent insert may by then point at a newer node in between.
+MemNode* MemTable::FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** prev,
+                                MemNode** successor) const {
   MemNode* x = Head();
   int level = int(header_->max_height.load(std::memory_order_acquire)) - 1;
   while (true) {
@@ -48,7 +52,10 @@ MemNode* MemTable::FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** p
       x = next;
     } else {
       if (prev) prev[level] = x;
-      if (level == 0) return x;
+      if (level == 0) {
+        if (successor) *successor = next;
+        return x;
+      }
       level--;
     }
   }
@@ -87,7 +94,7 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind,
     for (int i = max_height; i < height; i++) prev[i] = Head();
     header_->max_height.store(uint32_t(height), std::memory_order_release);
   }
-  FindPrevious(ikey, lsn, prev);
+  FindPrevious(ikey, lsn, prev, nullptr);
   for (int i = 0; i < height; i++) {
     node->next[i].store(prev[i]->next[i].load(std::memory_order_relaxed),
                         std::memory_order_relaxed);
@@ -100,15 +107,16 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind,
 
 // Skips versions newer than the snapshot.
 const MemNode* MemTable::Find(std::string_view ikey, uint64_t max_lsn) const {
-  MemNode* x = FindPrevious(ikey, max_lsn, nullptr);
-  const MemNode* n = Node(x->next[0].load(std::memory_order_acquire));
+  MemNode* n = nullptr;
+  FindPrevious(ikey, max_lsn, nullptr, &n);
   if (n && n->key() == ikey) return n;
   return nullptr;
 }
 
 const MemNode* MemTable::Seek(std::string_view ikey) const {
-  MemNode* x = FindPrevious(ikey, UINT64_MAX, nullptr);
-  return Node(x->next[0].load(std::memory_order_acquire));
+  MemNode* n = nullptr;
+  FindPrevious(ikey, UINT64_MAX, nullptr, &n);
+  return n;
 }
 
 }  // namespace slipstream::engine

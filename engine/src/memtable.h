@@ -79,8 +79,10 @@ class MemTable {
   }
   // True if node n orders before (ikey, lsn).
   static bool Before(const MemNode* n, std::string_view ikey, uint64_t lsn);
-  // Fills prev[] with the last node before (ikey, lsn) at each level; returns the level-0 one.
-  MemNode* FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** prev) const;
+  // Fills prev[] with the last node before (ikey, lsn) at each level; returns the level-0 one
+  // and, in *successor, the level-0 node the descent stopped at.
+  MemNode* FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** prev,
+                        MemNode** successor) const;
   int RandomHeight() const;
 
   MemtableHeader* header_;

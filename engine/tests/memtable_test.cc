@@ -9,6 +9,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -342,6 +343,90 @@ TEST(MemTable, ConcurrentReadersSeeConsistentState) {
   uint64_t count = 0;
   for (const MemNode* n = t.First(); n; n = t.Next(n)) count++;
   EXPECT_EQ(count, uint64_t(kInserts));
+}
+
+}  // namespace
+}  // namespace slipstream::engine
+
+namespace slipstream::engine {
+namespace {
+
+// Several writers take turns under a mutex (the engine's write mutex) while each reads its
+// own key back without it: a lookup must never miss a version already inserted.
+TEST(MemTable, SerializedWritersReadTheirOwnWrites) {
+  MemArea area(160u << 20);
+  MemTable& t = area.table();
+  std::mutex write_mu;
+  std::atomic<uint64_t> next_lsn{1};
+  std::atomic<int> failures{0};
+  constexpr int kWritersHere = 3;
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWritersHere; w++) {
+    threads.emplace_back([&, w] {
+      std::mt19937 rng(w);
+      std::string padding(400, char('a' + w));
+      for (int i = 0; i < 20000 && failures.load() == 0; i++) {
+        std::string own = "counter" + std::to_string(w * 5 + int(rng() % 5));
+        uint64_t lsn;
+        {
+          std::lock_guard<std::mutex> g(write_mu);
+          lsn = next_lsn.fetch_add(1);
+          t.Insert(own, lsn, ValueKind::kInline, padding);
+          uint64_t other = next_lsn.fetch_add(1);
+          t.Insert("version-" + std::to_string(w) + "-" + std::to_string(i), other,
+                   ValueKind::kInline, padding);
+        }
+        const MemNode* n = t.Find(own, UINT64_MAX);
+        if (n == nullptr || n->lsn != lsn) {
+          if (failures.fetch_add(1) == 0) {
+            ADD_FAILURE() << "writer " << w << " lost " << own << "@" << lsn << ": found "
+                          << (n ? std::to_string(n->lsn) : "nothing");
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+}  // namespace
+}  // namespace slipstream::engine
+
+namespace slipstream::engine {
+namespace {
+
+// A lookup must not miss a key while another thread inserts keys that sort just before it:
+// the descent's last link may change under the reader, which must use the node it compared.
+TEST(MemTable, LookupsSurviveInsertsRightBeforeTheKey) {
+  MemArea area(128u << 20);
+  MemTable& t = area.table();
+  constexpr int kTargets = 64;
+  uint64_t lsn = 1;
+  for (int i = 0; i < kTargets; i++) {
+    t.Insert("key" + std::to_string(1000 + i) + "b", lsn++, ValueKind::kInline, "target");
+  }
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> misses{0}, lookups{0};
+  std::thread reader([&] {
+    std::mt19937 rng(5);
+    while (!done.load(std::memory_order_relaxed)) {
+      std::string key = "key" + std::to_string(1000 + int(rng() % kTargets)) + "b";
+      if (t.Find(key, UINT64_MAX) == nullptr) misses++;
+      lookups++;
+    }
+  });
+  std::mt19937 rng(6);
+  for (int i = 0; i < 400000; i++) {
+    // Ever larger "key1234a<n>" keys land right before the target "key1234b".
+    char suffix[16];
+    snprintf(suffix, sizeof(suffix), "a%08d", i);
+    t.Insert("key" + std::to_string(1000 + int(rng() % kTargets)) + suffix, lsn++,
+             ValueKind::kInline, "x");
+  }
+  done.store(true);
+  reader.join();
+  EXPECT_EQ(misses.load(), 0u) << "of " << lookups.load() << " lookups";
 }
 
 }  // namespace
