@@ -297,3 +297,49 @@ slipstream_compact(PG_FUNCTION_ARGS)
 	relation_close(rel, AccessShareLock);
 	PG_RETURN_VOID();
 }
+
+PG_FUNCTION_INFO_V1(slipstream_row_versions);
+
+/*
+ * slipstream.row_versions(regclass): every stored row version (dead ones too) with its MVCC
+ * header, like pageinspect's heap_page_items; for diagnosis, superusers only.
+ */
+Datum
+slipstream_row_versions(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Relation	rel;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+
+	require_arg(fcinfo, 0, "the table");
+	if (!superuser())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to read raw row versions"),
+				 errhint("Only superusers may call slipstream.row_versions.")));
+	rel = open_slipstream_table(PG_GETARG_OID(0), AccessShareLock);
+	InitMaterializedSRF(fcinfo, 0);
+	scan = table_beginscan(rel, SnapshotAny, 0, NULL);
+	slot = table_slot_create(rel, NULL);
+	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	{
+		bool		should_free;
+		HeapTuple	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
+		HeapTupleHeader h = tuple->t_data;
+		Datum		values[6];
+		bool		nulls[6] = {0};
+
+		values[0] = PointerGetDatum(&tuple->t_self);
+		values[1] = TransactionIdGetDatum(HeapTupleHeaderGetRawXmin(h));
+		values[2] = TransactionIdGetDatum(HeapTupleHeaderGetRawXmax(h));
+		values[3] = Int32GetDatum(h->t_infomask);
+		values[4] = Int32GetDatum(h->t_infomask2);
+		values[5] = PointerGetDatum(&h->t_ctid);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	relation_close(rel, AccessShareLock);
+	return (Datum) 0;
+}

@@ -275,6 +275,7 @@ acquire_row(Acquisition *acq, CommandId cid, Snapshot crosscheck, LockTupleMode 
 		int			n,
 					nkeep = 0,
 					nconflicts = 0;
+		bool		committed_updater = false;
 		MultiXactStatus ours = status_for_mode(mode, is_update);
 
 		LWLockAcquire(acq->row_lock, LW_EXCLUSIVE);
@@ -307,7 +308,16 @@ acquire_row(Acquisition *acq, CommandId cid, Snapshot crosscheck, LockTupleMode 
 				members[i].status == MultiXactStatusNoKeyUpdate;
 
 			if (!member_live(xid))
-				continue;		/* finished lockers and aborted updaters drop out */
+			{
+				/* Finished lockers and aborted updaters drop out... */
+				if (is_updater && TransactionIdDidCommit(xid))
+				{
+					/* ...but an updater that committed since the check above changed the row. */
+					committed_updater = true;
+					break;
+				}
+				continue;
+			}
 			if (TransactionIdIsCurrentTransactionId(xid))
 			{
 				/* Our own earlier hold (a lock: an update would have ended above) merges. */
@@ -321,6 +331,13 @@ acquire_row(Acquisition *acq, CommandId cid, Snapshot crosscheck, LockTupleMode 
 				conflicts[nconflicts++] = xid;
 			else
 				keep[nkeep++] = members[i];
+		}
+		if (committed_updater)
+		{
+			/* Look again: the check now reports the row as updated (TM_Updated). */
+			LWLockRelease(acq->row_lock);
+			acq->row_locked = false;
+			continue;
 		}
 		if (nconflicts > 0)
 		{

@@ -44,3 +44,8 @@ GRANT EXECUTE ON FUNCTION compact(regclass) TO slipstream_admin;
 CREATE VIEW engine AS SELECT * FROM engine_stats();
 CREATE VIEW levels AS SELECT * FROM level_stats();
 GRANT USAGE ON SCHEMA slipstream TO PUBLIC;
+
+CREATE FUNCTION row_versions(rel regclass)
+RETURNS TABLE(ctid tid, xmin xid, xmax xid, infomask integer, infomask2 integer, next_ctid tid)
+AS 'MODULE_PATHNAME', 'slipstream_row_versions' LANGUAGE C VOLATILE;
+REVOKE ALL ON FUNCTION row_versions(regclass) FROM PUBLIC;

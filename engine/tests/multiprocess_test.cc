@@ -881,11 +881,11 @@ struct CounterLocks {
 // must return the value the last Put of that key stored, whatever the memtable switches and
 // compactions done meanwhile by other processes.
 int CounterMain(const Options& options, const Arena& arena, KeyspaceId ks, int w,
-                CounterLocks* locks, Control* ctl, int slot) {
+                CounterLocks* locks, Control* ctl, int slot, size_t value_size = 400) {
   std::unique_ptr<Engine> e;
   if (int rc = OpenChildEngine(options, arena, ctl, slot, &e)) return rc;
   std::mt19937 rng(77 + w);
-  std::string padding(400, char('a' + w));
+  std::string padding(value_size, char('a' + w));
   for (int i = 0; i < kIncrementsPerWriter; i++) {
     int k = int(rng() % kCounterKeys);
     std::string key = "counter" + std::to_string(k);
@@ -928,8 +928,25 @@ Options TinyMemtableOptions(const std::string& dir) {
   return o;
 }
 
-TEST(MultiProcess, ReadModifyWriteCountersSurviveCompactions) {
-  TestEngine t(TinyMemtableOptions);
+// Scans the whole keyspace over and over, as VACUUM and ANALYZE do beside the writers.
+int ScannerMain(const Options& options, const Arena& arena, KeyspaceId ks, Control* ctl, int slot) {
+  std::unique_ptr<Engine> e;
+  if (int rc = OpenChildEngine(options, arena, ctl, slot, &e)) return rc;
+  uint64_t rounds = 0;
+  while (!ctl->stop.load()) {
+    std::unique_ptr<Iterator> it = e->NewIterator(ks);
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    }
+    if (!it->status().ok()) {
+      return Fail(ctl, slot, kExitScanStatus, "scan: %s", it->status().ToString().c_str());
+    }
+    ctl->progress[slot].store(++rounds);
+  }
+  return kExitOk;
+}
+
+void RunCounters(Options (*make)(const std::string&), size_t value_size) {
+  TestEngine t(make);
   KeyspaceId ks;
   ASSERT_TRUE(t->CreateKeyspace(21, &ks).ok());
   SharedControl ctl;
@@ -946,19 +963,25 @@ TEST(MultiProcess, ReadModifyWriteCountersSurviveCompactions) {
   for (int w = 0; w < kWriters; w++, slot++) {
     int s = slot;
     writers.push_back(Spawn(s, "counter writer " + std::to_string(w), [&, w, s] {
-      return CounterMain(o, arena, ks, w, locks, ctl.get(), s);
+      return CounterMain(o, arena, ks, w, locks, ctl.get(), s, value_size);
     }));
   }
   int bg_slot = slot;
   Child background =
       Spawn(bg_slot, "background", [&] { return BackgroundMain(o, arena, ctl.get(), bg_slot); });
+  int scan_slot = bg_slot + 1;
+  Child scanner = Spawn(scan_slot, "scanner", [&] {
+    return ScannerMain(o, arena, ks, ctl.get(), scan_slot);
+  });
   bool hung = false;
   for (Child& c : writers) Reap(&c, 120, &hung);
   ctl->stop.store(1);
   Reap(&background, 60, &hung);
+  Reap(&scanner, 60, &hung);
   std::string failures;
   for (const Child& c : writers) failures += Outcome(c, ctl.get());
   failures += Outcome(background, ctl.get());
+  failures += Outcome(scanner, ctl.get());
   ASSERT_FALSE(hung) << failures;
   ASSERT_TRUE(failures.empty()) << failures;
 
@@ -973,6 +996,21 @@ TEST(MultiProcess, ReadModifyWriteCountersSurviveCompactions) {
   ASSERT_TRUE(t->Verify().ok());
   munmap(page, sizeof(CounterLocks));
 }
+
+// The table AM's shape: 8-byte keys, rows of ~130 bytes (medium), PostgreSQL's default sizes
+// with a small L0, so that values also live behind medium-log pointers in upper levels.
+Options TableLikeOptions(const std::string& dir) {
+  Options o;
+  o.directory = dir;
+  o.l0_size = 1u << 20;
+  o.max_device_size = 4ull << 30;
+  o.use_fsync = false;
+  return o;
+}
+
+TEST(MultiProcess, ReadModifyWriteCountersSurviveCompactions) { RunCounters(TinyMemtableOptions, 400); }
+
+TEST(MultiProcess, ReadModifyWriteMediumRowsLikeTheTableAm) { RunCounters(TableLikeOptions, 120); }
 
 }  // namespace
 }  // namespace slipstream::engine::test
