@@ -25,6 +25,7 @@
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "optimizer/plancat.h"
+#include "pgstat.h"
 #include "storage/bufmgr.h"
 #include "storage/procarray.h"
 #include "storage/smgr.h"
@@ -522,30 +523,43 @@ ss_relation_toast_am(Relation rel)
 }
 
 /*
- * Planner size estimate: rows from the row id high-water mark (row ids are dense, VACUUM's
- * counts correct it) and pages from rows times their estimated width.
+ * Planner size estimate. Rows: from the row id high-water mark (row ids are dense), scaled by
+ * the live fraction the last VACUUM or ANALYZE saw. Pages: every stored version costs a
+ * sequential scan, dead ones included until VACUUM removes them, so pages count live plus
+ * dead versions (the statistics collector's counts) at their estimated width. A small table
+ * with many dead versions thus looks as expensive to scan as it is, and the planner prefers
+ * its index. A scan also pays a fixed price (an engine iterator over every level), charged as
+ * SS_MIN_SCAN_PAGES: a point lookup on a tiny table goes through its index, which costs one
+ * engine read instead of a walk over versions that pile up between VACUUMs.
  */
+#define SS_MIN_SCAN_PAGES 10
+
 static void
 ss_relation_estimate_size(Relation rel, int32 *attr_widths, BlockNumber *pages, double *tuples,
 						  double *allvisfrac)
 {
 	double		high = (double) ss_rowid_high(rel, ss_rel_keyspace(rel));
 	double		rows = high;
+	double		stored = high;
 	int32		width = get_rel_data_width(rel, attr_widths);
+	PgStat_StatTabEntry *stats = pgstat_fetch_stat_tabentry(RelationGetRelid(rel));
 	double		bytes;
 
 	if (rel->rd_rel->relpages > 0 && rel->rd_rel->reltuples >= 0)
 	{
-		/* Scale the last VACUUM/ANALYZE's live fraction to today's row ids. */
 		double		id_space = (double) rel->rd_rel->relpages * SS_ROWS_PER_BLOCK;
 
 		rows = high * Min(1.0, rel->rd_rel->reltuples / Max(id_space, 1.0));
 	}
-	bytes = rows * (width + SizeofHeapTupleHeader + SS_KEY_SIZE + 16);
+	if (stats != NULL && stats->n_live_tuples + stats->n_dead_tuples > 0)
+		stored = Max(rows, (double) (stats->n_live_tuples + stats->n_dead_tuples));
+	else
+		stored = rows;
+	bytes = stored * (width + SizeofHeapTupleHeader + SS_KEY_SIZE + 16);
 	*tuples = rows;
 	*pages = (BlockNumber) Min(ceil(bytes / BLCKSZ), (double) MaxBlockNumber);
-	if (*tuples > 0 && *pages == 0)
-		*pages = 1;
+	if (*tuples > 0 && *pages < SS_MIN_SCAN_PAGES)
+		*pages = SS_MIN_SCAN_PAGES;
 	*allvisfrac = 0;
 }
 
