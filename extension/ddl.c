@@ -10,6 +10,7 @@
 #include "slipstream.h"
 
 #include <math.h>
+#include <sys/stat.h>
 
 #include "access/genam.h"
 
@@ -22,6 +23,7 @@
 #include "catalog/pg_am_d.h"
 #include "catalog/pg_tablespace_d.h"
 #include "catalog/storage.h"
+#include "catalog/storage_xlog.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "optimizer/plancat.h"
@@ -48,24 +50,45 @@ check_storage(const RelFileNode *node, char persistence)
 				 errmsg("slipstream tables must live in the pg_default tablespace"),
 				 errhint("The engine keeps all its data under the data directory; create the "
 						 "table without TABLESPACE.")));
-	if (persistence != RELPERSISTENCE_PERMANENT)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("slipstream does not support %s tables",
-						persistence == RELPERSISTENCE_TEMP ? "temporary" : "unlogged"),
-				 errhint("Create the table with USING heap.")));
+}
+
+/*
+ * Whether a relation file of another persistence already uses this relfilenode in this
+ * database: PostgreSQL only checks the path of the persistence it creates, so a temporary
+ * table's new file node could in principle (after OID wraparound) equal a permanent one's.
+ */
+static bool
+other_file_uses_relnode(Oid relnode, char persistence)
+{
+	char		path[MAXPGPATH];
+	struct stat st;
+
+	if (persistence == RELPERSISTENCE_TEMP)
+	{
+		snprintf(path, sizeof(path), "base/%u/%u", MyDatabaseId, relnode);
+		return stat(path, &st) == 0;
+	}
+	return ss_temp_file_exists(MyDatabaseId, relnode);
 }
 
 /* Starts an empty keyspace for a new file node, dropping a stale one with the same tag. */
 static void
-fresh_keyspace(uint64 tag, bool wal)
+fresh_keyspace(uint64 tag, bool wal, char persistence)
 {
 	uint32		stale;
 
 	ss_engine_ready();
 	stale = ss_keyspace_for_tag(tag, false);
 	if (stale != 0)
+	{
+		if (other_file_uses_relnode((Oid) (tag & 0xffffffff), persistence))
+			ereport(ERROR,
+					(errcode(ERRCODE_DUPLICATE_OBJECT),
+					 errmsg("slipstream: relfilenode %u is in use by a relation of another "
+							"persistence", (Oid) (tag & 0xffffffff)),
+					 errhint("Retry the command: the next attempt picks another file node.")));
 		SS_CHECK(ss_keyspace_drop(stale), "dropping a stale keyspace");
+	}
 	ss_forget_rowids(tag);
 	if (wal)
 	{
@@ -96,8 +119,16 @@ ss_relation_set_new_filenode(Relation rel, const RelFileNode *newrnode, char per
 	*freeze_xid = RecentXmin;
 	*minmulti = GetOldestMultiXactId();
 	srel = RelationCreateStorage(*newrnode, persistence, true);
+	if (persistence == RELPERSISTENCE_UNLOGGED)
+	{
+		/* The init fork tells PostgreSQL (and the worker after a crash) to empty it. */
+		smgrcreate(srel, INIT_FORKNUM, false);
+		log_smgrcreate(newrnode, INIT_FORKNUM);
+		smgrimmedsync(srel, INIT_FORKNUM);
+	}
 	smgrclose(srel);
-	fresh_keyspace(ss_tag(MyDatabaseId, newrnode->relNode), true);
+	fresh_keyspace(ss_tag(MyDatabaseId, newrnode->relNode),
+				   persistence == RELPERSISTENCE_PERMANENT, persistence);
 	forget_cached_keyspace(rel);
 }
 
@@ -107,7 +138,7 @@ ss_relation_nontransactional_truncate(Relation rel)
 {
 	uint64		tag = ss_tag(MyDatabaseId, rel->rd_node.relNode);
 
-	fresh_keyspace(tag, ss_rel_needs_wal(rel));
+	fresh_keyspace(tag, ss_rel_needs_wal(rel), rel->rd_rel->relpersistence);
 	forget_cached_keyspace(rel);
 }
 

@@ -173,6 +173,11 @@ extern void ss_advance_horizon(void);
 extern bool ss_persist_barrier(char *msg, size_t msg_size);
 
 /* ---- background worker (worker.c) ---- */
+/* Whether a temporary relation file t<backend>_<relnode> exists in database `db`. */
+extern bool ss_temp_file_exists(Oid db, Oid relnode);
+/* After a crash: empties unlogged relations' keyspaces (their init fork marks them). */
+extern void ss_reset_unlogged_after_crash(void);
+extern void ss_mark_clean_shutdown(void);
 extern void ss_register_worker(void);
 PGDLLEXPORT void ss_worker_main(Datum arg);
 

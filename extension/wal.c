@@ -447,6 +447,7 @@ ss_replay_wal(void)
 
 	pg_atomic_write_u32(&ss_shared->replay_state, 1);
 	ss_engine_attach();
+	ss_reset_unlogged_after_crash();
 	acquire_slot();
 	start = MyReplicationSlot->data.restart_lsn;
 	end = GetFlushRecPtr(NULL);

@@ -7,13 +7,16 @@
  */
 #include "slipstream.h"
 
+#include <glob.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/pmsignal.h"
+#include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
@@ -62,11 +65,92 @@ sweep_one(uint64 tag, uint32 keyspace, void *arg)
 	snprintf(path, sizeof(path), "base/%u/%u", db, relnode);
 	if (stat(path, &st) == 0 || errno != ENOENT)
 		return;
+	if (ss_temp_file_exists(db, relnode))
+		return;					/* a temporary table's file */
 	if (ss_keyspace_drop(keyspace) == SS_OK)
 	{
 		ss_forget_rowids(tag);
 		state->dropped++;
 	}
+}
+
+/* Whether a temporary relation file t<backend>_<relnode> exists in database `db`. */
+bool
+ss_temp_file_exists(Oid db, Oid relnode)
+{
+	char		pattern[MAXPGPATH];
+	glob_t		matches;
+	bool		found;
+
+	snprintf(pattern, sizeof(pattern), "base/%u/t*_%u", db, relnode);
+	found = glob(pattern, GLOB_NOSORT, NULL, &matches) == 0 && matches.gl_pathc > 0;
+	globfree(&matches);
+	return found;
+}
+
+/* Drops a keyspace whose relation is unlogged (it has an init fork). */
+static void
+reset_if_unlogged(uint64 tag, uint32 keyspace, void *arg)
+{
+	char		path[MAXPGPATH];
+	struct stat st;
+	int		   *reset = (int *) arg;
+
+	if ((tag >> 32) == 0)
+		return;
+	snprintf(path, sizeof(path), "base/%u/%u_init", (Oid) (tag >> 32), (Oid) (tag & 0xffffffff));
+	if (stat(path, &st) != 0)
+		return;
+	if (ss_keyspace_drop(keyspace) == SS_OK)
+	{
+		ss_forget_rowids(tag);
+		(*reset)++;
+	}
+}
+
+/* Path of the marker the worker leaves after a clean shutdown. */
+static void
+clean_marker_path(char *path, size_t size)
+{
+	snprintf(path, size, "%s/slipstream/clean_shutdown", DataDir);
+}
+
+/*
+ * Unlogged tables are emptied after a crash, as PostgreSQL empties their files; a clean
+ * shutdown leaves a marker that says there was none. Called once per start, before replay.
+ */
+void
+ss_reset_unlogged_after_crash(void)
+{
+	char		path[MAXPGPATH];
+	struct stat st;
+	int			reset = 0;
+
+	clean_marker_path(path, sizeof(path));
+	if (stat(path, &st) == 0)
+	{
+		if (unlink(path) != 0)
+			ereport(ERROR, (errcode_for_file_access(),
+							errmsg("could not remove \"%s\": %m", path)));
+		return;
+	}
+	SS_CHECK(ss_keyspace_list(reset_if_unlogged, &reset), "listing keyspaces");
+	if (reset > 0)
+		ereport(LOG, (errmsg("slipstream: emptied %d unlogged tables after a crash", reset)));
+}
+
+/* Leaves the clean-shutdown marker (after the final sync). */
+void
+ss_mark_clean_shutdown(void)
+{
+	char		path[MAXPGPATH];
+	FILE	   *f;
+
+	clean_marker_path(path, sizeof(path));
+	f = AllocateFile(path, "w");
+	if (f == NULL || FreeFile(f) != 0)
+		ereport(WARNING, (errcode_for_file_access(),
+						  errmsg("could not write \"%s\": %m", path)));
 }
 
 /* Drops every keyspace whose relation file is gone. */
@@ -154,5 +238,6 @@ ss_worker_main(Datum arg)
 	}
 	/* Shutdown: everything applied becomes durable in the engine, the slot moves up. */
 	ss_advance_horizon();
+	ss_mark_clean_shutdown();
 	proc_exit(0);
 }

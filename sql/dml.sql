@@ -95,13 +95,25 @@ SELECT tableoid::regclass, count(*) FROM events GROUP BY 1 ORDER BY 1;
 SELECT c.relname, a.amname FROM pg_class c JOIN pg_am a ON a.oid = c.relam
   WHERE c.relname LIKE 'events_%' ORDER BY 1;
 
--- Temporary and unlogged tables are refused with a hint
-CREATE TEMP TABLE tmp (x int) USING slipstream;
+-- Temporary and unlogged tables work too (no WAL; unlogged ones are emptied after a crash)
+CREATE TEMP TABLE tmp (x int PRIMARY KEY, y text) USING slipstream;
+INSERT INTO tmp SELECT g, 't' || g FROM generate_series(1, 100) g;
+UPDATE tmp SET y = 'u' WHERE x <= 10;
+SELECT count(*), count(*) FILTER (WHERE y = 'u') FROM tmp;
+TRUNCATE tmp;
+INSERT INTO tmp VALUES (1, 'after truncate');
+SELECT * FROM tmp;
 CREATE UNLOGGED TABLE unl (x int) USING slipstream;
+INSERT INTO unl SELECT generate_series(1, 20);
+SELECT count(*) FROM unl;
+SET allow_in_place_tablespaces = true;
+CREATE TABLESPACE slipstream_regress_ts LOCATION '';
+CREATE TABLE tbs (x int) USING slipstream TABLESPACE slipstream_regress_ts;
+DROP TABLESPACE slipstream_regress_ts;
 CREATE TABLE heapy (x int) USING heap;
 SELECT amname FROM pg_class c JOIN pg_am a ON a.oid = c.relam WHERE relname = 'heapy';
 
 -- DROP TABLE
-DROP TABLE items, price, ctas, selinto, fresh, events, heapy CASCADE;
+DROP TABLE items, price, ctas, selinto, fresh, events, heapy, tmp, unl CASCADE;
 SELECT count(*) FROM pg_class WHERE relname IN ('items', 'ctas');
 DROP TABLE copied;
