@@ -13,7 +13,7 @@ DEBIAN_PACKAGES = cmake g++ make pkg-config googletest libgtest-dev libgmock-dev
 
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build extension install demo bench test test-sanitize test-pg check format clean bench-rdma
+.PHONY: all deps build extension install demo demo-engine bench test test-sanitize test-pg check format clean bench-rdma
 
 all: build
 
@@ -38,8 +38,13 @@ extension: build
 install: extension
 	$(SUDO) $(MAKE) -C extension BUILD_DIR=$(abspath $(BUILD)) install
 
-# The main job (for now): the engine benchmark against RocksDB, with its summary.
-demo: build
+# The main job: slipstream inside a local PostgreSQL cluster (scripts/demo.sh): load a
+# usertable, run YCSB workload A, print throughput and the engine's statistics.
+demo: install
+	scripts/demo.sh
+
+# The engine alone against RocksDB (the old demo).
+demo-engine: build
 	$(BUILD)/bench/engine_bench --num=$(DEMO_NUM)
 
 # The full engine benchmark of docs/benchmarks.md.

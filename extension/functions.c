@@ -204,7 +204,13 @@ slipstream_engine_stats(PG_FUNCTION_ARGS)
 	SS_CHECK(ss_stats(&s), "reading engine statistics");
 	put_stat(st, d, "l0_entries", s.l0_entries);
 	put_stat(st, d, "l0_bytes", s.l0_bytes);
-	put_stat(st, d, "levels_in_use", s.nlevels);
+	{
+		int			in_use = 0;
+
+		for (uint32 i = 0; i < s.nlevels; i++)
+			in_use += s.levels[i].entries > 0;
+		put_stat(st, d, "levels_in_use", in_use);
+	}
 	put_stat(st, d, "user_bytes_written", s.user_bytes_written);
 	put_stat(st, d, "device_bytes_written", s.device_bytes_written);
 	put_stat(st, d, "device_bytes_read", s.device_bytes_read);
