@@ -63,6 +63,7 @@ test-sanitize: deps
 # pg_regress and isolation suites on a private cluster run by the postgres OS user.
 test-pg: install
 	scripts/pg_regress.sh
+	tests/pg_preload_test.sh
 	tests/pg_contention_test.sh
 	tests/pg_crash_test.sh
 
