@@ -500,8 +500,10 @@ class TcpConnection : public Connection {
     return SendVector(iov);
   }
 
-  // The sender thread: responses to the peer first, then posted requests in order, holding a
-  // fenced request back until every earlier one has completed.
+  // The sender thread: responses to the peer first, then posted requests in order. The
+  // target's agent places WRITEs strictly one after another, so a fenced request only waits
+  // for earlier READs (whose replies the agent may still be sending from the region): the
+  // IBV_SEND_FENCE rule, and no round trip per fence on the common WRITE-after-WRITE path.
   void SenderLoop() {
     // The ring belongs to this thread alone: created, used and torn down here, so any io_uring
     // task work is this thread's business and never interrupts an application thread.
@@ -532,7 +534,7 @@ class TcpConnection : public Connection {
       if (state_.ok() && next_to_send_ < next_sequence_) {
         std::shared_ptr<PendingRequest> pending =
             in_flight_[next_to_send_ - in_flight_.front()->sequence];
-        if (pending->wr.fence && in_flight_.front() != pending) {
+        if (pending->wr.fence && ReadInFlightBefore(pending->sequence)) {
           cv_.wait(lock);
           continue;
         }
@@ -541,6 +543,15 @@ class TcpConnection : public Connection {
       }
       cv_.wait(lock);
     }
+  }
+
+  // Whether a READ posted before request `sequence` has not completed yet (mu_ held).
+  bool ReadInFlightBefore(uint64_t sequence) const {
+    for (const std::shared_ptr<PendingRequest>& p : in_flight_) {
+      if (p->sequence >= sequence) break;
+      if (p->wr.opcode == Opcode::kRead) return true;
+    }
+    return false;
   }
 
   // Sends one request (mu_ held on entry and exit, released while sending), applying the
