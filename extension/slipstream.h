@@ -178,6 +178,7 @@ extern bool ss_temp_file_exists(Oid db, Oid relnode);
 /* After a crash: empties unlogged relations' keyspaces (their init fork marks them). */
 extern void ss_reset_unlogged_after_crash(void);
 extern void ss_mark_clean_shutdown(void);
+extern void ss_forget_clean_shutdown(void);
 extern void ss_register_worker(void);
 PGDLLEXPORT void ss_worker_main(Datum arg);
 

@@ -445,6 +445,17 @@ ss_replay_wal(void)
 	XLogReaderState *reader;
 	uint64		applied = 0;
 
+	if (pg_atomic_read_u32(&ss_shared->replay_state) == 2)
+	{
+		/*
+		 * A restarted worker in a running server: the gate is open and backends change the
+		 * engine, so replaying older WAL now would overwrite newer rows. Nothing to do.
+		 */
+		ss_engine_attach();
+		ss_forget_clean_shutdown();	/* the server did not stop: the marker means nothing */
+		acquire_slot();
+		return;
+	}
 	pg_atomic_write_u32(&ss_shared->replay_state, 1);
 	ss_engine_attach();
 	ss_reset_unlogged_after_crash();

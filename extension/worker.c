@@ -139,6 +139,18 @@ ss_reset_unlogged_after_crash(void)
 		ereport(LOG, (errmsg("slipstream: emptied %d unlogged tables after a crash", reset)));
 }
 
+/* Removes a clean-shutdown marker left by a worker that stopped while the server ran on. */
+void
+ss_forget_clean_shutdown(void)
+{
+	char		path[MAXPGPATH];
+
+	clean_marker_path(path, sizeof(path));
+	if (unlink(path) != 0 && errno != ENOENT)
+		ereport(ERROR, (errcode_for_file_access(),
+						errmsg("could not remove \"%s\": %m", path)));
+}
+
 /* Leaves the clean-shutdown marker (after the final sync). */
 void
 ss_mark_clean_shutdown(void)
@@ -239,5 +251,6 @@ ss_worker_main(Datum arg)
 	/* Shutdown: everything applied becomes durable in the engine, the slot moves up. */
 	ss_advance_horizon();
 	ss_mark_clean_shutdown();
-	proc_exit(0);
+	/* Exit code 1: if only the worker was told to stop, the postmaster starts it again. */
+	proc_exit(1);
 }
