@@ -389,6 +389,10 @@ Status EngineImpl::MergeLocked(const Version& v, MergeSource* newer, MergeSource
 Status EngineImpl::CompactL0Locked() {
   Version v = ReadVersion();
   if (v.immutable_memtable < 0) return Status::OK();
+  // The new level will point at the memtable's large values: they must be on the device
+  // before the manifest names the level (the fdatasync in PublishCompaction makes them durable).
+  Status flushed = FlushLogs(false, 0);
+  if (!flushed.ok()) return flushed;
   if (options_.persist_barrier) {  // the sealed memtable takes no more appends
     Status s = options_.persist_barrier();
     if (!s.ok()) return s;

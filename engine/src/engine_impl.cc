@@ -679,6 +679,8 @@ bool EngineImpl::SwitchMemtable(bool force) {
   v.immutable_memtable = v.active_memtable;
   v.active_memtable = other;
   v.active_first_log_sequence = shared_->l0_log.buffers[shared_->l0_log.current].sequence;
+  v.immutable_first_large_sequence = v.active_first_large_sequence;
+  v.active_first_large_sequence = shared_->large_log.buffers[shared_->large_log.current].sequence;
   shared_->version_seq.fetch_add(1);
   WakeBackground();
   return true;

@@ -18,7 +18,7 @@ namespace slipstream::engine {
 namespace {
 
 constexpr uint64_t kManifestMagic = 0x31464e414d535353ull;  // "SSSMANF1"
-constexpr uint32_t kManifestVersion = 1;
+constexpr uint32_t kManifestVersion = 2;  // 2 added the first uncompacted large-log sequence
 
 // Bounds-checked reading of the manifest image.
 class ManifestReader {
@@ -72,6 +72,8 @@ std::string EngineImpl::SerializeManifest(Lsn snapshot_lsn) const {
   Append(&out, s->next_keyspace_id);
   Append(&out, s->l0_log.next_sequence);
   Append(&out, s->large_log.next_sequence);
+  Append(&out, s->current.immutable_memtable >= 0 ? s->current.immutable_first_large_sequence
+                                                   : s->current.active_first_large_sequence);
   for (uint32_t level = 1; level <= options_.max_levels; level++) Append(&out, s->current.levels[level]);
   std::string segs;
   uint32_t nsegs = 0;
@@ -133,6 +135,7 @@ Status EngineImpl::Recover() {
 Status EngineImpl::ReplayLogs(const std::string& image) {
   SharedState* st = shared_;
   Lsn snapshot_lsn = 0;
+  uint64_t first_large_sequence = 0;  // version 1 manifests: rescan every large segment
   if (!image.empty()) {
     if (image.size() < 4 || crc32c::Value(image.data(), image.size() - 4) !=
                                 DecodeFixed32(image.data() + image.size() - 4)) {
@@ -143,7 +146,7 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
     uint32_t version, segment_size, node_size, max_levels;
     bool ok = r.Get(&magic) && r.Get(&version) && r.Get(&segment_size) && r.Get(&node_size) &&
               r.Get(&max_levels);
-    if (!ok || magic != kManifestMagic || version != kManifestVersion) {
+    if (!ok || magic != kManifestMagic || version < 1 || version > kManifestVersion) {
       return Status::Corruption("MANIFEST has a bad magic number or version");
     }
     if (segment_size != options_.segment_size || node_size != options_.node_size ||
@@ -154,6 +157,7 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
     ok = r.Get(&st->manifest_number) && r.Get(&st->compacted_lsn) && r.Get(&snapshot_lsn) &&
          r.Get(&st->next_tree_id) && r.Get(&st->next_keyspace_id) &&
          r.Get(&st->l0_log.next_sequence) && r.Get(&st->large_log.next_sequence);
+    if (ok && version >= 2) ok = r.Get(&first_large_sequence);
     for (uint32_t level = 1; ok && level <= max_levels; level++) ok = r.Get(&st->current.levels[level]);
     uint32_t nsegs = 0, nks = 0;
     ok = ok && r.Get(&nsegs);
@@ -195,12 +199,13 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
     if (info.kind == uint8_t(SegmentKind::kLargeLog)) large_known[info.sequence] = uint32_t(i);
   }
 
-  // Follows a log's chain: the known segments in order (only from the newest for the large
-  // log, whose older sealed segments the manifest describes), then NEXT records onwards.
-  auto follow = [&](std::map<uint64_t, uint32_t>& known, SegmentKind kind, bool all,
+  // Follows a log's chain: the known segments from sequence `from` on (always the newest),
+  // then NEXT records onwards. Older large-log segments hold only compacted values, which the
+  // manifest describes exactly.
+  auto follow = [&](std::map<uint64_t, uint32_t>& known, SegmentKind kind, uint64_t from,
                     std::vector<ScannedSegment>* chain) -> Status {
-    std::vector<std::pair<uint64_t, uint32_t>> todo(known.begin(), known.end());
-    if (!all && todo.size() > 1) todo.erase(todo.begin(), todo.end() - 1);
+    std::vector<std::pair<uint64_t, uint32_t>> todo(known.lower_bound(from), known.end());
+    if (todo.empty() && !known.empty()) todo.push_back(*known.rbegin());
     size_t i = 0;
     while (i < todo.size()) {
       auto [sequence, segment] = todo[i++];
@@ -235,8 +240,8 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
   };
 
   std::vector<ScannedSegment> large_chain, l0_chain;
-  Status s = follow(large_known, SegmentKind::kLargeLog, false, &large_chain);
-  if (s.ok()) s = follow(l0_known, SegmentKind::kL0Log, true, &l0_chain);
+  Status s = follow(large_known, SegmentKind::kLargeLog, first_large_sequence, &large_chain);
+  if (s.ok()) s = follow(l0_known, SegmentKind::kL0Log, 0, &l0_chain);
   if (!s.ok()) return s;
   for (size_t k = 0; k + 1 < l0_chain.size(); k++) {
     if (l0_chain[k].scan.stopped_at_damage) {
@@ -274,6 +279,7 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
   // Replay the L0 log batch by batch; stop (and cut the log) at the first batch whose large
   // value did not survive, so the recovered state is a prefix of the acknowledged history.
   Lsn last_lsn = st->last_lsn.load();
+  const Lsn manifest_compacted_lsn = st->compacted_lsn;
   size_t cut_segment = l0_chain.size();
   uint32_t cut_offset = 0;
   for (size_t k = 0; k < l0_chain.size() && cut_segment == l0_chain.size(); k++) {
@@ -363,17 +369,24 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
   st->last_lsn.store(last_lsn);
   st->durable_lsn.store(last_lsn);
 
-  // Account large-log records appended after the manifest: written, and invalid unless an
-  // L0 record that survived references them.
+  // Re-derive the accounting of the scanned large segments. The manifest counted every value
+  // appended before it was written, but values of uncompacted memtables may have been lost
+  // with the crash (never written out) or orphaned (their L0 record lost). So: written is
+  // what the scan found; compacted values (lsn <= compacted_lsn) were on the device before
+  // the manifest named them, and the manifest's invalid bytes concern only those; an
+  // uncompacted value is garbage unless an L0 record that survived references it.
   for (const ScannedSegment& ss : large_chain) {
     SegmentInfo& info = segments()[ss.segment];
-    bool in_manifest = large_known.count(ss.sequence) && large_known[ss.sequence] == ss.segment;
+    uint64_t written = 0;
     for (const ScannedRecord& rec : ss.scan.records) {
-      if (rec.type != LogRecordType::kValue || (in_manifest && rec.lsn <= snapshot_lsn)) continue;
+      if (rec.type != LogRecordType::kValue) continue;
       uint32_t bytes = RecordSpace(rec.payload.size());
-      info.bytes_written += bytes;
-      if (!referenced.count((uint64_t(ss.segment) << 32) | rec.offset)) info.invalid_bytes += bytes;
+      written += bytes;
+      if (rec.lsn > manifest_compacted_lsn && !referenced.count((uint64_t(ss.segment) << 32) | rec.offset)) {
+        info.invalid_bytes += bytes;
+      }
     }
+    info.bytes_written = written;
   }
 
   // Resume appending: the L0 log at the cut or the end of its last segment; later segments
@@ -414,6 +427,10 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
   }
   st->current.active_first_log_sequence = l0_chain.empty() ? st->l0_log.buffers[0].sequence
                                                            : l0_chain.front().sequence;
+  // The replayed memtable may point into any scanned large segment.
+  st->current.active_first_large_sequence = large_chain.empty() ? st->large_log.buffers[0].sequence
+                                                                : large_chain.front().sequence;
+  st->current.immutable_first_large_sequence = st->current.active_first_large_sequence;
   // Record the recovered state (also the first manifest of a fresh engine).
   std::string manifest;
   {

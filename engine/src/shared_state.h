@@ -81,6 +81,10 @@ struct Version {
   int32_t active_memtable;
   int32_t immutable_memtable;  // -1 if none
   uint64_t active_first_log_sequence;  // L0 log segment holding the active memtable's first record
+  // Large-log segments from which the active (immutable) memtable's values may live: recovery
+  // re-derives the accounting of every large segment from the oldest uncompacted one on.
+  uint64_t active_first_large_sequence;
+  uint64_t immutable_first_large_sequence;
   LevelDesc levels[kMaxLevels + 1];  // index 1..max_levels
 };
 
