@@ -13,7 +13,7 @@ DEBIAN_PACKAGES = cmake g++ make pkg-config googletest libgtest-dev libgmock-dev
 
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build extension install demo demo-engine bench test test-sanitize test-pg check format clean bench-rdma
+.PHONY: all deps build extension install demo demo-engine bench test test-sanitize test-pg check format clean bench-rdma bench-pg
 
 all: build
 
@@ -92,3 +92,12 @@ bench-rdma: deps
 	$(BUILD)/bench/rdma_bench --csv-dir=$(RDMA_RESULTS)
 	$(BUILD)/bench/channel_bench --csv-dir=$(RDMA_RESULTS)
 	gnuplot -e "csv='$(RDMA_RESULTS)'; out='docs'" scripts/plot_rdma.gp
+
+# The PostgreSQL benchmarks of docs/benchmarks.md, heap against slipstream on one server in one
+# run: YCSB Load and A-F (bench/ycsb_pg.sh; YCSB_ARGS, e.g. --mixes=all) and pgbench TPC-B
+# (bench/tpcb_pg.sh; TPCB_ARGS).
+YCSB_ARGS ?=
+TPCB_ARGS ?=
+bench-pg: install
+	bench/ycsb_pg.sh $(YCSB_ARGS)
+	bench/tpcb_pg.sh $(TPCB_ARGS)

@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# ycsb_pg.sh: YCSB for PostgreSQL, heap against slipstream on one server in one run.
+#
+# For every value-size mix it creates two usertables (one heap, one USING slipstream), runs YCSB
+# Load and workloads A-F on each (the heap table first, then the slipstream one, same settings,
+# same client count), and prints throughput, latency percentiles (from pgbench's per-transaction
+# log) and the slipstream/heap ratio. The workloads are pgbench scripts:
+#   Load  100% insert (keys from a sequence)        A  50% read, 50% update
+#   B     95% read, 5% update                       C  100% read
+#   D     95% read of the latest keys, 5% insert    E  95% scan (1-100 rows), 5% insert
+#   F     50% read, 50% read-modify-write (one transaction)
+# Requests are zipfian over the loaded keys and scrambled (a hot key is anywhere in the key
+# space, as in YCSB's scrambled zipfian); pgbench's zipfian needs an exponent > 1, so 1.01 is
+# used where YCSB uses 0.99. D reads "latest": the newest key minus a zipfian offset.
+# Value-size mixes (small/medium/large percent of records, a record's class fixed by its key):
+#   S 100/0/0, M 0/100/0, L 0/0/100, SD 60/20/20, MD 20/60/20, LD 20/20/60
+# with values of 20 B, 300 B and 1500 B (the engine's small, medium and large classes for a
+# row; 1500 B stays below PostgreSQL's TOAST threshold, so both tables store it in the row).
+#
+#   bench/ycsb_pg.sh [--mixes=SD,...|all] [--workloads=load,a,...] [--records=N]
+#                    [--seconds=S] [--clients=C] [--scratch=DIR] [--port=P]
+# Needs the extension installed (make install); `make bench-pg` does both.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+mixes=SD
+workloads=load,a,b,c,d,e,f
+records=100000
+seconds=15
+clients=2
+scratch=${SLIPSTREAM_SCRATCH:-/tmp/slipstream-ycsb}
+port=55470
+for arg in "$@"; do
+  case "$arg" in
+    --mixes=*) mixes=${arg#*=} ;;
+    --workloads=*) workloads=${arg#*=} ;;
+    --records=*) records=${arg#*=} ;;
+    --seconds=*) seconds=${arg#*=} ;;
+    --clients=*) clients=${arg#*=} ;;
+    --scratch=*) scratch=${arg#*=} ;;
+    --port=*) port=${arg#*=} ;;
+    *) echo "unknown argument $arg (see the header of $0)" >&2; exit 2 ;;
+  esac
+done
+[ "$mixes" = all ] && mixes=S,M,L,SD,MD,LD
+cluster="$scratch/cluster"
+pg="$root/scripts/pg_cluster.sh"
+pgbench=/usr/lib/postgresql/15/bin/pgbench
+
+# Small/medium/large percentages of a mix.
+mix_shares() {
+  case "$1" in
+    S) echo "100 0 0" ;; M) echo "0 100 0" ;; L) echo "0 0 100" ;;
+    SD) echo "60 20 20" ;; MD) echo "20 60 20" ;; LD) echo "20 20 60" ;;
+    *) echo "unknown mix $1 (S, M, L, SD, MD, LD)" >&2; exit 2 ;;
+  esac
+}
+
+# A SQL expression for a fresh value of key expression $1's class (classes by key % 100).
+value_sql() {
+  local key=$1 small medium
+  read -r small medium _ < <(mix_shares "$mix")
+  echo "CASE WHEN ($key) % 100 < $small THEN left(md5(random()::text), 20)
+             WHEN ($key) % 100 < $((small + medium)) THEN left(repeat(md5(random()::text), 10), 300)
+             ELSE left(repeat(md5(random()::text), 47), 1500) END"
+}
+
+# The pgbench script of one workload over table $1.
+workload_script() {
+  local table=$1 w=$2
+  local zipf="\\set z random_zipfian(1, $records, 1.01)
+\\set key (:z * 2654435761) % $records + 1"
+  case "$w" in
+    load)
+      echo "INSERT INTO $table SELECT k, $(value_sql k) FROM (SELECT nextval('${table}_seq') AS k) s;" ;;
+    a|b|c)
+      local reads=$([ "$w" = a ] && echo 50 || { [ "$w" = b ] && echo 95 || echo 100; })
+      echo "$zipf"
+      echo "\\set op random(1, 100)"
+      echo "\\if :op <= $reads"
+      echo "SELECT field0 FROM $table WHERE ycsb_key = :key;"
+      echo "\\else"
+      echo "UPDATE $table SET field0 = $(value_sql :key) WHERE ycsb_key = :key;"
+      echo "\\endif" ;;
+    d)
+      echo "\\set offset random_zipfian(1, $records, 1.01) - 1"
+      echo "\\set op random(1, 100)"
+      echo "\\if :op <= 95"
+      echo "SELECT field0 FROM $table WHERE ycsb_key = (SELECT last_value FROM ${table}_seq) - :offset;"
+      echo "\\else"
+      echo "INSERT INTO $table SELECT k, $(value_sql k) FROM (SELECT nextval('${table}_seq') AS k) s;"
+      echo "\\endif" ;;
+    e)
+      echo "$zipf"
+      echo "\\set len random(1, 100)"
+      echo "\\set op random(1, 100)"
+      echo "\\if :op <= 95"
+      echo "SELECT ycsb_key, field0 FROM $table WHERE ycsb_key >= :key ORDER BY ycsb_key LIMIT :len;"
+      echo "\\else"
+      echo "INSERT INTO $table SELECT k, $(value_sql k) FROM (SELECT nextval('${table}_seq') AS k) s;"
+      echo "\\endif" ;;
+    f)
+      echo "$zipf"
+      echo "\\set op random(1, 100)"
+      echo "\\if :op <= 50"
+      echo "SELECT field0 FROM $table WHERE ycsb_key = :key;"
+      echo "\\else"
+      echo "BEGIN;"
+      echo "SELECT field0 FROM $table WHERE ycsb_key = :key FOR UPDATE;"
+      echo "UPDATE $table SET field0 = $(value_sql :key) WHERE ycsb_key = :key;"
+      echo "COMMIT;"
+      echo "\\endif" ;;
+    *) echo "unknown workload $w (load, a-f)" >&2; exit 2 ;;
+  esac
+}
+
+psql_c() { PGOPTIONS="-c client_min_messages=warning" "$pg" psql "$cluster" -qAt "$@"; }
+
+# Runs one workload on one table; prints "tps p50 p95 p99" (latencies in ms).
+run_one() {
+  local table=$1 w=$2 dir="$scratch/run"
+  rm -rf "$dir" && mkdir -p "$dir" && chmod 777 "$dir"
+  workload_script "$table" "$w" >"$dir/script.sql"
+  local limit=(-T "$seconds")
+  [ "$w" = load ] && limit=(-t $((records / clients)))
+  psql_c -c "CHECKPOINT" >/dev/null
+  local out
+  out=$(cd "$dir" && "$pgbench" -h "$cluster/sock" -p "$port" -U postgres -n -c "$clients" -j "$clients" \
+    "${limit[@]}" -M prepared -l --log-prefix="$dir/log" -f "$dir/script.sql" postgres 2>&1) || {
+    echo "$out" >&2
+    return 1
+  }
+  local tps
+  tps=$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
+  # pgbench log lines: client transaction latency_us script_no time_s time_us
+  cat "$dir"/log* | awk '{ print $3 }' | sort -n | awk -v tps="$tps" '
+    { v[NR] = $1 }
+    END {
+      if (NR == 0) { print tps, 0, 0, 0; exit }
+      p50 = v[int(NR * 0.50) > 0 ? int(NR * 0.50) : 1]
+      p95 = v[int(NR * 0.95) > 0 ? int(NR * 0.95) : 1]
+      p99 = v[int(NR * 0.99) > 0 ? int(NR * 0.99) : 1]
+      printf "%.0f %.3f %.3f %.3f\n", tps, p50 / 1000, p95 / 1000, p99 / 1000
+    }'
+}
+
+echo "== private PostgreSQL 15 cluster in $cluster (port $port); $records records, $clients clients, ${seconds}s per workload"
+"$pg" init "$cluster" "$port" "slipstream.l0_size = 32MB" "shared_buffers = 1GB" "max_wal_size = 4GB" \
+  "checkpoint_timeout = 30min"
+"$pg" start "$cluster"
+trap '"$pg" stop "$cluster" >/dev/null 2>&1 || true' EXIT
+psql_c -c "CREATE EXTENSION slipstream"
+
+printf '\n%-4s %-5s %12s %12s %7s | %-26s | %-26s\n' mix wkld "heap tps" "slip tps" ratio \
+  "heap p50/p95/p99 ms" "slipstream p50/p95/p99 ms"
+for mix in ${mixes//,/ }; do
+  mix_shares "$mix" >/dev/null
+  for am in heap slipstream; do
+    t="ut_$am"
+    psql_c -c "DROP TABLE IF EXISTS $t" -c "DROP SEQUENCE IF EXISTS ${t}_seq" \
+      -c "CREATE TABLE $t (ycsb_key bigint PRIMARY KEY, field0 text) USING $am" \
+      -c "CREATE SEQUENCE ${t}_seq"
+  done
+  loaded=0
+  for w in ${workloads//,/ }; do
+    if [ "$w" != load ] && [ "$loaded" = 0 ]; then
+      # Workloads without a Load step run over a bulk-loaded table.
+      for am in heap slipstream; do
+        psql_c -c "INSERT INTO ut_$am SELECT k, $(value_sql k) FROM generate_series(1, $records) k" \
+          -c "SELECT setval('ut_${am}_seq', $records)"
+      done
+      loaded=1
+    fi
+    read -r h_tps h50 h95 h99 < <(run_one ut_heap "$w")
+    read -r s_tps s50 s95 s99 < <(run_one ut_slipstream "$w")
+    if [ "$w" = load ]; then
+      loaded=1
+      psql_c -c "VACUUM ANALYZE ut_heap" -c "VACUUM ANALYZE ut_slipstream"
+    fi
+    printf '%-4s %-5s %12s %12s %6.2fx | %8s %8s %8s | %8s %8s %8s\n' "$mix" "$w" "$h_tps" "$s_tps" \
+      "$(awk -v a="$s_tps" -v b="$h_tps" 'BEGIN { print (b > 0 ? a / b : 0) }')" \
+      "$h50" "$h95" "$h99" "$s50" "$s95" "$s99"
+  done
+  bad=$(psql_c -c "SELECT count(*) FROM slipstream.verify('ut_slipstream') WHERE NOT ok")
+  rows_h=$(psql_c -c "SELECT count(*) FROM ut_heap")
+  rows_s=$(psql_c -c "SELECT count(*) FROM ut_slipstream")
+  echo "     rows: heap $rows_h, slipstream $rows_s; slipstream.verify failures: $bad"
+done
