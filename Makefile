@@ -60,12 +60,14 @@ test-sanitize: deps
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
 
-# pg_regress and isolation suites on a private cluster run by the postgres OS user.
+# pg_regress and isolation suites on a private cluster run by the postgres OS user, the
+# contention and crash tests, and a smoke run of the YCSB benchmark (every workload, verify).
 test-pg: install
 	scripts/pg_regress.sh
 	tests/pg_preload_test.sh
 	tests/pg_contention_test.sh
 	tests/pg_crash_test.sh
+	bench/ycsb_pg.sh --records=2000 --seconds=1 --mixes=SD --port=55471 --scratch=/tmp/slipstream-ycsb-smoke
 
 # Every test: the plain build, the sanitizer build and the PostgreSQL suites.
 check: test test-sanitize test-pg

@@ -62,3 +62,4 @@ bad=$("$pg" psql "$cluster" -qAt -d bench_slipstream -c "SELECT count(*) FROM
   (SELECT (slipstream.verify(c.oid)).* FROM pg_class c WHERE c.relname LIKE 'pgbench_%' AND c.relkind = 'r') v
   WHERE NOT ok")
 echo "slipstream.verify failures over the pgbench tables: $bad"
+[ "$bad" = 0 ] || exit 1

@@ -152,6 +152,7 @@ psql_c -c "CREATE EXTENSION slipstream"
 
 printf '\n%-4s %-5s %12s %12s %7s | %-26s | %-26s\n' mix wkld "heap tps" "slip tps" ratio \
   "heap p50/p95/p99 ms" "slipstream p50/p95/p99 ms"
+failed=0
 for mix in ${mixes//,/ }; do
   mix_shares "$mix" >/dev/null
   for am in heap slipstream; do
@@ -184,4 +185,6 @@ for mix in ${mixes//,/ }; do
   rows_h=$(psql_c -c "SELECT count(*) FROM ut_heap")
   rows_s=$(psql_c -c "SELECT count(*) FROM ut_slipstream")
   echo "     rows: heap $rows_h, slipstream $rows_s; slipstream.verify failures: $bad"
+  [ "$bad" = 0 ] || failed=1
 done
+[ "$failed" = 0 ] || { echo "ycsb: slipstream.verify failed" >&2; exit 1; }
