@@ -1,5 +1,6 @@
 // Device file I/O: a reserved shared read-only mapping for reads, io_uring for writes.
 #include "device.h"
+#include "process.h"
 
 #include <fcntl.h>
 #include <liburing.h>
@@ -29,15 +30,15 @@ struct ThreadRing {
   bool ok = false;
 
   io_uring* Get() {
-    if (!ok || owner != getpid()) {
+    if (!ok || owner != CurrentPid()) {
       // A ring inherited through fork() belongs to the parent: leave it, make our own.
       ok = io_uring_queue_init(kRingEntries, &ring, 0) == 0;
-      owner = getpid();
+      owner = CurrentPid();
     }
     return ok ? &ring : nullptr;
   }
   ~ThreadRing() {
-    if (ok && owner == getpid()) io_uring_queue_exit(&ring);
+    if (ok && owner == CurrentPid()) io_uring_queue_exit(&ring);
   }
 };
 

@@ -17,6 +17,7 @@
 #include "coding.h"
 #include "crc32c.h"
 #include "log_scanner.h"
+#include "process.h"
 
 namespace slipstream::engine {
 
@@ -256,8 +257,9 @@ Version EngineImpl::ReadVersion() const {
 // Epochs and reclamation
 
 EpochPin::EpochPin(SharedState* s) {
-  uint64_t word = ReaderSlot::Pack(s->epoch.load(), getpid());
-  int start = int((uint32_t(getpid()) * 2654435761u +
+  pid_t pid = CurrentPid();
+  uint64_t word = ReaderSlot::Pack(s->epoch.load(), pid);
+  int start = int((uint32_t(pid) * 2654435761u +
                    uint32_t(std::hash<std::thread::id>()(std::this_thread::get_id()))) %
                   kMaxReaders);
   while (true) {
@@ -300,7 +302,7 @@ void EngineImpl::Reclaim() {
     uint64_t word = slot.word.load();
     if (word == 0) continue;
     int pid = ReaderSlot::PidOf(word);
-    if (pid != getpid() && kill(pid, 0) != 0 && errno == ESRCH) {
+    if (pid != CurrentPid() && kill(pid, 0) != 0 && errno == ESRCH) {
       slot.memtables.store(ReaderSlot::kAllMemtables);
       slot.word.compare_exchange_strong(word, 0);  // its process died while reading
       continue;

@@ -74,6 +74,7 @@ std::string EngineImpl::SerializeManifest(Lsn snapshot_lsn) const {
   Append(&out, s->large_log.next_sequence);
   Append(&out, s->current.immutable_memtable >= 0 ? s->current.immutable_first_large_sequence
                                                    : s->current.active_first_large_sequence);
+  Append(&out, s->large_accounted_lsn);
   for (uint32_t level = 1; level <= options_.max_levels; level++) Append(&out, s->current.levels[level]);
   std::string segs;
   uint32_t nsegs = 0;
@@ -157,7 +158,7 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
     ok = r.Get(&st->manifest_number) && r.Get(&st->compacted_lsn) && r.Get(&snapshot_lsn) &&
          r.Get(&st->next_tree_id) && r.Get(&st->next_keyspace_id) &&
          r.Get(&st->l0_log.next_sequence) && r.Get(&st->large_log.next_sequence);
-    if (ok && version >= 2) ok = r.Get(&first_large_sequence);
+    if (ok && version >= 2) ok = r.Get(&first_large_sequence) && r.Get(&st->large_accounted_lsn);
     for (uint32_t level = 1; ok && level <= max_levels; level++) ok = r.Get(&st->current.levels[level]);
     uint32_t nsegs = 0, nks = 0;
     ok = ok && r.Get(&nsegs);
@@ -276,118 +277,149 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
            crc32c::Value(rec + kRecordHeaderSize, p.record_bytes - kRecordHeaderSize) == h.payload_crc;
   };
 
-  // Replay the L0 log batch by batch; stop (and cut the log) at the first batch whose large
-  // value did not survive, so the recovered state is a prefix of the acknowledged history.
+  // Walks the L0 log batch by batch, up to the first batch whose large value did not survive
+  // (there the log is cut, so the recovered state is a prefix of the acknowledged history).
+  // The first pass only finds the cut and the large values that surviving uncompacted records
+  // reference; the second applies the batches. The large log's accounting is settled between
+  // the two, because compactions that make room during the second pass retire segments by it.
   Lsn last_lsn = st->last_lsn.load();
   const Lsn manifest_compacted_lsn = st->compacted_lsn;
   size_t cut_segment = l0_chain.size();
   uint32_t cut_offset = 0;
-  for (size_t k = 0; k < l0_chain.size() && cut_segment == l0_chain.size(); k++) {
-    const std::vector<ScannedRecord>& recs = l0_chain[k].scan.records;
-    size_t i = 0;
-    while (i < recs.size()) {
-      size_t j = i;
-      while (j < recs.size() && recs[j].batch_start == recs[i].batch_start) j++;
-      std::vector<WriteOp> batch;
-      bool valid = true;
-      for (size_t r = i; r < j && valid; r++) {
-        const ScannedRecord& rec = recs[r];
-        if (rec.type != LogRecordType::kPut && rec.type != LogRecordType::kDelete) continue;
-        const char* p = rec.payload.data();
-        const char* limit = p + rec.payload.size();
-        uint32_t key_size;
-        p = DecodeVarint32(p, limit, &key_size);
-        if (!p || uint64_t(limit - p) < key_size || key_size < kKeyspacePrefix) {
-          return Status::Corruption("L0 log record with a bad key");
-        }
-        WriteOp op;
-        op.type = rec.type == LogRecordType::kPut ? WriteOp::kPut : WriteOp::kDelete;
-        op.ikey.assign(p, key_size);
-        p += key_size;
-        if (op.type == WriteOp::kPut) {
-          if (p == limit || !IsValidValueKind(uint8_t(*p))) return Status::Corruption("L0 log record with a bad kind");
-          auto kind = ValueKind(uint8_t(*p++));
-          op.value = std::string_view(p, size_t(limit - p));
-          if (kind == ValueKind::kLargePtr) {
-            if (op.value.size() != ValuePtr::kEncodedSize) return Status::Corruption("bad large pointer");
-            op.relocate_from = ValuePtr::DecodeFrom(p);
-            op.type = WriteOp::kRelocate;  // marks "value is a large pointer" during replay
-            valid = large_pointer_valid(op.relocate_from);
+  auto walk = [&](bool apply) -> Status {
+    for (size_t k = 0; k < l0_chain.size(); k++) {
+      const std::vector<ScannedRecord>& recs = l0_chain[k].scan.records;
+      size_t i = 0;
+      while (i < recs.size()) {
+        if (apply && k == cut_segment && recs[i].batch_start == cut_offset) return Status::OK();
+        size_t j = i;
+        while (j < recs.size() && recs[j].batch_start == recs[i].batch_start) j++;
+        std::vector<WriteOp> batch;
+        bool valid = true;
+        for (size_t r = i; r < j && valid; r++) {
+          const ScannedRecord& rec = recs[r];
+          if (rec.type != LogRecordType::kPut && rec.type != LogRecordType::kDelete) continue;
+          const char* p = rec.payload.data();
+          const char* limit = p + rec.payload.size();
+          uint32_t key_size;
+          p = DecodeVarint32(p, limit, &key_size);
+          if (!p || uint64_t(limit - p) < key_size || key_size < kKeyspacePrefix) {
+            return Status::Corruption("L0 log record with a bad key");
           }
-        }
-        op.keyspace = rec.lsn > st->compacted_lsn ? 1 : 0;  // 1: must be applied
-        batch.push_back(std::move(op));
-      }
-      if (!valid) {
-        cut_segment = k;
-        cut_offset = recs[i].batch_start;
-        break;
-      }
-      for (size_t r = i; r < j; r++) {
-        const ScannedRecord& rec = recs[r];
-        last_lsn = std::max(last_lsn, rec.lsn);
-        if (rec.type == LogRecordType::kKeyspaceCreate || rec.type == LogRecordType::kKeyspaceDrop) {
-          if (rec.payload.size() < 4) return Status::Corruption("bad keyspace record");
-          uint32_t id = DecodeFixed32(rec.payload.data());
-          KeyspaceSlot* slot = InsertKeyspaceSlot(id);
-          if (slot == nullptr) return Status::Corruption("keyspace table full during replay");
-          if (rec.type == LogRecordType::kKeyspaceCreate && rec.payload.size() == 12) {
-            if (slot->state.load() == KeyspaceSlot::kEmpty || slot->state.load() == KeyspaceSlot::kDeleted) {
-              slot->tag = DecodeFixed64(rec.payload.data() + 4);
-              slot->state.store(KeyspaceSlot::kLive);
+          WriteOp op;
+          op.type = rec.type == LogRecordType::kPut ? WriteOp::kPut : WriteOp::kDelete;
+          op.ikey.assign(p, key_size);
+          p += key_size;
+          if (op.type == WriteOp::kPut) {
+            if (p == limit || !IsValidValueKind(uint8_t(*p))) return Status::Corruption("L0 log record with a bad kind");
+            auto kind = ValueKind(uint8_t(*p++));
+            op.value = std::string_view(p, size_t(limit - p));
+            if (kind == ValueKind::kLargePtr) {
+              if (op.value.size() != ValuePtr::kEncodedSize) return Status::Corruption("bad large pointer");
+              op.relocate_from = ValuePtr::DecodeFrom(p);
+              op.type = WriteOp::kRelocate;  // marks "value is a large pointer" during replay
+              // A compacted record's value may long be gone (overwritten, collected, its
+              // segment reused): only records still to be applied need theirs.
+              if (!apply && rec.lsn > manifest_compacted_lsn) valid = large_pointer_valid(op.relocate_from);
             }
-          } else if (rec.type == LogRecordType::kKeyspaceDrop) {
-            slot->state.store(KeyspaceSlot::kDropped);
           }
-          st->next_keyspace_id = std::max(st->next_keyspace_id, id + 1);
+          op.keyspace = rec.lsn > manifest_compacted_lsn ? 1 : 0;  // 1: must be applied
+          batch.push_back(std::move(op));
+        }
+        if (!valid) {
+          cut_segment = k;
+          cut_offset = recs[i].batch_start;
+          return Status::OK();
+        }
+        size_t first = i;
+        i = j;
+        if (!apply) {
+          for (const WriteOp& op : batch) {
+            if (op.keyspace == 1 && op.type == WriteOp::kRelocate) {
+              referenced.insert((uint64_t(op.relocate_from.where.segment) << 32) | op.relocate_from.where.offset);
+            }
+          }
+          continue;
+        }
+        for (size_t r = first; r < j; r++) {
+          const ScannedRecord& rec = recs[r];
+          last_lsn = std::max(last_lsn, rec.lsn);
+          if (rec.type == LogRecordType::kKeyspaceCreate || rec.type == LogRecordType::kKeyspaceDrop) {
+            if (rec.payload.size() < 4) return Status::Corruption("bad keyspace record");
+            uint32_t id = DecodeFixed32(rec.payload.data());
+            KeyspaceSlot* slot = InsertKeyspaceSlot(id);
+            if (slot == nullptr) return Status::Corruption("keyspace table full during replay");
+            if (rec.type == LogRecordType::kKeyspaceCreate && rec.payload.size() == 12) {
+              if (slot->state.load() == KeyspaceSlot::kEmpty || slot->state.load() == KeyspaceSlot::kDeleted) {
+                slot->tag = DecodeFixed64(rec.payload.data() + 4);
+                slot->state.store(KeyspaceSlot::kLive);
+              }
+            } else if (rec.type == LogRecordType::kKeyspaceDrop) {
+              slot->state.store(KeyspaceSlot::kDropped);
+            }
+            st->next_keyspace_id = std::max(st->next_keyspace_id, id + 1);
+          }
+        }
+        for (size_t r = first, b = 0; r < j; r++) {
+          const ScannedRecord& rec = recs[r];
+          if (rec.type != LogRecordType::kPut && rec.type != LogRecordType::kDelete) continue;
+          WriteOp& op = batch[b++];
+          if (op.keyspace == 0) continue;  // already in the levels
+          ValueKind kind = op.type == WriteOp::kDelete ? ValueKind::kTombstone
+                           : op.type == WriteOp::kRelocate ? ValueKind::kLargePtr
+                                                            : ValueKind::kInline;
+          uint64_t need = MemTable::EntrySpace(op.ikey.size(), op.value.size());
+          while (true) {
+            MemTable active = Memtable(st->current.active_memtable);
+            if (active.used() + need <= options_.l0_size || active.entries() == 0) break;
+            if (SwitchMemtable(false)) continue;
+            Status cs = CompactAll();  // recovery is single-process: compact to make room
+            if (!cs.ok()) return cs;
+          }
+          Memtable(st->current.active_memtable).Insert(op.ikey, rec.lsn, kind, op.value);
         }
       }
-      for (size_t r = i, b = 0; r < j; r++) {
-        const ScannedRecord& rec = recs[r];
-        if (rec.type != LogRecordType::kPut && rec.type != LogRecordType::kDelete) continue;
-        WriteOp& op = batch[b++];
-        if (op.keyspace == 0) continue;  // already in the levels
-        ValueKind kind = op.type == WriteOp::kDelete ? ValueKind::kTombstone
-                         : op.type == WriteOp::kRelocate ? ValueKind::kLargePtr
-                                                          : ValueKind::kInline;
-        if (kind == ValueKind::kLargePtr) {
-          referenced.insert((uint64_t(op.relocate_from.where.segment) << 32) | op.relocate_from.where.offset);
-        }
-        uint64_t need = MemTable::EntrySpace(op.ikey.size(), op.value.size());
-        while (true) {
-          MemTable active = Memtable(st->current.active_memtable);
-          if (active.used() + need <= options_.l0_size || active.entries() == 0) break;
-          if (SwitchMemtable(false)) continue;
-          Status cs = CompactAll();  // recovery is single-process: compact to make room
-          if (!cs.ok()) return cs;
-        }
-        Memtable(st->current.active_memtable).Insert(op.ikey, rec.lsn, kind, op.value);
-      }
-      i = j;
     }
-  }
-  st->last_lsn.store(last_lsn);
-  st->durable_lsn.store(last_lsn);
+    return Status::OK();
+  };
+  Status walked = walk(false);
+  if (!walked.ok()) return walked;
 
   // Re-derive the accounting of the scanned large segments. The manifest counted every value
   // appended before it was written, but values of uncompacted memtables may have been lost
-  // with the crash (never written out) or orphaned (their L0 record lost). So: written is
-  // what the scan found; compacted values (lsn <= compacted_lsn) were on the device before
-  // the manifest named them, and the manifest's invalid bytes concern only those; an
-  // uncompacted value is garbage unless an L0 record that survived references it.
+  // with the crash (never written out) or orphaned (their L0 record lost), and values appended
+  // after it are not counted at all. So: written is what the scan found; compacted values
+  // (lsn <= compacted_lsn) were on the device before the manifest named them, and the
+  // manifest's invalid bytes concern only those; an uncompacted value is garbage unless an L0
+  // record that survived references it (and was not already counted as an orphan).
+  // Orphans up to large_accounted_lsn were counted by an earlier recovery; LSNs then restart
+  // above every scanned record, so a record's LSN tells which recovery saw it first.
+  const Lsn counted_lsn = std::max(manifest_compacted_lsn, st->large_accounted_lsn);
+  Lsn scanned_lsn = 0;
   for (const ScannedSegment& ss : large_chain) {
     SegmentInfo& info = segments()[ss.segment];
     uint64_t written = 0;
     for (const ScannedRecord& rec : ss.scan.records) {
+      scanned_lsn = std::max(scanned_lsn, rec.lsn);
       if (rec.type != LogRecordType::kValue) continue;
       uint32_t bytes = RecordSpace(rec.payload.size());
       written += bytes;
-      if (rec.lsn > manifest_compacted_lsn && !referenced.count((uint64_t(ss.segment) << 32) | rec.offset)) {
+      if (rec.lsn > counted_lsn && !referenced.count((uint64_t(ss.segment) << 32) | rec.offset)) {
         info.invalid_bytes += bytes;
       }
     }
     info.bytes_written = written;
   }
+  for (const ScannedSegment& ss : l0_chain) {
+    for (const ScannedRecord& rec : ss.scan.records) scanned_lsn = std::max(scanned_lsn, rec.lsn);
+  }
+  st->large_accounted_lsn = std::max(st->large_accounted_lsn, scanned_lsn);
+
+  walked = walk(true);
+  if (!walked.ok()) return walked;
+  last_lsn = std::max(last_lsn, scanned_lsn);  // records cut or orphaned keep their LSNs
+  st->last_lsn.store(last_lsn);
+  st->durable_lsn.store(last_lsn);
 
   // Resume appending: the L0 log at the cut or the end of its last segment; later segments
   // of a cut log are freed.

@@ -163,6 +163,9 @@ struct SharedState {
   std::atomic<uint64_t> last_lsn;
   std::atomic<uint64_t> durable_lsn;
   uint64_t compacted_lsn;  // every record up to it is in the levels (persisted in the manifest)
+  // Large-log records up to it are in the manifest's accounting even if uncompacted (recovery
+  // counted the orphans among them), so a later recovery does not count them twice.
+  uint64_t large_accounted_lsn;
   uint32_t next_tree_id;
   uint32_t next_keyspace_id;
   uint64_t manifest_number;
