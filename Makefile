@@ -67,6 +67,7 @@ test-pg: install
 	tests/pg_preload_test.sh
 	tests/pg_contention_test.sh
 	tests/pg_crash_test.sh
+	tests/pg_pinned_stall_test.sh
 	bench/ycsb_pg.sh --records=2000 --seconds=1 --mixes=SD --port=55471 --scratch=/tmp/slipstream-ycsb-smoke
 
 # Every test: the plain build, the sanitizer build and the PostgreSQL suites.

@@ -104,7 +104,7 @@ size_t ss_arena_size(const SsOptions* options) {
 }
 
 SsCode ss_open(const SsOptions* options, void* arena, size_t arena_size,
-               SsPersistBarrier barrier) {
+               SsPersistBarrier barrier, SsInterruptCheck interrupted) {
   try {
     Options opts = ToOptions(options);
     if (barrier != nullptr) {
@@ -114,6 +114,7 @@ SsCode ss_open(const SsOptions* options, void* arena, size_t arena_size,
         return Status::IOError(msg);
       };
     }
+    if (interrupted != nullptr) opts.interrupted = [interrupted]() { return interrupted(); };
     std::unique_ptr<Engine> engine;
     Status s = Engine::Open(opts, arena, arena_size, &engine);
     if (!s.ok()) return Fail(s);

@@ -51,6 +51,9 @@ typedef struct SsOptions {
 /* Called before engine records reach the device; returns false (and fills msg) to refuse. */
 typedef bool (*SsPersistBarrier) (char *msg, size_t msg_size);
 
+/* Asked while a write waits for engine room: true (a cancel is pending) ends it with SS_BUSY. */
+typedef bool (*SsInterruptCheck) (void);
+
 typedef struct SsLevelStats {
 	uint32_t	level;
 	uint64_t	bytes;
@@ -99,7 +102,7 @@ extern const char *ss_last_error(void);
 extern size_t ss_arena_size(const SsOptions *options);
 /* Opens (first process: recovers into the zeroed arena) or attaches this process's handle. */
 extern SsCode ss_open(const SsOptions *options, void *arena, size_t arena_size,
-					  SsPersistBarrier barrier);
+					  SsPersistBarrier barrier, SsInterruptCheck interrupted);
 extern bool ss_is_open(void);
 /* Drops this process's handle (the shared state stays). */
 extern void ss_close(void);

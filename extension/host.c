@@ -138,11 +138,25 @@ ss_shmem_startup(void)
 	LWLockRegisterTranche(row_lock_tranche, "slipstream_row");
 }
 
+/*
+ * Whether a cancel, statement timeout or termination is pending: only reads the flags the
+ * signal handlers set, so the engine may call it from C++ (nothing here can throw).
+ */
+static bool
+cancel_pending(void)
+{
+	return QueryCancelPending || ProcDiePending;
+}
+
 /* Turns a failed bridge call into an ERROR with a fitting errcode. */
 void
 ss_report(SsCode code, const char *what)
 {
 	int			errcode_value;
+
+	/* A wait the engine gave up because of a cancel reports the cancel itself. */
+	if (code == SS_BUSY)
+		CHECK_FOR_INTERRUPTS();
 
 	switch (code)
 	{
@@ -167,7 +181,9 @@ ss_report(SsCode code, const char *what)
 	}
 	ereport(ERROR,
 			(errcode(errcode_value),
-			 errmsg("slipstream: %s failed: %s", what, ss_last_error())));
+			 errmsg("slipstream: %s failed: %s", what, ss_last_error()),
+			 code == SS_BUSY ?
+			 errhint("Long-running scans or open cursors on slipstream tables hold engine memory; finish them and retry.") : 0));
 }
 
 /* Drops this process's engine handle at exit. */
@@ -197,7 +213,8 @@ ss_engine_attach(void)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("slipstream: could not create directory \"%s\": %m", options.directory)));
-	code = ss_open(&options, engine_arena, engine_arena_size, ss_persist_barrier);
+	code = ss_open(&options, engine_arena, engine_arena_size, ss_persist_barrier,
+				   cancel_pending);
 	if (code != SS_OK)
 		ss_report(code, "opening the engine");
 	before_shmem_exit(close_engine, 0);

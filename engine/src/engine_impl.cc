@@ -692,6 +692,7 @@ bool EngineImpl::SwitchMemtable(bool force) {
 // compacted, the writer waits (and the wait is counted as a stall).
 Status EngineImpl::EnsureMemtableRoom(uint64_t mem_bytes, std::unique_lock<SharedMutex>* lock,
                                       bool may_stall) {
+  uint64_t pinned_since = 0;  // when this writer first found every free slot pinned
   while (true) {
     MemTable active = Memtable(shared_->current.active_memtable);
     // Large values live in the large log, but their overwritten versions only become garbage
@@ -704,7 +705,19 @@ Status EngineImpl::EnsureMemtableRoom(uint64_t mem_bytes, std::unique_lock<Share
     if (shared_->bg_failed.load()) {
       return Status::IOError(std::string("background compaction failed: ") + shared_->bg_error);
     }
+    if (options_.interrupted && options_.interrupted()) {
+      return Status::Busy("interrupted while waiting for memtable room");
+    }
     uint64_t start = NowMicros();
+    if (shared_->current.immutable_memtable >= 0) {
+      pinned_since = 0;  // compaction will make room
+    } else if (pinned_since == 0) {
+      pinned_since = start;
+    } else if (options_.pinned_wait_ms != 0 && start - pinned_since >= uint64_t(options_.pinned_wait_ms) * 1000) {
+      return Status::Busy("every memtable is pinned by long-running readers (scans or cursors open for " +
+                          std::to_string(options_.pinned_wait_ms / 1000) +
+                          " s or more); writes resume when they finish");
+    }
     shared_->counters.stall_count++;
     lock->unlock();
     bool compacted = false;

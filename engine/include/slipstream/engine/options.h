@@ -75,6 +75,15 @@ struct Options {
   // to every change already applied here, so nothing the host's log lacks is ever persisted.
   // A failure fails the write-out. Empty: no barrier.
   std::function<Status()> persist_barrier;
+
+  // A writer waiting for memtable room asks this (in its own process) on every round; true
+  // ends the wait with Status::Busy, so the host can honour a cancel or timeout. Empty: never.
+  std::function<bool()> interrupted;
+
+  // A writer gives up with Status::Busy after waiting this long while every memtable slot but
+  // the active one is pinned by long-lived readers (only they can end the wait, and they may
+  // be waiting for this writer). 0: wait for ever.
+  uint32_t pinned_wait_ms = 30000;
 };
 
 }  // namespace slipstream::engine
