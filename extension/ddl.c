@@ -438,8 +438,7 @@ ss_index_build_range_scan(Relation table_rel, Relation index_rel, IndexInfo *ind
 		FormIndexDatum(index_info, slot, estate, values, isnull);
 		callback(index_rel, &tuple->t_self, values, isnull, alive, callback_state);
 	}
-	if (own_scan)
-		table_endscan(scan);
+	table_endscan(scan);		/* a parallel build's scan too: its caller does not end it */
 	if (unregister)
 		UnregisterSnapshot(snapshot);
 	ExecDropSingleTupleTableSlot(slot);

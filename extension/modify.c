@@ -436,6 +436,30 @@ tuple_to_store(Relation rel, TupleTableSlot *slot, HeapTuple old_tuple)
 	return copy;
 }
 
+/*
+ * Gives the slot's own tuple the transaction fields of the version just stored, as heap_insert
+ * does for its caller's tuple, so that RETURNING xmin, xmax, cmin and ctid report the stored
+ * row (the stored copy may differ otherwise: it was TOASTed or copied before the fields were
+ * set). Slots that keep no heap tuple have no system columns to fix.
+ */
+static void
+stamp_slot(TupleTableSlot *slot, HeapTuple stored)
+{
+	HeapTupleHeader header;
+
+	if (slot->tts_ops->get_heap_tuple == NULL || TTS_EMPTY(slot))
+		return;
+	header = slot->tts_ops->get_heap_tuple(slot)->t_data;
+	header->t_choice = stored->t_data->t_choice;
+	header->t_ctid = stored->t_data->t_ctid;
+	header->t_infomask = (header->t_infomask & ~HEAP_XACT_MASK) |
+		(stored->t_data->t_infomask & HEAP_XACT_MASK);
+	header->t_infomask2 = (header->t_infomask2 & ~HEAP2_XACT_MASK) |
+		(stored->t_data->t_infomask2 & HEAP2_XACT_MASK);
+	slot->tts_tid = stored->t_self;
+	slot->tts_tableOid = stored->t_tableOid;
+}
+
 /* INSERT of one row. */
 static void
 ss_tuple_insert(Relation rel, TupleTableSlot *slot, CommandId cid, int options,
@@ -453,6 +477,7 @@ ss_tuple_insert(Relation rel, TupleTableSlot *slot, CommandId cid, int options,
 	pgstat_count_heap_insert(rel, 1);
 	slot->tts_tableOid = RelationGetRelid(rel);
 	slot->tts_tid = tuple->t_self;
+	stamp_slot(slot, tuple);
 	heap_freetuple(tuple);
 }
 
@@ -472,6 +497,7 @@ ss_tuple_insert_speculative(Relation rel, TupleTableSlot *slot, CommandId cid, i
 	pgstat_count_heap_insert(rel, 1);
 	slot->tts_tableOid = RelationGetRelid(rel);
 	ss_rowid_to_tid(rowid, &slot->tts_tid);
+	stamp_slot(slot, tuple);
 	heap_freetuple(tuple);
 }
 
@@ -522,7 +548,10 @@ ss_multi_insert(Relation rel, TupleTableSlot **slots, int nslots, CommandId cid,
 	ss_write_rows(rel, keyspace, rowids, tuples, nslots);
 	pgstat_count_heap_insert(rel, nslots);
 	for (int i = 0; i < nslots; i++)
+	{
+		stamp_slot(slots[i], tuples[i]);
 		heap_freetuple(tuples[i]);
+	}
 	pfree(tuples);
 	pfree(rowids);
 }
@@ -663,6 +692,7 @@ ss_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot, CommandId 
 	pgstat_count_heap_update(rel, false);
 	slot->tts_tableOid = RelationGetRelid(rel);
 	slot->tts_tid = new_tuple->t_self;
+	stamp_slot(slot, new_tuple);
 	*update_indexes = true;
 	heap_freetuple(new_tuple);
 	return TM_Ok;

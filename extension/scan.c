@@ -206,6 +206,8 @@ ss_scan_begin(Relation rel, Snapshot snapshot, int nkeys, struct ScanKeyData *ke
 		predicate_lock(rel, snapshot);
 	if (flags & SO_TYPE_ANALYZE)
 		scan->holder = new_iterator(scan->keyspace, scan->mcxt);
+	if (flags & SO_TYPE_SEQSCAN)
+		pgstat_count_heap_scan(rel);
 	return (TableScanDesc) scan;
 }
 
@@ -465,6 +467,7 @@ ss_tuple_fetch_row_version(Relation rel, ItemPointer tid, Snapshot snapshot,
 		pfree(tuple);
 		return false;
 	}
+	predicate_lock(rel, snapshot);	/* a TID scan's read counts for SSI, as heap_fetch's does */
 	ExecStoreHeapTuple(tuple, slot, true);
 	slot->tts_tableOid = RelationGetRelid(rel);
 	return true;

@@ -117,3 +117,18 @@ SELECT amname FROM pg_class c JOIN pg_am a ON a.oid = c.relam WHERE relname = 'h
 DROP TABLE items, price, ctas, selinto, fresh, events, heapy, tmp, unl CASCADE;
 SELECT count(*) FROM pg_class WHERE relname IN ('items', 'ctas');
 DROP TABLE copied;
+
+-- RETURNING system columns report the version just stored (as heap's do); seq scans are counted
+CREATE TABLE ret_sys (a int PRIMARY KEY, b text) USING slipstream;
+BEGIN;
+INSERT INTO ret_sys VALUES (1, 'x')
+  RETURNING xmin = pg_current_xact_id()::xid AS xmin_ok, xmax = '0'::xid AS xmax_zero, cmin, ctid;
+UPDATE ret_sys SET b = 'y' WHERE a = 1
+  RETURNING xmin = pg_current_xact_id()::xid AS xmin_ok, xmax = '0'::xid AS xmax_zero, cmin, ctid;
+INSERT INTO ret_sys VALUES (2, 'z'), (3, 'w')
+  RETURNING xmin = pg_current_xact_id()::xid AS xmin_ok, cmin, ctid;
+COMMIT;
+SELECT count(*) FROM ret_sys;
+SELECT pg_stat_force_next_flush();
+SELECT seq_scan > 0 AS seq_scan_counted FROM pg_stat_user_tables WHERE relname = 'ret_sys';
+DROP TABLE ret_sys;
