@@ -54,13 +54,14 @@ constexpr char kUsage[] =
     "                     [--backend=shm,tcp] [--mode=throughput|consume|both]\n"
     "                     [--buffers=1,2,4,7 | 1-7] [--buffer-size=4K,64K,...]\n"
     "                     [--data-size=8,64K,1G,...] [--threads=1,2,4]\n"
-    "                     [--consume=read|copy] [--send=copy|region]\n"
+    "                     [--consume=read|copy] [--send=copy|region] [--in-flight=1-8]\n"
     "Default (--report): a representative grid in a few minutes. --quick: a small grid with\n"
     "short runs. --full: every combination of backends, modes, buffers 1-7, buffer sizes\n"
     "4K..64M (x4), data sizes 8B..1G (x8) and threads 1,2,4 (hours on 2 cores). Giving any of\n"
     "--backend/--mode/--buffers/--buffer-size/--data-size/--threads runs just that grid\n"
     "(defaults: shm,tcp; both; 1,4; 64K; 64M; 1). The smallest receive buffer the channel\n"
-    "accepts is 4 KiB (ChannelOptions minimum in rdma/src/channel.cc).\n";
+    "accepts is 4 KiB (ChannelOptions minimum in rdma/src/channel.cc). --in-flight: packages\n"
+    "each sender thread keeps in flight (ChannelOptions::packages_in_flight; default 4).\n";
 
 constexpr char kSecret[] = "channel_bench shared secret";
 constexpr uint32_t kOpData = 1;
@@ -106,6 +107,7 @@ struct Flags {
   bool seconds_given = false;
   std::string consume = "read";
   std::string send = "copy";
+  uint32_t in_flight = rdma::ChannelOptions{}.packages_in_flight;
   std::vector<std::string> backends = {"shm", "tcp"};
   std::vector<std::string> modes = {"throughput", "consume"};
   std::vector<uint32_t> buffers = {1, 4};
@@ -214,6 +216,10 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
     } else if (name == "--send") {
       flags->send = value;
       ok = value == "copy" || value == "region";
+    } else if (name == "--in-flight") {
+      int count = std::atoi(value.c_str());
+      ok = count >= 1 && count <= 8;
+      flags->in_flight = uint32_t(count);
     } else if (name == "--backend" || name == "--backends") {
       flags->backends = SplitWords(value);
       for (const std::string& b : flags->backends) ok = ok && (b == "shm" || b == "tcp");
@@ -533,8 +539,12 @@ std::optional<Result> RunConfig(const Config& config, const Flags& flags, Source
     channel_options.receive_buffers = 1;  // only the receiver's answer comes back
     channel_options.receive_buffer_size = kMinBufferSize;
     channel_options.sender_threads = config.threads;
-    // One Send Buffer part per thread, as large as a receive buffer: full-size packages.
-    channel_options.send_buffer_size = config.threads * std::max(config.buffer_size, 64u << 10);
+    channel_options.packages_in_flight = flags.in_flight;
+    // Send Buffer parts (in_flight per thread) as large as a receive buffer: full-size packages
+    // (up to a 2 GiB Send Buffer; beyond that the parts, and so the packages, get smaller).
+    channel_options.send_buffer_size = uint32_t(std::min<uint64_t>(
+        uint64_t(config.threads) * flags.in_flight * std::max(config.buffer_size, 64u << 10),
+        1ull << 31));
     if (s.ok()) s = rdma::Channel::Open(connection.get(), channel_options, 10000, &channel);
     if (s.ok() && use_region) {
       s = connection->AllocateRegion(source_bytes, rdma::kLocalOnly, &region);
@@ -738,9 +748,10 @@ int Run(const Flags& flags) {
   const std::set<Config> grid = BuildGrid(flags);
   std::printf(
       "channel_bench: %s grid, %zu configurations, %.2f s of sending each; receivers are "
-      "forked processes on 127.0.0.1; consume = %s every byte; send = %s\n",
+      "forked processes on 127.0.0.1; consume = %s every byte; send = %s; %u packages in "
+      "flight per sender thread\n",
       flags.grid.c_str(), grid.size(), flags.seconds, flags.consume == "read" ? "read" : "copy out",
-      flags.send == "copy" ? "Send (copy)" : "SendRegion (zero-copy)");
+      flags.send == "copy" ? "Send (copy)" : "SendRegion (zero-copy)", flags.in_flight);
   std::printf("(receive buffers below 4 KiB are refused by the channel: 4 KiB is the smallest)\n");
   SourceBuffer source;
   std::vector<Result> results;

@@ -5,11 +5,19 @@
 // entries [8, 16) describe the peer's Receive Buffers as we know them (the peer writes FREE
 // when it has consumed one; we mark BUSY while we fill it). Every package carries a header
 // with its sequence number, so the receiver consumes packages exactly once and in order.
+//
+// The Send Buffer is split into sender_threads x packages_in_flight parts: slot s owns parts
+// [s * packages_in_flight, (s + 1) * packages_in_flight) and uses them round robin. A part
+// holds one package (header and, unless zero-copy, payload) from its posting until the
+// package's READY write completes, which on every backend means the package was placed. Each
+// part has its own READY word in the local word area, since the transport reads that word
+// asynchronously too.
 #include "slipstream/rdma/channel.h"
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -20,6 +28,10 @@ namespace slipstream::rdma {
 namespace {
 
 constexpr uint32_t kMaxBuffers = 7;
+constexpr uint32_t kMaxPackagesInFlight = 8;
+// sender_threads x packages_in_flight at most: every package in flight is two work requests,
+// and together with the FREE writes they stay well inside the transport's max_outstanding.
+constexpr uint32_t kMaxPartsInFlight = 64;
 constexpr uint32_t kInfoEntries = 16;
 constexpr uint32_t kPeerInfoBase = 8;
 constexpr uint64_t kFree = 0, kBusy = 1, kReady = 2;
@@ -78,11 +90,27 @@ class ChannelImpl : public Channel {
   std::atomic<uint64_t>* Info(uint32_t entry) {
     return reinterpret_cast<std::atomic<uint64_t>*>(info_.addr) + entry;
   }
-  char* SendPart(uint32_t sender) { return send_.addr + size_t(sender) * send_part_size_; }
+  char* SendPart(uint32_t part) { return send_.addr + size_t(part) * send_part_size_; }
   uint64_t* WordSlot(uint32_t index) { return reinterpret_cast<uint64_t*>(words_.addr) + index; }
+  uint64_t* ReadyWord(uint32_t part) { return WordSlot(kInfoEntries + part); }
 
   // Polls completions once (non-blocking) and applies them; an error breaks the channel.
   Status Progress();
+  // Sleeps in the transport until a completion arrives (at most timeout_ms), then applies it.
+  Status AwaitCompletion(int timeout_ms);
+  // Marks the parts of completed READY writes free; an error breaks the channel (mu_ held).
+  Status ApplyCompletions(const Completion* completions, size_t count);
+  // Waits until `done` (asked with mu_ held) is true, sleeping in the transport in between;
+  // fails when the channel breaks or, with may_time_out, at the deadline.
+  Status AwaitParts(const std::function<bool()>& done, Clock::time_point deadline,
+                    bool may_time_out);
+  // Waits for the sender slot's next Send Buffer part to be free and returns its index.
+  Status AcquirePart(uint32_t sender, Clock::time_point deadline, bool may_time_out,
+                     uint32_t* part);
+  // Whether any part of the sender slot is still in flight (mu_ held).
+  bool SlotBusyLocked(uint32_t sender) const;
+  // Whether any part of any slot is still in flight (mu_ held).
+  bool AnyPartBusyLocked() const;
   // Sends one message whose payload comes from `source` (a copy) or `region` (zero-copy).
   Status SendMessage(uint32_t opcode, std::string_view source, const LocalRegion* region,
                      size_t region_offset, size_t length, uint32_t sender, int timeout_ms);
@@ -99,16 +127,22 @@ class ChannelImpl : public Channel {
   Status broken_;
   LocalRegion receive_, info_, send_, words_, setup_;
   uint32_t send_part_size_ = 0;
+  uint32_t parts_per_slot_ = 0;
   uint32_t peer_buffers_ = 0;
   uint32_t peer_buffer_size_ = 0;
   RemoteRegion peer_receive_, peer_info_;
   uint64_t next_send_sequence_ = 1;
   uint64_t next_receive_sequence_ = 1;
-  std::vector<int> part_in_flight_;       // per sender slot: its Send Buffer part is being written
+  std::vector<uint8_t> part_in_flight_;   // per Send Buffer part: its package is being written
+  std::vector<uint32_t> next_part_;       // per sender slot: its part (round robin) to use next
   std::map<uint32_t, Message> assembling_;  // per sender slot: a message being reassembled
 };
 
+// Waits (briefly) for packages still in flight, so that the transport is done reading the Send
+// Buffer before it is freed, then frees every region.
 ChannelImpl::~ChannelImpl() {
+  AwaitParts([this] { return !AnyPartBusyLocked(); }, Clock::now() + std::chrono::seconds(1),
+             /*may_time_out=*/true);
   for (LocalRegion* r : {&receive_, &info_, &send_, &words_, &setup_}) {
     if (r->addr) conn_->FreeRegion(*r);
   }
@@ -130,17 +164,26 @@ Status ChannelImpl::Setup(int timeout_ms) {
     return Status::InvalidArgument("receive_buffer_size must be 4 KiB..1 GiB");
   }
   if (o.sender_threads < 1 || o.sender_threads > 16) return Status::InvalidArgument("sender_threads must be 1..16");
-  send_part_size_ = o.send_buffer_size / o.sender_threads;
+  if (o.packages_in_flight < 1 || o.packages_in_flight > kMaxPackagesInFlight ||
+      o.sender_threads * o.packages_in_flight > kMaxPartsInFlight) {
+    return Status::InvalidArgument(
+        "packages_in_flight must be 1..8, and sender_threads x packages_in_flight at most 64");
+  }
+  parts_per_slot_ = o.packages_in_flight;
+  const uint32_t parts = o.sender_threads * parts_per_slot_;
+  send_part_size_ = o.send_buffer_size / parts;
   if (send_part_size_ < kHeaderSize + 64) {
-    return Status::InvalidArgument("send_buffer_size too small for sender_threads");
+    return Status::InvalidArgument(
+        "send_buffer_size too small for sender_threads x packages_in_flight");
   }
   Status s = conn_->AllocateRegion(size_t(o.receive_buffers) * o.receive_buffer_size, kRemoteWrite, &receive_);
   if (s.ok()) s = conn_->AllocateRegion(kInfoEntries * 8, kRemoteWrite, &info_);
-  if (s.ok()) s = conn_->AllocateRegion(size_t(send_part_size_) * o.sender_threads, kLocalOnly, &send_);
-  if (s.ok()) s = conn_->AllocateRegion(8 * (kInfoEntries + o.sender_threads), kLocalOnly, &words_);
+  if (s.ok()) s = conn_->AllocateRegion(size_t(send_part_size_) * parts, kLocalOnly, &send_);
+  if (s.ok()) s = conn_->AllocateRegion(8 * (kInfoEntries + parts), kLocalOnly, &words_);
   if (s.ok()) s = conn_->AllocateRegion(2 * sizeof(SetupMessage), kLocalOnly, &setup_);
   if (!s.ok()) return s;
-  part_in_flight_.assign(o.sender_threads, 0);
+  part_in_flight_.assign(parts, 0);
+  next_part_.assign(o.sender_threads, 0);
 
   SetupMessage mine{kSetupMagic, o.receive_buffers, o.receive_buffer_size, 0,
                     conn_->Describe(receive_), conn_->Describe(info_)};
@@ -189,20 +232,85 @@ Status ChannelImpl::Setup(int timeout_ms) {
   return Status::OK();
 }
 
-// Applies completions: a finished READY write frees its sender's Send Buffer part.
+// Applies completions: a finished READY write frees the Send Buffer part of its package.
 Status ChannelImpl::Progress() {
   if (!broken_.ok()) return broken_;
   Completion wc[32];
   size_t n = 0;
   Status s = conn_->Poll(wc, 32, 0, &n);
   if (!s.ok()) return Broken(s);
+  return ApplyCompletions(wc, n);
+}
+
+// Any failed completion (a flushed or refused write) ends the channel with the connection's error.
+Status ChannelImpl::ApplyCompletions(const Completion* wc, size_t n) {
   for (size_t i = 0; i < n; i++) {
     if (wc[i].status != WcStatus::kSuccess) {
       return Broken(conn_->state().ok() ? Status::Disconnected("a channel write failed") : conn_->state());
     }
-    if (WrKindOf(wc[i].wr_id) == kWrReady) part_in_flight_[WrIndexOf(wc[i].wr_id)] = 0;
+    if (WrKindOf(wc[i].wr_id) == kWrReady && WrIndexOf(wc[i].wr_id) < part_in_flight_.size()) {
+      part_in_flight_[WrIndexOf(wc[i].wr_id)] = 0;
+    }
   }
   return Status::OK();
+}
+
+// The transport's Poll is thread-safe, so the sleep happens without mu_: other slots and the
+// receiving side go on meanwhile, and the CPU is left to the transport (tcp's threads).
+Status ChannelImpl::AwaitCompletion(int timeout_ms) {
+  Completion wc[32];
+  size_t n = 0;
+  Status s = conn_->Poll(wc, 32, timeout_ms, &n);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!s.ok()) return Broken(s);
+  return ApplyCompletions(wc, n);
+}
+
+// Looks at the slot's packages_in_flight parts.
+bool ChannelImpl::SlotBusyLocked(uint32_t sender) const {
+  for (uint32_t k = 0; k < parts_per_slot_; k++) {
+    if (part_in_flight_[sender * parts_per_slot_ + k]) return true;
+  }
+  return false;
+}
+
+// Looks at every part.
+bool ChannelImpl::AnyPartBusyLocked() const {
+  for (uint8_t busy : part_in_flight_) {
+    if (busy) return true;
+  }
+  return false;
+}
+
+// Parts free up through completions only, so in between the thread sleeps in Poll.
+Status ChannelImpl::AwaitParts(const std::function<bool()>& done, Clock::time_point deadline,
+                               bool may_time_out) {
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Status s = Progress();
+      if (!s.ok()) return s;
+      if (done()) return Status::OK();
+    }
+    if (may_time_out && Clock::now() >= deadline) return Status::Timeout("send buffer busy");
+    Status s = AwaitCompletion(1);
+    if (!s.ok()) return s;
+  }
+}
+
+// The slot's parts are used round robin; the next one frees as soon as the transport completes
+// its package's READY write (the peer's application need not act), so it is the oldest. Only
+// the slot's own thread moves next_part_[sender].
+Status ChannelImpl::AcquirePart(uint32_t sender, Clock::time_point deadline, bool may_time_out,
+                                uint32_t* part) {
+  uint32_t candidate;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    candidate = sender * parts_per_slot_ + next_part_[sender];
+  }
+  Status s = AwaitParts([&] { return !part_in_flight_[candidate]; }, deadline, may_time_out);
+  if (s.ok()) *part = candidate;
+  return s;
 }
 
 Status ChannelImpl::ReserveBuffer(uint32_t* buffer, uint64_t* sequence, Clock::time_point deadline,
@@ -237,11 +345,18 @@ Status ChannelImpl::SendRegion(uint32_t opcode, const LocalRegion& region, size_
   if (offset > region.length || length > region.length - offset) {
     return Status::InvalidArgument("SendRegion range outside the region");
   }
-  return SendMessage(opcode, {}, &region, offset, length, sender, timeout_ms);
+  Status s = SendMessage(opcode, {}, &region, offset, length, sender, timeout_ms);
+  if (!s.ok()) return s;
+  // The transport gathers the payload from the region until the writes complete. No deadline:
+  // everything is posted, so only the transport is left, and it either completes the writes
+  // or fails the connection (a timeout here would invite a retry that duplicates the message).
+  return AwaitParts([&] { return !SlotBusyLocked(sender); }, Clock::time_point::max(),
+                    /*may_time_out=*/false);
 }
 
-// Each package: wait for this slot's Send Buffer part, reserve a peer buffer, write header
-// (and payload), then the READY word with a fence so it lands after the package.
+// Each package: wait for the slot's next Send Buffer part, reserve a peer buffer, write header
+// (and payload), then the READY word with a fence so it lands after the package. The package
+// stays in flight while the slot goes on with the next one in another part.
 Status ChannelImpl::SendMessage(uint32_t opcode, std::string_view source, const LocalRegion* region,
                                 size_t region_offset, size_t length, uint32_t sender, int timeout_ms) {
   if (sender >= options_.sender_threads) return Status::InvalidArgument("sender slot out of range");
@@ -258,50 +373,42 @@ Status ChannelImpl::SendMessage(uint32_t opcode, std::string_view source, const 
   };
   do {
     size_t chunk = std::min(max_payload, length - offset);
-    while (true) {  // the slot's part is free once its previous package's READY completed
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        Status s = Progress();
-        if (!s.ok()) return s;
-        if (!part_in_flight_[sender]) break;
-      }
-      // The part frees as soon as the transport completes its write (the peer need not act).
-      if (timeout_ms > 0 && Clock::now() >= deadline) return abandon(Status::Timeout("send buffer busy"));
-      std::this_thread::yield();
-    }
-    uint32_t buffer;
-    uint64_t sequence;
+    uint32_t part = 0;
+    Status s = AcquirePart(sender, deadline, timeout_ms > 0, &part);
+    if (!s.ok()) return abandon(s);
+    uint32_t buffer = 0;
+    uint64_t sequence = 0;
     // timeout 0 means "WouldBlock rather than wait" for a message's first package only: once
     // part of a message is out, the rest waits for the peer (or for the connection to fail).
     Clock::time_point package_deadline =
         timeout_ms == 0 && offset > 0 ? Clock::time_point::max() : deadline;
-    Status s = ReserveBuffer(&buffer, &sequence, package_deadline, timeout_ms > 0 || offset > 0);
+    s = ReserveBuffer(&buffer, &sequence, package_deadline, timeout_ms > 0 || offset > 0);
     if (!s.ok()) return abandon(s);
-    char* part = SendPart(sender);
+    char* staging = SendPart(part);
     PackageHeader h{kPackageMagic, opcode, sequence, length, offset, uint32_t(chunk), sender};
-    std::memset(part, 0, kHeaderSize);
-    std::memcpy(part, &h, sizeof(h));
+    std::memset(staging, 0, kHeaderSize);
+    std::memcpy(staging, &h, sizeof(h));
     Sge sges[2];
     uint32_t nsge = 1;
     if (region) {
-      sges[0] = Sge{part, kHeaderSize, send_.lkey};
+      sges[0] = Sge{staging, kHeaderSize, send_.lkey};
       if (chunk > 0) sges[nsge++] = Sge{region->addr + region_offset + offset, uint32_t(chunk), region->lkey};
     } else {
-      if (chunk > 0) std::memcpy(part + kHeaderSize, source.data() + offset, chunk);
-      sges[0] = Sge{part, uint32_t(kHeaderSize + chunk), send_.lkey};
+      if (chunk > 0) std::memcpy(staging + kHeaderSize, source.data() + offset, chunk);
+      sges[0] = Sge{staging, uint32_t(kHeaderSize + chunk), send_.lkey};
     }
-    uint64_t* word = WordSlot(kInfoEntries + sender);
+    uint64_t* word = ReadyWord(part);
     *word = Word(kReady, sequence);
     Sge word_sge{word, 8, words_.lkey};
     WorkRequest wr[2];
-    wr[0].wr_id = WrId(kWrData, sender);
+    wr[0].wr_id = WrId(kWrData, part);
     wr[0].opcode = Opcode::kWrite;
     wr[0].sg_list = sges;
     wr[0].num_sge = nsge;
     wr[0].remote_addr = peer_receive_.addr + uint64_t(buffer) * peer_buffer_size_;
     wr[0].rkey = peer_receive_.rkey;
     wr[0].signaled = false;
-    wr[1].wr_id = WrId(kWrReady, sender);
+    wr[1].wr_id = WrId(kWrReady, part);
     wr[1].opcode = Opcode::kWrite;
     wr[1].sg_list = &word_sge;
     wr[1].num_sge = 1;
@@ -310,7 +417,8 @@ Status ChannelImpl::SendMessage(uint32_t opcode, std::string_view source, const 
     wr[1].fence = true;  // the package must be placed before the peer can see READY
     {
       std::lock_guard<std::mutex> lock(mu_);
-      part_in_flight_[sender] = 1;
+      part_in_flight_[part] = 1;
+      next_part_[sender] = (next_part_[sender] + 1) % parts_per_slot_;
       s = conn_->Post(wr, 2);
       if (!s.ok()) return Broken(s);
     }
@@ -340,7 +448,7 @@ Status ChannelImpl::NextReady(uint32_t* buffer, Clock::time_point deadline) {
 }
 
 Status ChannelImpl::ReceivePackage(PackageView* package, int timeout_ms) {
-  uint32_t j;
+  uint32_t j = 0;
   Status s = NextReady(&j, Clock::now() + std::chrono::milliseconds(timeout_ms));
   if (!s.ok()) return s;
   const char* rb = receive_.addr + size_t(j) * options_.receive_buffer_size;

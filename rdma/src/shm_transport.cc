@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "setup.h"
+#include "software_backend.h"
 
 namespace slipstream::rdma {
 
@@ -48,8 +49,6 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kPageBytes = 4096;
 constexpr uint64_t kSmallAlign = 64;              // regions start on a cache line
 constexpr uint64_t kLargeRegion = 64u << 10;      // from here on regions are page aligned
-constexpr uint32_t kMaxSge = 256;                 // same limit as the tcp backend
-constexpr uint64_t kMaxRequestBytes = UINT32_MAX;  // Completion::byte_len is 32 bits
 // Poll sleeps at most this long at a time, so a dead peer is noticed within one slice.
 constexpr auto kWaitSlice = std::chrono::milliseconds(10);
 // Post and Poll(0) in a hot loop check the socket at most this often (poll() is a syscall).
@@ -134,15 +133,6 @@ void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nano
 void FutexWakeAll(std::atomic<uint32_t>* word) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr,
             0);
-}
-
-// True when [addr, addr+length) lies inside [base, base+size), without overflow.
-bool Inside(const char* base, size_t size, const void* addr, uint64_t length) {
-  uintptr_t b = reinterpret_cast<uintptr_t>(base);
-  uintptr_t a = reinterpret_cast<uintptr_t>(addr);
-  if (a < b) return false;
-  uint64_t offset = a - b;
-  return offset <= size && length <= size - offset;
 }
 
 // Free extents of the region space: first fit, coalescing on release.
@@ -236,17 +226,8 @@ void WriteEntry(ShmTableEntry* entry, const EntrySnapshot& value) {
 
 // A posted work request until it is carried out (only more than an instant under
 // completion_delay_us with a fence).
-struct PendingRequest {
-  WorkRequest wr;
-  std::vector<Sge> sges;   // copy of the gather/scatter list (wr.sg_list is not kept)
-  uint64_t length = 0;     // total bytes of sges
+struct PendingRequest : PreparedRequest {
   uint64_t ring_bytes = 0;  // room reserved in the peer's receive ring
-};
-
-// A completion with the time it may be delivered (completion_delay_us).
-struct TimedCompletion {
-  Completion completion;
-  Clock::time_point ready;
 };
 
 // Bytes a ring record takes: header, then for a SEND the payload padded to 16 bytes.
@@ -444,7 +425,7 @@ class ShmConnection : public Connection {
     }
     if (!state_.ok()) {
       for (const PendingRequest& pending : prepared) {
-        PushCompletionLocked(WorkCompletion(pending, WcStatus::kFlushed), now);
+        PushCompletionLocked(WorkCompletion(pending.wr, WcStatus::kFlushed), now);
       }
       WakeLocalWaiters();
       return Status::OK();
@@ -493,16 +474,13 @@ class ShmConnection : public Connection {
       ConsumeRingLocked(now);
       CheckPeerLocked(now, /*force=*/!first);
       ProgressLocked(now);
-      while (*count < max && !completions_.empty() && completions_.front().ready <= now) {
-        out[(*count)++] = completions_.front().completion;
-        completions_.pop_front();
-      }
+      completions_.PopDue(out, max, now, count);
       if (*count > 0) return Status::OK();
       if (completions_.empty() && !state_.ok()) return state_;
       if (now >= deadline) return Status::OK();
       Clock::time_point until = std::min(deadline, now + kWaitSlice);
-      if (!completions_.empty()) until = std::min(until, completions_.front().ready);
-      if (!deferred_.empty()) until = std::min(until, last_completion_ready_);
+      if (!completions_.empty()) until = std::min(until, completions_.next_due());
+      if (!deferred_.empty()) until = std::min(until, completions_.last_due());
       // Announce the sleeper before sampling the doorbell: a producer that bumps the doorbell
       // after our sample sees the waiter and wakes us (or the sample already differs).
       own_header_->waiters.fetch_add(1, std::memory_order_seq_cst);
@@ -684,35 +662,14 @@ class ShmConnection : public Connection {
   Status CheckSgeLocked(const Sge& sge) const {
     auto it = by_lkey_.find(sge.lkey);
     if (it == by_lkey_.end()) return Status::InvalidArgument("unknown lkey");
-    if (sge.length > 0 && sge.addr == nullptr) return Status::InvalidArgument("null buffer");
-    if (sge.length > 0 && !Inside(it->second.addr, it->second.length, sge.addr, sge.length)) {
-      return Status::InvalidArgument("buffer outside its region");
-    }
-    return Status::OK();
+    return CheckSgeBounds(sge, it->second.addr, it->second.length);
   }
 
   // Validates one work request and copies what executing it needs.
   Status PrepareLocked(const WorkRequest& wr, PendingRequest* pending) const {
-    switch (wr.opcode) {
-      case Opcode::kWrite:
-      case Opcode::kWriteWithImm:
-      case Opcode::kRead:
-      case Opcode::kSend:
-        break;
-      default:
-        return Status::InvalidArgument("opcode cannot be posted");
-    }
-    if (wr.num_sge > kMaxSge) return Status::InvalidArgument("too many Sge");
-    if (wr.num_sge > 0 && wr.sg_list == nullptr) return Status::InvalidArgument("no sg_list");
-    pending->wr = wr;
-    pending->wr.sg_list = nullptr;
-    pending->sges.assign(wr.sg_list, wr.sg_list + wr.num_sge);
-    for (const Sge& sge : pending->sges) {
-      Status s = CheckSgeLocked(sge);
-      if (!s.ok()) return s;
-      pending->length += sge.length;
-    }
-    if (pending->length > kMaxRequestBytes) return Status::InvalidArgument("request too long");
+    Status s = PrepareRequest(
+        wr, [this](const Sge& sge) { return CheckSgeLocked(sge); }, pending);
+    if (!s.ok()) return s;
     if (wr.opcode == Opcode::kSend) {
       if (pending->length > kShmMaxSendBytes) {
         return Status::InvalidArgument("SEND larger than the shm receive ring");
@@ -724,38 +681,10 @@ class ShmConnection : public Connection {
     return Status::OK();
   }
 
-  // The initiator's completion for a request.
-  static Completion WorkCompletion(const PendingRequest& pending, WcStatus status) {
-    Completion c;
-    c.wr_id = pending.wr.wr_id;
-    c.opcode = pending.wr.opcode;
-    c.status = status;
-    return c;
-  }
-
-  // A receive completion.
-  static Completion RecvCompletion(const RecvRequest& recv, WcStatus status, uint32_t byte_len,
-                                   uint32_t imm, bool has_imm) {
-    Completion c;
-    c.wr_id = recv.wr_id;
-    c.opcode = Opcode::kRecv;
-    c.status = status;
-    c.byte_len = byte_len;
-    c.imm = imm;
-    c.has_imm = has_imm;
-    return c;
-  }
-
-  // The time a completion produced now becomes due, remembered for later fenced requests.
-  Clock::time_point CompletionDueLocked(Clock::time_point now) {
-    Clock::time_point ready = now + std::chrono::microseconds(faults_.completion_delay_us);
-    last_completion_ready_ = std::max(last_completion_ready_, ready);
-    return ready;
-  }
-
-  // Queues a completion, to be delivered after completion_delay_us.
+  // Queues a completion, to be delivered after completion_delay_us (later fenced requests
+  // wait for it to be due).
   void PushCompletionLocked(const Completion& completion, Clock::time_point now) {
-    completions_.push_back(TimedCompletion{completion, CompletionDueLocked(now)});
+    completions_.Push(completion, now);
   }
 
   // Wakes this side's threads sleeping in Poll (a completion or a failure is there for them).
@@ -782,7 +711,7 @@ class ShmConnection : public Connection {
     state_ = why;
     const Clock::time_point now = Clock::now();
     for (const PendingRequest& pending : deferred_) {
-      PushCompletionLocked(WorkCompletion(pending, WcStatus::kFlushed), now);
+      PushCompletionLocked(WorkCompletion(pending.wr, WcStatus::kFlushed), now);
     }
     deferred_.clear();
     ring_reserved_ = 0;
@@ -839,7 +768,7 @@ class ShmConnection : public Connection {
   // waits until every earlier completion is due.
   void ProgressLocked(Clock::time_point now) {
     while (state_.ok() && !deferred_.empty()) {
-      if (deferred_.front().wr.fence && last_completion_ready_ > now) return;
+      if (deferred_.front().wr.fence && completions_.last_due() > now) return;
       PendingRequest pending = std::move(deferred_.front());
       deferred_.pop_front();
       ring_reserved_ -= pending.ring_bytes;
@@ -940,7 +869,7 @@ class ShmConnection : public Connection {
   // A refused access: the request fails with kRemoteAccessError, the connection fails, and the
   // peer learns through its error word (set before the socket closes, so it reads the reason).
   void RefuseLocked(const PendingRequest& pending, Clock::time_point now) {
-    PushCompletionLocked(WorkCompletion(pending, WcStatus::kRemoteAccessError), now);
+    PushCompletionLocked(WorkCompletion(pending.wr, WcStatus::kRemoteAccessError), now);
     peer_header_->error.store(kShmErrorRemoteAccess, std::memory_order_release);
     WakePeer();
     FailLocked(Status::RemoteAccess("the peer refused an access"));
@@ -949,9 +878,9 @@ class ShmConnection : public Connection {
   // Reports a successful request (a completion only when signaled).
   void SucceedLocked(const PendingRequest& pending, Clock::time_point now) {
     if (pending.wr.signaled) {
-      PushCompletionLocked(WorkCompletion(pending, WcStatus::kSuccess), now);
+      PushCompletionLocked(WorkCompletion(pending.wr, WcStatus::kSuccess), now);
     } else {
-      CompletionDueLocked(now);
+      completions_.NoteUnsignaled(now);
     }
   }
 
@@ -963,7 +892,7 @@ class ShmConnection : public Connection {
       case Opcode::kWriteWithImm: {
         if (faults_.drop_on_next_write) {
           faults_.drop_on_next_write = false;
-          PushCompletionLocked(WorkCompletion(pending, WcStatus::kFlushed), now);
+          PushCompletionLocked(WorkCompletion(pending.wr, WcStatus::kFlushed), now);
           FailLocked(Status::Disconnected("fault injection: dropped before a WRITE"));
           return;
         }
@@ -988,7 +917,7 @@ class ShmConnection : public Connection {
         // A later WRITE's bytes must never become visible before this one's.
         std::atomic_thread_fence(std::memory_order_release);
         if (tear) {
-          PushCompletionLocked(WorkCompletion(pending, WcStatus::kFlushed), now);
+          PushCompletionLocked(WorkCompletion(pending.wr, WcStatus::kFlushed), now);
           FailLocked(Status::Disconnected("fault injection: torn WRITE"));
           return;
         }
@@ -1117,9 +1046,8 @@ class ShmConnection : public Connection {
   std::unordered_map<uint64_t, uint32_t> peer_slot_cache_;  // peer rkey -> its table slot
   std::deque<PendingRequest> deferred_;
   uint64_t ring_reserved_ = 0;  // ring bytes the deferred requests will need
-  std::deque<TimedCompletion> completions_;
+  DelayedCompletions completions_{&faults_};
   std::deque<RecvRequest> posted_recvs_;
-  Clock::time_point last_completion_ready_{};
   Clock::time_point last_liveness_check_{};
 };
 

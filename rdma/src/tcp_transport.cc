@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "region_table.h"
+#include "software_backend.h"
 
 namespace slipstream::rdma {
 
@@ -59,12 +60,9 @@ struct Mapping {
 using MappingRef = std::shared_ptr<Mapping>;
 
 // A posted work request from the moment Post accepts it until its completion is produced.
-struct PendingRequest {
+struct PendingRequest : PreparedRequest {
   uint64_t sequence = 0;
-  WorkRequest wr;              // sg_list is not used after Post (see sges)
-  std::vector<Sge> sges;       // copy of the gather/scatter list
   std::vector<MappingRef> holders;  // keep the local buffers mapped while in flight
-  uint64_t length = 0;         // total bytes of sges
   bool sent = false;
 };
 
@@ -90,12 +88,6 @@ struct Reply {
   bool close_after = false;  // a NAK: drop the socket once it is out
 };
 
-// A completion with the time it may be delivered (completion_delay_us).
-struct TimedCompletion {
-  Completion completion;
-  Clock::time_point ready;
-};
-
 // Receives exactly `length` bytes into `out`; false on EOF or error.
 bool RecvAll(int fd, char* out, size_t length) {
   while (length > 0) {
@@ -119,15 +111,6 @@ bool DiscardBytes(int fd, uint64_t length) {
     length -= chunk;
   }
   return true;
-}
-
-// True when [addr, addr+length) lies inside [base, base+size), without overflow.
-bool Inside(const char* base, size_t size, const void* addr, uint64_t length) {
-  uintptr_t b = reinterpret_cast<uintptr_t>(base);
-  uintptr_t a = reinterpret_cast<uintptr_t>(addr);
-  if (a < b) return false;
-  uint64_t offset = a - b;
-  return offset <= size && length <= size - offset;
 }
 
 class TcpConnection : public Connection {
@@ -228,7 +211,7 @@ class TcpConnection : public Connection {
     std::lock_guard<std::mutex> lock(mu_);
     if (!state_.ok()) {
       for (const auto& pending : prepared) {
-        PushCompletionLocked(SendCompletion(*pending, WcStatus::kFlushed));
+        PushCompletionLocked(WorkCompletion(pending->wr, WcStatus::kFlushed));
       }
       cv_.notify_all();
       return Status::OK();
@@ -277,15 +260,12 @@ class TcpConnection : public Connection {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
       Clock::time_point now = Clock::now();
-      while (*count < max && !completions_.empty() && completions_.front().ready <= now) {
-        out[(*count)++] = completions_.front().completion;
-        completions_.pop_front();
-      }
+      completions_.PopDue(out, max, now, count);
       if (*count > 0) return Status::OK();
       if (completions_.empty() && !state_.ok()) return state_;
       if (now >= deadline) return Status::OK();
       Clock::time_point until = deadline;
-      if (!completions_.empty()) until = std::min(until, completions_.front().ready);
+      if (!completions_.empty()) until = std::min(until, completions_.next_due());
       cv_.wait_until(lock, until);
     }
   }
@@ -315,68 +295,28 @@ class TcpConnection : public Connection {
     auto it = by_lkey_.find(sge.lkey);
     if (it == by_lkey_.end()) return Status::InvalidArgument("unknown lkey");
     const Mapping& mapping = *it->second.mapping;
-    if (sge.length > 0 && sge.addr == nullptr) return Status::InvalidArgument("null buffer");
-    if (sge.length > 0 && !Inside(mapping.addr, mapping.length, sge.addr, sge.length)) {
-      return Status::InvalidArgument("buffer outside its region");
-    }
-    *holder = it->second.mapping;
-    return Status::OK();
+    Status s = CheckSgeBounds(sge, mapping.addr, mapping.length);
+    if (s.ok()) *holder = it->second.mapping;
+    return s;
   }
 
-  // Validates one work request and copies what the sender and agent need later.
+  // Validates one work request and copies what the sender and agent need later, keeping
+  // every local buffer mapped until the request is done.
   Status Prepare(const WorkRequest& wr, PendingRequest* pending) {
-    switch (wr.opcode) {
-      case Opcode::kWrite:
-      case Opcode::kWriteWithImm:
-      case Opcode::kRead:
-      case Opcode::kSend:
-        break;
-      default:
-        return Status::InvalidArgument("opcode cannot be posted");
-    }
-    if (wr.num_sge > kTcpMaxSge) return Status::InvalidArgument("too many Sge");
-    if (wr.num_sge > 0 && wr.sg_list == nullptr) return Status::InvalidArgument("no sg_list");
-    pending->wr = wr;
-    pending->wr.sg_list = nullptr;
-    pending->sges.assign(wr.sg_list, wr.sg_list + wr.num_sge);
-    for (const Sge& sge : pending->sges) {
-      MappingRef holder;
-      Status s = Check(sge, &holder);
-      if (!s.ok()) return s;
-      pending->holders.push_back(std::move(holder));
-      pending->length += sge.length;
-    }
-    if (pending->length > kTcpMaxPayload) return Status::InvalidArgument("request too long");
-    return Status::OK();
-  }
-
-  // The initiator's completion for a request.
-  static Completion SendCompletion(const PendingRequest& pending, WcStatus status) {
-    Completion c;
-    c.wr_id = pending.wr.wr_id;
-    c.opcode = pending.wr.opcode;
-    c.status = status;
-    return c;
-  }
-
-  // A receive completion.
-  static Completion RecvCompletion(const RecvRequest& recv, WcStatus status, uint32_t byte_len,
-                                   uint32_t imm, bool has_imm) {
-    Completion c;
-    c.wr_id = recv.wr_id;
-    c.opcode = Opcode::kRecv;
-    c.status = status;
-    c.byte_len = byte_len;
-    c.imm = imm;
-    c.has_imm = has_imm;
-    return c;
+    return PrepareRequest(
+        wr,
+        [&](const Sge& sge) {
+          MappingRef holder;
+          Status s = Check(sge, &holder);
+          if (s.ok()) pending->holders.push_back(std::move(holder));
+          return s;
+        },
+        pending);
   }
 
   // Queues a completion, to be delivered after completion_delay_us.
   void PushCompletionLocked(const Completion& completion) {
-    Clock::time_point ready =
-        Clock::now() + std::chrono::microseconds(faults_.completion_delay_us);
-    completions_.push_back(TimedCompletion{completion, ready});
+    completions_.Push(completion, Clock::now());
   }
 
   // Pairs early messages with posted receives, oldest with oldest. The agent may buffer a
@@ -420,7 +360,7 @@ class TcpConnection : public Connection {
     if (!state_.ok()) return;
     state_ = why;
     for (const auto& pending : in_flight_) {
-      PushCompletionLocked(SendCompletion(*pending, WcStatus::kFlushed));
+      PushCompletionLocked(WorkCompletion(pending->wr, WcStatus::kFlushed));
     }
     in_flight_.clear();
     for (const PostedRecv& recv : posted_recvs_) {
@@ -822,7 +762,7 @@ class TcpConnection : public Connection {
       }
       if (type == TcpFrameType::kNak) {
         in_flight_.pop_front();
-        PushCompletionLocked(SendCompletion(*pending, WcStatus::kRemoteAccessError));
+        PushCompletionLocked(WorkCompletion(pending->wr, WcStatus::kRemoteAccessError));
         FailLocked(Status::RemoteAccess("the peer refused an access"), nullptr);
         return false;
       }
@@ -839,7 +779,7 @@ class TcpConnection : public Connection {
     std::lock_guard<std::mutex> lock(mu_);
     if (!state_.ok()) return false;
     in_flight_.pop_front();
-    if (pending->wr.signaled) PushCompletionLocked(SendCompletion(*pending, WcStatus::kSuccess));
+    if (pending->wr.signaled) PushCompletionLocked(WorkCompletion(pending->wr, WcStatus::kSuccess));
     cv_.notify_all();
     return true;
   }
@@ -867,7 +807,7 @@ class TcpConnection : public Connection {
   uint64_t next_sequence_ = 0;
   uint64_t next_to_send_ = 0;
   std::deque<Reply> replies_;
-  std::deque<TimedCompletion> completions_;
+  DelayedCompletions completions_{&faults_};
   std::deque<PostedRecv> posted_recvs_;
   std::deque<UnmatchedMessage> unmatched_;
   size_t unmatched_bytes_ = 0;

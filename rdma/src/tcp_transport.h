@@ -13,14 +13,13 @@
 #include <cstdint>
 
 #include "backends.h"
+#include "software_backend.h"
 
 namespace slipstream::rdma {
 
 constexpr uint32_t kTcpFrameMagic = 0x46504c53;  // "SLPF"
-// Largest payload of one request: Completion::byte_len is 32 bits.
-constexpr uint64_t kTcpMaxPayload = UINT32_MAX;
-// Largest gather/scatter list of one work request.
-constexpr uint32_t kTcpMaxSge = 256;
+// Largest payload of one frame: that of one request.
+constexpr uint64_t kTcpMaxPayload = kSoftwareMaxRequestBytes;
 
 enum class TcpFrameType : uint8_t {
   kWrite = 1,         // rkey, remote_addr, length, payload

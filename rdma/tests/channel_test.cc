@@ -1,11 +1,14 @@
 // The multi-buffer channel on each software backend: message boundaries, sizes up to 1 GiB,
-// 1 to 7 receive buffers, slow consumers, several sender threads, zero-copy paths, and a peer
-// that disconnects in the middle of a message.
+// 1 to 7 receive buffers, slow consumers, several sender threads, zero-copy paths, several
+// packages in flight per sender slot, and a peer that disconnects in the middle of a message
+// (also with packages in flight).
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstring>
+#include <deque>
 #include <future>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -43,24 +46,100 @@ Pair Connect(const std::string& backend) {
   return pair;
 }
 
-// Both channel ends, opened concurrently (setup is a handshake).
+// A connection that forwards everything to another one but, while `hold` is set, keeps the
+// successful completions to itself: the sender's packages then stay in flight as far as the
+// channel can tell, although the transport placed them. Failures pass through at once.
+class HeldCompletions : public Connection {
+ public:
+  explicit HeldCompletions(Connection* inner) : inner_(inner) {}
+
+  std::atomic<bool> hold{false};
+
+  // Forwards to the wrapped connection.
+  Status AllocateRegion(size_t length, uint32_t access, LocalRegion* region) override {
+    return inner_->AllocateRegion(length, access, region);
+  }
+  // Forwards to the wrapped connection.
+  Status FreeRegion(const LocalRegion& region) override { return inner_->FreeRegion(region); }
+  // Forwards to the wrapped connection.
+  RemoteRegion Describe(const LocalRegion& region) const override {
+    return inner_->Describe(region);
+  }
+  // Forwards to the wrapped connection.
+  Status Post(const WorkRequest* requests, size_t count) override {
+    return inner_->Post(requests, count);
+  }
+  // Forwards to the wrapped connection.
+  Status PostRecv(const RecvRequest* requests, size_t count) override {
+    return inner_->PostRecv(requests, count);
+  }
+
+  // While holding, collects the inner completions (without waiting) and returns only failed
+  // ones; afterwards returns the held ones first, in their order.
+  Status Poll(Completion* out, size_t max, int timeout_ms, size_t* count) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    *count = 0;
+    if (!hold) {
+      while (*count < max && !held_.empty()) {
+        out[(*count)++] = held_.front();
+        held_.pop_front();
+      }
+      if (*count > 0) return Status::OK();
+      return inner_->Poll(out, max, timeout_ms, count);
+    }
+    Completion polled[32];
+    size_t n = 0;
+    Status s = inner_->Poll(polled, std::min<size_t>(max, 32), 0, &n);
+    for (size_t i = 0; i < n; i++) {
+      if (polled[i].status == WcStatus::kSuccess) {
+        held_.push_back(polled[i]);
+      } else {
+        out[(*count)++] = polled[i];
+      }
+    }
+    return s;
+  }
+
+  // Forwards to the wrapped connection.
+  Status state() const override { return inner_->state(); }
+  // Forwards to the wrapped connection.
+  void Disconnect() override { inner_->Disconnect(); }
+  // Forwards to the wrapped connection.
+  FaultInjection* faults() override { return inner_->faults(); }
+  // Forwards to the wrapped connection.
+  std::string backend() const override { return inner_->backend(); }
+
+ private:
+  Connection* inner_;
+  std::mutex mu_;
+  std::deque<Completion> held_;
+};
+
+// Both channel ends, opened concurrently (setup is a handshake). With `held` the sender's
+// channel runs over a HeldCompletions wrapper of its connection.
 struct Channels {
   Pair pair;
+  std::unique_ptr<HeldCompletions> held;
   std::unique_ptr<Channel> sender, receiver;
 };
 
 Channels Open(const std::string& backend, const ChannelOptions& send_side,
-              const ChannelOptions& receive_side) {
+              const ChannelOptions& receive_side, bool held = false) {
   Channels c;
   c.pair = Connect(backend);
   if (!c.pair.server || !c.pair.client) return c;
+  Connection* send_connection = c.pair.client.get();
+  if (held) {
+    c.held = std::make_unique<HeldCompletions>(c.pair.client.get());
+    send_connection = c.held.get();
+  }
   auto opened = std::async(std::launch::async, [&] {
     std::unique_ptr<Channel> ch;
     Status s = Channel::Open(c.pair.server.get(), receive_side, kTimeoutMs, &ch);
     EXPECT_TRUE(s.ok()) << s.ToString();
     return ch;
   });
-  Status s = Channel::Open(c.pair.client.get(), send_side, kTimeoutMs, &c.sender);
+  Status s = Channel::Open(send_connection, send_side, kTimeoutMs, &c.sender);
   EXPECT_TRUE(s.ok()) << s.ToString();
   c.receiver = opened.get();
   return c;
@@ -77,6 +156,35 @@ std::string Pattern(size_t size, uint64_t id) {
     s[i] = char(x);
   }
   return s;
+}
+
+// Sends `per_thread` messages (message i of thread t has id t * 1000 + i and size_of(id) bytes)
+// from each of `threads` sender slots at once, and checks that every thread's messages arrive
+// whole and in its order.
+void SendFromThreadsAndCheck(Channels* c, uint32_t threads, int per_thread,
+                             size_t (*size_of)(uint64_t id)) {
+  std::vector<std::thread> senders;
+  for (uint32_t t = 0; t < threads; t++) {
+    senders.emplace_back([=] {
+      for (int i = 0; i < per_thread; i++) {
+        uint64_t id = t * 1000 + i;
+        Status s = c->sender->Send(uint32_t(i), Pattern(size_of(id), id), t, kTimeoutMs);
+        ASSERT_TRUE(s.ok()) << s.ToString();
+      }
+    });
+  }
+  std::vector<int> next(threads, 0);
+  for (uint32_t k = 0; k < threads * per_thread; k++) {
+    Message m;
+    Status s = c->receiver->Receive(&m, kTimeoutMs);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_LT(m.sender, threads);
+    int i = next[m.sender]++;
+    uint64_t id = m.sender * 1000 + i;
+    ASSERT_EQ(m.opcode, uint32_t(i)) << "out of order for sender " << m.sender;
+    ASSERT_TRUE(m.data == Pattern(size_of(id), id));
+  }
+  for (auto& t : senders) t.join();
 }
 
 class ChannelTest : public ::testing::TestWithParam<std::string> {};
@@ -161,29 +269,7 @@ TEST_P(ChannelTest, SeveralSenderThreads) {
   receive_side.receive_buffer_size = 16 << 10;
   Channels c = Open(GetParam(), send_side, receive_side);
   ASSERT_TRUE(c.sender && c.receiver);
-  constexpr int kPerThread = 50;
-  std::vector<std::thread> threads;
-  for (uint32_t t = 0; t < 4; t++) {
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < kPerThread; i++) {
-        uint64_t id = t * 1000 + i;
-        Status s = c.sender->Send(uint32_t(i), Pattern(500 + (id * 7919) % 40000, id), t, kTimeoutMs);
-        ASSERT_TRUE(s.ok()) << s.ToString();
-      }
-    });
-  }
-  int next[4] = {0, 0, 0, 0};
-  for (int k = 0; k < 4 * kPerThread; k++) {
-    Message m;
-    Status s = c.receiver->Receive(&m, kTimeoutMs);
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    ASSERT_LT(m.sender, 4u);
-    int i = next[m.sender]++;
-    uint64_t id = m.sender * 1000 + i;
-    ASSERT_EQ(m.opcode, uint32_t(i)) << "out of order for sender " << m.sender;
-    ASSERT_TRUE(m.data == Pattern(500 + (id * 7919) % 40000, id));
-  }
-  for (auto& t : threads) t.join();
+  SendFromThreadsAndCheck(&c, 4, 50, [](uint64_t id) { return 500 + (id * 7919) % 40000; });
 }
 
 // Zero-copy both ways: send from a registered region, consume packages in place.
@@ -250,6 +336,165 @@ TEST_P(ChannelTest, OneGibibyteStreamed) {
   ASSERT_TRUE(s.ok()) << s.ToString();
   ASSERT_EQ(m.data.size(), data.size());
   EXPECT_TRUE(m.data == data);
+}
+
+// A channel whose sender keeps `in_flight` packages of at most `buffer_size` bytes in flight
+// (its Send Buffer holds that many full packages) towards 7 receive buffers of that size, over
+// a HeldCompletions wrapper.
+Channels OpenHeld(const std::string& backend, uint32_t in_flight, uint32_t buffer_size) {
+  ChannelOptions send_side, receive_side;
+  send_side.packages_in_flight = in_flight;
+  send_side.send_buffer_size = in_flight * buffer_size;
+  receive_side.receive_buffers = 7;
+  receive_side.receive_buffer_size = buffer_size;
+  return Open(backend, send_side, receive_side, /*held=*/true);
+}
+
+// Checks that the packages taken with ReceivePackage form message `id` of `size` bytes
+// with consecutive sequence numbers after `*sequence`, releasing each.
+void ExpectPackages(Channel* receiver, uint64_t id, size_t size, uint64_t* sequence) {
+  std::string expected = Pattern(size, id), got;
+  do {
+    PackageView p;
+    Status s = receiver->ReceivePackage(&p, kTimeoutMs);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(p.sequence, ++*sequence);
+    EXPECT_EQ(p.opcode, uint32_t(id));
+    EXPECT_EQ(p.message_size, size);
+    ASSERT_EQ(p.offset, got.size());
+    got.append(p.data);
+    ASSERT_TRUE(receiver->Release(p).ok());
+  } while (got.size() < size);
+  EXPECT_TRUE(got == expected) << "message " << id << " corrupted";
+}
+
+// A slot keeps packages_in_flight packages on the wire: with every completion held back, a
+// message of exactly that many packages still goes out whole, the next package has to wait
+// for a part (and times out before anything of it is sent), and once the completions arrive
+// the slot goes on. The receiver sees every package once, in order. With one package in flight
+// (the behaviour before the parts became a ring) the second package already waits.
+TEST_P(ChannelTest, PackagesInFlightPerSlot) {
+  for (uint32_t in_flight : {1u, 4u}) {
+    SCOPED_TRACE(std::to_string(in_flight) + " packages in flight");
+    Channels c = OpenHeld(GetParam(), in_flight, 8192);
+    ASSERT_TRUE(c.sender && c.receiver);
+    const size_t size = in_flight * (8192 - c.sender->package_header_size());
+    c.held->hold = true;
+    ASSERT_TRUE(c.sender->Send(0, Pattern(size, 0), 0, kTimeoutMs).ok());
+    Status s = c.sender->Send(1, Pattern(10, 1), 0, 200);
+    EXPECT_EQ(s.code(), Status::Code::kTimeout) << s.ToString();
+    uint64_t sequence = 0;
+    ExpectPackages(c.receiver.get(), 0, size, &sequence);
+    c.held->hold = false;
+    ASSERT_TRUE(c.sender->Send(1, Pattern(10, 1), 0, kTimeoutMs).ok());
+    ExpectPackages(c.receiver.get(), 1, 10, &sequence);
+  }
+}
+
+// Zero-copy send returns only once its packages were written (the region may change then):
+// with completions held it has not returned although the receiver holds every package.
+TEST_P(ChannelTest, SendRegionReturnsAfterItsWritesComplete) {
+  Channels c = OpenHeld(GetParam(), 4, 8192);
+  ASSERT_TRUE(c.sender && c.receiver);
+  const size_t size = 3 * (8192 - c.sender->package_header_size());
+  LocalRegion region;
+  ASSERT_TRUE(c.pair.client->AllocateRegion(size, kLocalOnly, &region).ok());
+  std::string data = Pattern(size, 0);
+  std::memcpy(region.addr, data.data(), size);
+  c.held->hold = true;
+  auto sent = std::async(std::launch::async,
+                         [&] { return c.sender->SendRegion(0, region, 0, size, 0, kTimeoutMs); });
+  uint64_t sequence = 0;
+  ExpectPackages(c.receiver.get(), 0, size, &sequence);
+  EXPECT_NE(sent.wait_for(std::chrono::milliseconds(0)), std::future_status::ready);
+  c.held->hold = false;
+  Status s = sent.get();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// Many messages of one and of several packages, from one slot with up to 8 packages in flight
+// and (tcp) slow completions, in single-buffer and multi-buffer mode:
+// every package arrives once, with consecutive sequence numbers, and every message whole.
+TEST_P(ChannelTest, PipelinedMessagesKeepOrder) {
+  for (uint32_t buffers : {1u, 3u, 7u}) {
+    for (uint32_t in_flight : {2u, 8u}) {
+      SCOPED_TRACE(std::to_string(buffers) + " buffers, " + std::to_string(in_flight) +
+                   " packages in flight");
+      ChannelOptions send_side, receive_side;
+      send_side.packages_in_flight = in_flight;
+      send_side.send_buffer_size = in_flight * 4096;
+      receive_side.receive_buffers = buffers;
+      receive_side.receive_buffer_size = 4096;
+      Channels c = Open(GetParam(), send_side, receive_side);
+      ASSERT_TRUE(c.sender && c.receiver);
+      // tcp only: shm defers a fenced request under an injected delay until the initiator's
+      // next Post or Poll, so the last READY would wait for a sender that has nothing to send.
+      if (GetParam() == "tcp") c.pair.client->faults()->completion_delay_us = 300;
+      constexpr int kMessages = 60;
+      auto size_of = [](int i) { return size_t(i % 7 == 0 ? 0 : (i * 2311) % 30000); };
+      std::thread sender([&] {
+        for (int i = 0; i < kMessages; i++) {
+          Status s = c.sender->Send(uint32_t(i), Pattern(size_of(i), i), 0, kTimeoutMs);
+          ASSERT_TRUE(s.ok()) << "message " << i << ": " << s.ToString();
+        }
+      });
+      uint64_t sequence = 0;
+      for (int i = 0; i < kMessages; i++) {
+        ExpectPackages(c.receiver.get(), uint64_t(i), size_of(i), &sequence);
+        if (HasFatalFailure()) break;
+      }
+      sender.join();
+    }
+  }
+}
+
+// Several threads, each slot with 4 packages in flight: every thread's messages arrive whole
+// and in its order.
+TEST_P(ChannelTest, SeveralSenderThreadsWithPackagesInFlight) {
+  ChannelOptions send_side, receive_side;
+  send_side.sender_threads = 3;
+  send_side.packages_in_flight = 4;
+  send_side.send_buffer_size = 3 * 4 * 4096;
+  receive_side.receive_buffers = 7;
+  receive_side.receive_buffer_size = 4096;
+  Channels c = Open(GetParam(), send_side, receive_side);
+  ASSERT_TRUE(c.sender && c.receiver);
+  SendFromThreadsAndCheck(&c, 3, 40, [](uint64_t id) { return (id * 7919) % 20000; });
+}
+
+// The receiver goes away while the sender has packages in flight (their completions held):
+// the sender's next message fails with an error instead of hanging, and so does every later
+// call on either side.
+TEST_P(ChannelTest, DisconnectWithPackagesInFlight) {
+  Channels c = OpenHeld(GetParam(), 4, 4096);
+  ASSERT_TRUE(c.sender && c.receiver);
+  const size_t payload = 4096 - c.sender->package_header_size();
+  c.held->hold = true;
+  ASSERT_TRUE(c.sender->Send(0, Pattern(3 * payload, 0), 0, kTimeoutMs).ok());
+  PackageView p;
+  ASSERT_TRUE(c.receiver->ReceivePackage(&p, kTimeoutMs).ok());
+  c.pair.server->Disconnect();
+  Status s = c.sender->Send(1, Pattern(40 * payload, 1), 0, kTimeoutMs);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.code(), Status::Code::kTimeout) << s.ToString();
+  EXPECT_FALSE(c.sender->Send(2, "x", 0, kTimeoutMs).ok());
+  Message m;
+  EXPECT_FALSE(c.receiver->Receive(&m, 2000).ok());
+}
+
+// packages_in_flight outside 1..8, or more than 64 parts in all, is refused at Open.
+TEST_P(ChannelTest, PackagesInFlightIsChecked) {
+  Pair pair = Connect(GetParam());
+  ASSERT_TRUE(pair.client);
+  for (auto [threads, in_flight] : {std::pair{1u, 0u}, {1u, 9u}, {16u, 8u}}) {
+    ChannelOptions o;
+    o.sender_threads = threads;
+    o.packages_in_flight = in_flight;
+    o.send_buffer_size = 64u << 20;
+    std::unique_ptr<Channel> channel;
+    Status s = Channel::Open(pair.client.get(), o, 1000, &channel);
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ChannelTest, ::testing::Values("shm", "tcp"),

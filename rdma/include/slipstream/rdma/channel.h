@@ -5,9 +5,12 @@
 // Buffers the peer writes packages into, and a Buffer-Info array (registered for remote writes)
 // holding the state of its own Receive Buffers (written "ready" by the peer) and of the peer's
 // (written "free" by the peer). A message larger than a Receive Buffer travels as several
-// packages to the next free buffers without waiting for the first to be consumed. The receiver
-// polls its Buffer-Info, consumes a package (copy-out or zero-copy view), and frees the buffer
-// with a remote write. Single-buffer mode (one receive buffer) is the paper's baseline.
+// packages to the next free buffers without waiting for the first to be consumed, and each
+// sender slot keeps up to `packages_in_flight` packages on the wire at once (its Send Buffer
+// part is a small ring), so the data and READY writes of consecutive packages overlap. The
+// receiver polls its Buffer-Info, consumes a package (copy-out or zero-copy view), and frees
+// the buffer with a remote write. Single-buffer mode (one receive buffer) is the paper's
+// baseline: every package waits for the previous one to be consumed.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +27,10 @@ struct ChannelOptions {
   uint32_t receive_buffer_size = 1u << 20;  // bytes each, 4 KiB..1 GiB
   uint32_t send_buffer_size = 4u << 20;     // the Send Buffer, split among sender threads
   uint32_t sender_threads = 1;              // 1..16 threads that may Send at once
+  // Packages one sender slot may have in flight, 1..8 (sender_threads x packages_in_flight at
+  // most 64). Each slot's share of the Send Buffer is split into this many parts, so a package
+  // carries at most send_buffer_size / (sender_threads x packages_in_flight) bytes with header.
+  uint32_t packages_in_flight = 4;
 };
 
 // A received message.
@@ -54,8 +61,11 @@ class Channel {
 
   // Sends `data` as one message from sender slot `sender` (0..sender_threads-1; one thread
   // per slot). Waits up to timeout_ms for free buffers (0: WouldBlock instead of waiting).
+  // Returns once every package is posted (the payload was copied; up to packages_in_flight of
+  // them may still be on the wire, and the channel delivers them unless the connection fails).
   virtual Status Send(uint32_t opcode, std::string_view data, uint32_t sender, int timeout_ms) = 0;
-  // Zero-copy send: the payload is written straight from a region of this connection.
+  // Zero-copy send: the payload is written straight from a region of this connection. Returns
+  // only once every package has been written, so the caller may change the bytes afterwards.
   virtual Status SendRegion(uint32_t opcode, const LocalRegion& region, size_t offset,
                             size_t length, uint32_t sender, int timeout_ms) = 0;
 
