@@ -18,7 +18,8 @@ namespace slipstream::engine {
 namespace {
 
 constexpr uint64_t kManifestMagic = 0x31464e414d535353ull;  // "SSSMANF1"
-constexpr uint32_t kManifestVersion = 2;  // 2 added the first uncompacted large-log sequence
+// 2 added the first uncompacted large-log sequence, 3 the large-log accounted LSN.
+constexpr uint32_t kManifestVersion = 3;
 
 // Bounds-checked reading of the manifest image.
 class ManifestReader {
@@ -158,7 +159,8 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
     ok = r.Get(&st->manifest_number) && r.Get(&st->compacted_lsn) && r.Get(&snapshot_lsn) &&
          r.Get(&st->next_tree_id) && r.Get(&st->next_keyspace_id) &&
          r.Get(&st->l0_log.next_sequence) && r.Get(&st->large_log.next_sequence);
-    if (ok && version >= 2) ok = r.Get(&first_large_sequence) && r.Get(&st->large_accounted_lsn);
+    if (ok && version >= 2) ok = r.Get(&first_large_sequence);
+    if (ok && version >= 3) ok = r.Get(&st->large_accounted_lsn);
     for (uint32_t level = 1; ok && level <= max_levels; level++) ok = r.Get(&st->current.levels[level]);
     uint32_t nsegs = 0, nks = 0;
     ok = ok && r.Get(&nsegs);
