@@ -8,7 +8,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 scratch=${1:-${SLIPSTREAM_SCRATCH:-/tmp/slipstream-pinned}}
-port=${2:-55460}
+port=${2:-55466}
 cluster="$scratch/cluster"
 pg="$root/scripts/pg_cluster.sh"
 
