@@ -68,8 +68,8 @@ Device::~Device() {
 
 // The mapping covers max_size even where the file is shorter; only allocated segments, which
 // are below the file size, are ever touched through it.
-Status Device::Open(const std::string& path, uint32_t segment_size, uint64_t max_size,
-                    Device** out) {
+Status Device::Open(const std::string& path, uint32_t segment_size, uint64_t max_size) {
+  if (fd_ >= 0) return Status::InvalidArgument("device is already open");
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoStatus("open " + path, errno);
   void* map = mmap(nullptr, max_size, PROT_READ, MAP_SHARED | MAP_NORESERVE, fd, 0);
@@ -78,12 +78,10 @@ Status Device::Open(const std::string& path, uint32_t segment_size, uint64_t max
     close(fd);
     return ErrnoStatus("mmap " + path, err);
   }
-  auto* d = new Device();
-  d->fd_ = fd;
-  d->map_ = static_cast<char*>(map);
-  d->segment_size_ = segment_size;
-  d->max_size_ = max_size;
-  *out = d;
+  fd_ = fd;
+  map_ = static_cast<char*>(map);
+  segment_size_ = segment_size;
+  max_size_ = max_size;
   return Status::OK();
 }
 

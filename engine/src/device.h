@@ -18,11 +18,13 @@ struct WriteRequest {
 
 class Device {
  public:
+  Device() = default;
   ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
 
-  // Opens (creating if needed) `path` and reserves a mapping of `max_size` bytes.
-  static Status Open(const std::string& path, uint32_t segment_size, uint64_t max_size,
-                     Device** out);
+  // Opens (creating if needed) `path` and reserves a mapping of `max_size` bytes; once only.
+  Status Open(const std::string& path, uint32_t segment_size, uint64_t max_size);
 
   uint32_t segment_size() const { return segment_size_; }
   uint64_t max_segments() const { return max_size_ / segment_size_; }
@@ -49,8 +51,6 @@ class Device {
   Status Sync();
 
  private:
-  Device() = default;
-
   int fd_ = -1;
   char* map_ = nullptr;
   uint32_t segment_size_ = 0;

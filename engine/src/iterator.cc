@@ -67,23 +67,25 @@ class LevelSource : public Source {
 
 class EngineIterator : public Iterator {
  public:
-  EngineIterator(EngineImpl* engine, KeyspaceId ks)
-      : engine_(engine), pin_(engine->shared()), prefix_(MakeInternalKey(ks, {})) {
-    // The LSN first: every write up to it is then in a memtable or level of the version read
-    // next (writers publish last_lsn after inserting).
-    Lsn snapshot = engine->shared()->last_lsn.load();
-    version_ = engine->ReadVersion();
+  // Pins the epoch before anything is read, so that what Init reads stays allocated.
+  EngineIterator(SharedEpochs* epochs, const LogSet* values, KeyspaceId ks)
+      : values_(values), pin_(epochs), prefix_(MakeInternalKey(ks, {})) {}
+
+  // Sets up one source per memtable (up to `snapshot`) and per level of `version`.
+  void Init(const Version& version, Lsn snapshot, const MemtablePool& memtables,
+            const TreeContext& trees, uint32_t max_levels) {
+    version_ = version;
     uint32_t mask = 0;
     for (int m : {version_.active_memtable, version_.immutable_memtable}) {
       if (m >= 0) mask |= 1u << m;
     }
     pin_.NarrowMemtables(mask);
     for (int m : {version_.active_memtable, version_.immutable_memtable}) {
-      if (m >= 0) sources_.push_back(std::make_unique<MemtableSource>(engine->Memtable(m), snapshot));
+      if (m >= 0) sources_.push_back(std::make_unique<MemtableSource>(memtables.Get(m), snapshot));
     }
-    for (uint32_t level = 1; level <= engine->options().max_levels; level++) {
+    for (uint32_t level = 1; level <= max_levels; level++) {
       if (version_.levels[level].tree_id != 0) {
-        sources_.push_back(std::make_unique<LevelSource>(engine->Trees(), version_.levels[level]));
+        sources_.push_back(std::make_unique<LevelSource>(trees, version_.levels[level]));
       }
     }
   }
@@ -128,7 +130,7 @@ class EngineIterator : public Iterator {
       if (!best || best->entry().key.substr(0, kKeyspacePrefix) != prefix_) return;
       key_.assign(best->entry().key);
       if (best->entry().kind != ValueKind::kTombstone) {
-        Status s = engine_->ReadValue(key_, best->entry(), &value_);
+        Status s = values_->ReadValue(key_, best->entry(), &value_);
         if (!s.ok()) {
           status_ = s;
           return;
@@ -140,7 +142,7 @@ class EngineIterator : public Iterator {
     }
   }
 
-  EngineImpl* engine_;
+  const LogSet* values_;
   EpochPin pin_;
   std::string prefix_;
   Version version_;
@@ -170,10 +172,16 @@ class ErrorIterator : public Iterator {
 }  // namespace
 
 std::unique_ptr<Iterator> EngineImpl::NewIterator(KeyspaceId ks) {
-  if (!KeyspaceLive(ks)) {
-    return std::make_unique<ErrorIterator>(Status::InvalidArgument("keyspace " + std::to_string(ks) + " is not live"));
+  if (!keyspaces_.IsLive(ks)) {
+    return std::make_unique<ErrorIterator>(
+        Status::InvalidArgument("keyspace " + std::to_string(ks) + " is not live"));
   }
-  return std::make_unique<EngineIterator>(this, ks);
+  auto it = std::make_unique<EngineIterator>(&shared_->epochs, &logs_, ks);
+  // The LSN first: every write up to it is then in a memtable or level of the version read
+  // next (writers publish last_lsn after inserting).
+  Lsn snapshot = logs_.last_lsn();
+  it->Init(levels_.Current(), snapshot, memtables_, Trees(), options_.max_levels);
+  return it;
 }
 
 }  // namespace slipstream::engine

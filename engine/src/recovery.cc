@@ -1,10 +1,12 @@
-// The manifest (a durable snapshot of levels, segment accounting and keyspaces, replaced
-// atomically after every compaction) and recovery: load the manifest, then replay the L0
-// recovery log's valid prefix (found by the Tailwind scan) into the memtables.
+// Recovery: load the manifest (manifest.cc), then follow each log's chain of segments and
+// replay the L0 recovery log's valid prefix (found by the Tailwind scan) into the memtables,
+// re-deriving the large log's accounting on the way.
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <set>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "coding.h"
@@ -17,36 +19,6 @@ namespace slipstream::engine {
 
 namespace {
 
-constexpr uint64_t kManifestMagic = 0x31464e414d535353ull;  // "SSSMANF1"
-// 2 added the first uncompacted large-log sequence, 3 the large-log accounted LSN.
-constexpr uint32_t kManifestVersion = 3;
-
-// Bounds-checked reading of the manifest image.
-class ManifestReader {
- public:
-  explicit ManifestReader(std::string_view data) : data_(data) {}
-  bool Read(void* dst, size_t n) {
-    if (pos_ + n > data_.size()) return false;
-    std::memcpy(dst, data_.data() + pos_, n);
-    pos_ += n;
-    return true;
-  }
-  template <typename T>
-  bool Get(T* v) {
-    return Read(v, sizeof(T));
-  }
-  size_t pos() const { return pos_; }
-
- private:
-  std::string_view data_;
-  size_t pos_ = 0;
-};
-
-template <typename T>
-void Append(std::string* out, const T& v) {
-  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
-
 // What recovery learns about one scanned log segment.
 struct ScannedSegment {
   uint32_t segment;
@@ -56,148 +28,43 @@ struct ScannedSegment {
 
 }  // namespace
 
-// Serialises the durable state. The caller holds write_mu and alloc_mu, so the segment table,
-// the keyspaces and `snapshot_lsn` are consistent with each other.
-std::string EngineImpl::SerializeManifest(Lsn snapshot_lsn) const {
-  const SharedState* s = shared_;
-  std::string out;
-  Append(&out, kManifestMagic);
-  Append(&out, kManifestVersion);
-  Append(&out, options_.segment_size);
-  Append(&out, options_.node_size);
-  Append(&out, options_.max_levels);
-  Append(&out, s->manifest_number);
-  Append(&out, s->compacted_lsn);
-  Append(&out, snapshot_lsn);
-  Append(&out, s->next_tree_id);
-  Append(&out, s->next_keyspace_id);
-  Append(&out, s->l0_log.next_sequence);
-  Append(&out, s->large_log.next_sequence);
-  Append(&out, s->current.immutable_memtable >= 0 ? s->current.immutable_first_large_sequence
-                                                   : s->current.active_first_large_sequence);
-  Append(&out, s->large_accounted_lsn);
-  for (uint32_t level = 1; level <= options_.max_levels; level++) Append(&out, s->current.levels[level]);
-  std::string segs;
-  uint32_t nsegs = 0;
-  for (uint64_t i = 1; i < s->device_segments; i++) {
-    const SegmentInfo& info = segments()[i];
-    if (info.kind == uint8_t(SegmentKind::kFree) || (info.flags & kSegmentRetired)) continue;
-    Append(&segs, uint32_t(i));
-    Append(&segs, info);
-    nsegs++;
-  }
-  Append(&out, nsegs);
-  out += segs;
-  std::string kss;
-  uint32_t nks = 0;
-  const KeyspaceSlot* slots = keyspace_slots();
-  for (uint32_t i = 0; i < kKeyspaceSlots; i++) {
-    uint32_t state = slots[i].state.load();
-    if (state != KeyspaceSlot::kLive && state != KeyspaceSlot::kDropped) continue;
-    Append(&kss, slots[i].tag);
-    Append(&kss, slots[i].id);
-    Append(&kss, state);
-    nks++;
-  }
-  Append(&out, nks);
-  out += kss;
-  uint32_t crc = crc32c::Value(out.data(), out.size());
-  Append(&out, crc);
-  return out;
-}
-
-Status EngineImpl::WriteManifest(const std::string& image) {
-  shared_->counters.device_bytes_written += image.size();
-  return WriteFileAtomically(ManifestPath(), image);
-}
-
 // Loads the manifest (or starts fresh), then replays the logs.
 Status EngineImpl::Recover() {
   uint64_t file_segments;
-  Status s = device_->SizeInSegments(&file_segments);
+  Status s = device_.SizeInSegments(&file_segments);
   if (!s.ok()) return s;
   std::string image;
-  s = ReadWholeFile(ManifestPath(), &image);
+  s = levels_.ReadManifest(&image);
   if (s.IsNotFound()) {
     // No manifest was ever written, so no write was ever acknowledged: start fresh.
-    s = device_->Truncate();
-    if (s.ok()) s = device_->Grow(64);
+    s = device_.Truncate();
+    if (s.ok()) s = device_.Grow(64);
     if (!s.ok()) return s;
-    shared_->device_segments = 64;
-    segments()[0].kind = uint8_t(SegmentKind::kReserved);
+    segments_.set_count(64);
+    segments_.info(0).kind = uint8_t(SegmentKind::kReserved);
     return ReplayLogs(std::string());
   }
   if (!s.ok()) return s;
-  shared_->device_segments = std::max<uint64_t>(file_segments, 1);
-  segments()[0].kind = uint8_t(SegmentKind::kReserved);
+  segments_.set_count(std::max<uint64_t>(file_segments, 1));
+  segments_.info(0).kind = uint8_t(SegmentKind::kReserved);
   return ReplayLogs(image);
 }
 
-// Parses the manifest image into the arena, then scans and replays the L0 log.
+// Loads the manifest image into the arena, then scans and replays the logs.
 Status EngineImpl::ReplayLogs(const std::string& image) {
-  SharedState* st = shared_;
-  Lsn snapshot_lsn = 0;
   uint64_t first_large_sequence = 0;  // version 1 manifests: rescan every large segment
   if (!image.empty()) {
-    if (image.size() < 4 || crc32c::Value(image.data(), image.size() - 4) !=
-                                DecodeFixed32(image.data() + image.size() - 4)) {
-      return Status::Corruption("MANIFEST checksum mismatch");
-    }
-    ManifestReader r(std::string_view(image.data(), image.size() - 4));
-    uint64_t magic;
-    uint32_t version, segment_size, node_size, max_levels;
-    bool ok = r.Get(&magic) && r.Get(&version) && r.Get(&segment_size) && r.Get(&node_size) &&
-              r.Get(&max_levels);
-    if (!ok || magic != kManifestMagic || version < 1 || version > kManifestVersion) {
-      return Status::Corruption("MANIFEST has a bad magic number or version");
-    }
-    if (segment_size != options_.segment_size || node_size != options_.node_size ||
-        max_levels != options_.max_levels) {
-      return Status::InvalidArgument("segment_size, node_size and max_levels must match the "
-                                     "values the engine was created with");
-    }
-    ok = r.Get(&st->manifest_number) && r.Get(&st->compacted_lsn) && r.Get(&snapshot_lsn) &&
-         r.Get(&st->next_tree_id) && r.Get(&st->next_keyspace_id) &&
-         r.Get(&st->l0_log.next_sequence) && r.Get(&st->large_log.next_sequence);
-    if (ok && version >= 2) ok = r.Get(&first_large_sequence);
-    if (ok && version >= 3) ok = r.Get(&st->large_accounted_lsn);
-    for (uint32_t level = 1; ok && level <= max_levels; level++) ok = r.Get(&st->current.levels[level]);
-    uint32_t nsegs = 0, nks = 0;
-    ok = ok && r.Get(&nsegs);
-    for (uint32_t i = 0; ok && i < nsegs; i++) {
-      uint32_t seg;
-      SegmentInfo info;
-      ok = r.Get(&seg) && r.Get(&info);
-      if (ok && (seg == 0 || seg >= st->device_segments)) {
-        return Status::Corruption("MANIFEST names segment " + std::to_string(seg) +
-                                  " beyond the device file");
-      }
-      if (ok) segments()[seg] = info;
-    }
-    ok = ok && r.Get(&nks);
-    for (uint32_t i = 0; ok && i < nks; i++) {
-      uint64_t tag;
-      uint32_t id, state;
-      ok = r.Get(&tag) && r.Get(&id) && r.Get(&state);
-      KeyspaceSlot* slot = ok ? InsertKeyspaceSlot(id) : nullptr;
-      if (slot == nullptr) return Status::Corruption("MANIFEST keyspace table does not fit");
-      slot->tag = tag;
-      slot->state.store(state);
-    }
-    if (!ok) return Status::Corruption("MANIFEST is truncated");
-    st->last_lsn.store(snapshot_lsn);
-    for (uint32_t level = 1; level <= max_levels; level++) {
-      const LevelDesc& d = st->current.levels[level];
-      if (d.tree_id != 0 && (d.root.segment >= st->device_segments || d.tree_id >= st->next_tree_id)) {
-        return Status::Corruption("MANIFEST level " + std::to_string(level) + " is impossible");
-      }
-    }
+    ManifestTail tail;
+    Status loaded = levels_.LoadManifest(image, &segments_, &keyspaces_, &logs_, &tail);
+    if (!loaded.ok()) return loaded;
+    logs_.set_last_lsn(tail.snapshot_lsn);
+    first_large_sequence = tail.first_large_sequence;
   }
 
   // Gather each log's known segments by sequence.
   std::map<uint64_t, uint32_t> l0_known, large_known;
-  for (uint64_t i = 1; i < st->device_segments; i++) {
-    const SegmentInfo& info = segments()[i];
+  for (uint64_t i = 1; i < segments_.count(); i++) {
+    const SegmentInfo& info = segments_.info(i);
     if (info.kind == uint8_t(SegmentKind::kL0Log)) l0_known[info.sequence] = uint32_t(i);
     if (info.kind == uint8_t(SegmentKind::kLargeLog)) large_known[info.sequence] = uint32_t(i);
   }
@@ -212,7 +79,7 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
     size_t i = 0;
     while (i < todo.size()) {
       auto [sequence, segment] = todo[i++];
-      ScannedSegment ss{segment, sequence, ScanLogSegment(device_->Segment(segment), options_.segment_size)};
+      ScannedSegment ss{segment, sequence, ScanLogSegment(device_.Segment(segment), options_.segment_size)};
       if (ss.scan.header_ok && (ss.scan.header.sequence != sequence ||
                                 ss.scan.header.kind != uint32_t(kind == SegmentKind::kL0Log ? LogKind::kL0 : LogKind::kLarge))) {
         return Status::Corruption("log segment " + std::to_string(segment) + " has a foreign header");
@@ -223,10 +90,10 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
         if (rec.type != LogRecordType::kNext || rec.payload.size() != 12) continue;
         uint32_t next = DecodeFixed32(rec.payload.data());
         uint64_t next_seq = DecodeFixed64(rec.payload.data() + 4);
-        if (next == 0 || next >= st->device_segments) {
+        if (next == 0 || next >= segments_.count()) {
           return Status::Corruption("NEXT record points outside the device");
         }
-        SegmentInfo& info = segments()[next];
+        SegmentInfo& info = segments_.info(next);
         if (info.kind != uint8_t(SegmentKind::kFree) && !(info.kind == uint8_t(kind) && info.sequence == next_seq)) {
           return Status::Corruption("NEXT record points into a segment in use");
         }
@@ -237,7 +104,7 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
       }
     }
     for (size_t k = 0; k + 1 < chain->size(); k++) {
-      segments()[(*chain)[k].segment].flags |= kSegmentSealed;
+      segments_.info((*chain)[k].segment).flags |= kSegmentSealed;
     }
     return Status::OK();
   };
@@ -267,12 +134,12 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
     auto it = large_records.find((uint64_t(p.where.segment) << 32) | p.where.offset);
     if (it != large_records.end()) return it->second == p.record_bytes;
     // A sealed segment the manifest describes: check the record in place.
-    if (p.where.segment == 0 || p.where.segment >= st->device_segments ||
-        segments()[p.where.segment].kind != uint8_t(SegmentKind::kLargeLog) ||
+    if (p.where.segment == 0 || p.where.segment >= segments_.count() ||
+        segments_.info(p.where.segment).kind != uint8_t(SegmentKind::kLargeLog) ||
         uint64_t(p.where.offset) + p.record_bytes > options_.segment_size || p.record_bytes < kRecordHeaderSize) {
       return false;
     }
-    const char* rec = device_->Segment(p.where.segment) + p.where.offset;
+    const char* rec = device_.Segment(p.where.segment) + p.where.offset;
     RecordHeader h;
     std::memcpy(&h, rec, sizeof(h));
     return (h.type_and_length >> 8) == p.record_bytes - kRecordHeaderSize &&
@@ -284,8 +151,8 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
   // The first pass only finds the cut and the large values that surviving uncompacted records
   // reference; the second applies the batches. The large log's accounting is settled between
   // the two, because compactions that make room during the second pass retire segments by it.
-  Lsn last_lsn = st->last_lsn.load();
-  const Lsn manifest_compacted_lsn = st->compacted_lsn;
+  Lsn last_lsn = logs_.last_lsn();
+  const Lsn manifest_compacted_lsn = levels_.compacted_lsn();
   size_t cut_segment = l0_chain.size();
   uint32_t cut_offset = 0;
   auto walk = [&](bool apply) -> Status {
@@ -349,7 +216,7 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
           if (rec.type == LogRecordType::kKeyspaceCreate || rec.type == LogRecordType::kKeyspaceDrop) {
             if (rec.payload.size() < 4) return Status::Corruption("bad keyspace record");
             uint32_t id = DecodeFixed32(rec.payload.data());
-            KeyspaceSlot* slot = InsertKeyspaceSlot(id);
+            KeyspaceSlot* slot = keyspaces_.Insert(id);
             if (slot == nullptr) return Status::Corruption("keyspace table full during replay");
             if (rec.type == LogRecordType::kKeyspaceCreate && rec.payload.size() == 12) {
               if (slot->state.load() == KeyspaceSlot::kEmpty || slot->state.load() == KeyspaceSlot::kDeleted) {
@@ -359,7 +226,7 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
             } else if (rec.type == LogRecordType::kKeyspaceDrop) {
               slot->state.store(KeyspaceSlot::kDropped);
             }
-            st->next_keyspace_id = std::max(st->next_keyspace_id, id + 1);
+            keyspaces_.NoteUsed(id);
           }
         }
         for (size_t r = first, b = 0; r < j; r++) {
@@ -372,13 +239,13 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
                                                             : ValueKind::kInline;
           uint64_t need = MemTable::EntrySpace(op.ikey.size(), op.value.size());
           while (true) {
-            MemTable active = Memtable(st->current.active_memtable);
+            MemTable active = memtables_.Get(levels_.Latest().active_memtable);
             if (active.used() + need <= options_.l0_size || active.entries() == 0) break;
             if (SwitchMemtable(false)) continue;
             Status cs = CompactAll();  // recovery is single-process: compact to make room
             if (!cs.ok()) return cs;
           }
-          Memtable(st->current.active_memtable).Insert(op.ikey, rec.lsn, kind, op.value);
+          memtables_.Get(levels_.Latest().active_memtable).Insert(op.ikey, rec.lsn, kind, op.value);
         }
       }
     }
@@ -396,10 +263,10 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
   // record that survived references it (and was not already counted as an orphan).
   // Orphans up to large_accounted_lsn were counted by an earlier recovery; LSNs then restart
   // above every scanned record, so a record's LSN tells which recovery saw it first.
-  const Lsn counted_lsn = std::max(manifest_compacted_lsn, st->large_accounted_lsn);
+  const Lsn counted_lsn = std::max(manifest_compacted_lsn, levels_.large_accounted_lsn());
   Lsn scanned_lsn = 0;
   for (const ScannedSegment& ss : large_chain) {
-    SegmentInfo& info = segments()[ss.segment];
+    SegmentInfo& info = segments_.info(ss.segment);
     uint64_t written = 0;
     for (const ScannedRecord& rec : ss.scan.records) {
       scanned_lsn = std::max(scanned_lsn, rec.lsn);
@@ -415,97 +282,64 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
   for (const ScannedSegment& ss : l0_chain) {
     for (const ScannedRecord& rec : ss.scan.records) scanned_lsn = std::max(scanned_lsn, rec.lsn);
   }
-  st->large_accounted_lsn = std::max(st->large_accounted_lsn, scanned_lsn);
+  levels_.set_large_accounted_lsn(std::max(levels_.large_accounted_lsn(), scanned_lsn));
 
   walked = walk(true);
   if (!walked.ok()) return walked;
   last_lsn = std::max(last_lsn, scanned_lsn);  // records cut or orphaned keep their LSNs
-  st->last_lsn.store(last_lsn);
-  st->durable_lsn.store(last_lsn);
+  logs_.set_last_lsn(last_lsn);
+  logs_.set_durable_lsn(last_lsn);
 
   // Resume appending: the L0 log at the cut or the end of its last segment; later segments
   // of a cut log are freed.
   if (cut_segment < l0_chain.size()) {
-    for (size_t k = cut_segment + 1; k < l0_chain.size(); k++) segments()[l0_chain[k].segment] = SegmentInfo{};
+    for (size_t k = cut_segment + 1; k < l0_chain.size(); k++) segments_.info(l0_chain[k].segment) = SegmentInfo{};
     l0_chain.resize(cut_segment + 1);
     l0_chain.back().scan.valid_end = cut_offset;
     // The chain value at cut_offset is rebuilt by rescanning just that prefix.
-    std::string prefix(device_->Segment(l0_chain.back().segment), cut_offset);
+    std::string prefix(device_.Segment(l0_chain.back().segment), cut_offset);
     prefix.resize(options_.segment_size, '\0');
     l0_chain.back().scan = ScanLogSegment(prefix.data(), prefix.size());
-    segments()[l0_chain.back().segment].flags &= uint16_t(~kSegmentSealed);
+    segments_.info(l0_chain.back().segment).flags &= uint16_t(~kSegmentSealed);
   }
-  struct LogTail {
-    SharedLog* log;
-    LogKind kind;
-    std::vector<ScannedSegment>* chain;
-  };
-  for (LogTail t : {LogTail{&st->l0_log, LogKind::kL0, &l0_chain},
-                    LogTail{&st->large_log, LogKind::kLarge, &large_chain}}) {
-    uint64_t max_seq = t.log->next_sequence;
-    for (const ScannedSegment& ss : *t.chain) max_seq = std::max(max_seq, ss.sequence + 1);
-    t.log->next_sequence = max_seq;
-    if (t.chain->empty()) {
+  for (LogKind kind : {LogKind::kL0, LogKind::kLarge}) {
+    std::vector<ScannedSegment>& chain = kind == LogKind::kL0 ? l0_chain : large_chain;
+    uint64_t max_seq = logs_.next_sequence(kind);
+    for (const ScannedSegment& ss : chain) max_seq = std::max(max_seq, ss.sequence + 1);
+    logs_.set_next_sequence(kind, max_seq);
+    if (chain.empty()) {
       uint32_t seg;
-      s = AllocateSegment(t.kind == LogKind::kL0 ? SegmentKind::kL0Log : SegmentKind::kLargeLog, 0, &seg);
+      s = segments_.Allocate(kind == LogKind::kL0 ? SegmentKind::kL0Log : SegmentKind::kLargeLog,
+                             0, &seg);
       if (!s.ok()) return s;
-      uint64_t seq = t.log->next_sequence;
-      segments()[seg].sequence = seq;
-      s = ResumeLog(t.log, t.kind, seg, seq, 0, 0);
+      uint64_t seq = logs_.next_sequence(kind);
+      segments_.info(seg).sequence = seq;
+      s = logs_.Resume(kind, seg, seq, 0, 0);
     } else {
-      const ScannedSegment& tail = t.chain->back();
-      s = ResumeLog(t.log, t.kind, tail.segment, tail.sequence,
-                    tail.scan.header_ok ? tail.scan.valid_end : 0, tail.scan.chain);
+      const ScannedSegment& tail = chain.back();
+      s = logs_.Resume(kind, tail.segment, tail.sequence,
+                       tail.scan.header_ok ? tail.scan.valid_end : 0, tail.scan.chain);
     }
     if (!s.ok()) return s;
   }
-  st->current.active_first_log_sequence = l0_chain.empty() ? st->l0_log.buffers[0].sequence
-                                                           : l0_chain.front().sequence;
+  // After Resume the active segment of each log is its chain's tail (or a fresh segment).
+  uint64_t first_l0 = l0_chain.empty() ? logs_.active_sequence(LogKind::kL0) : l0_chain.front().sequence;
   // The replayed memtable may point into any scanned large segment.
-  st->current.active_first_large_sequence = large_chain.empty() ? st->large_log.buffers[0].sequence
-                                                                : large_chain.front().sequence;
-  st->current.immutable_first_large_sequence = st->current.active_first_large_sequence;
+  uint64_t first_large =
+      large_chain.empty() ? logs_.active_sequence(LogKind::kLarge) : large_chain.front().sequence;
+  levels_.Apply([&](Version& v) {
+    v.active_first_log_sequence = first_l0;
+    v.active_first_large_sequence = first_large;
+    v.immutable_first_large_sequence = first_large;
+  });
   // Record the recovered state (also the first manifest of a fresh engine).
   std::string manifest;
   {
-    SharedLock w(&st->write_mu);
-    SharedLock a(&st->alloc_mu);
-    st->manifest_number++;
-    manifest = SerializeManifest(st->last_lsn.load());
+    SharedLock w(&shared_->write_mu);
+    SharedLock a(segments_.mutex());
+    manifest = levels_.NextManifest(logs_.last_lsn(), segments_, keyspaces_, logs_);
   }
-  return WriteManifest(manifest);
-}
-
-// Makes buffer 0 of `log` the active buffer over `segment`, continuing after its valid prefix
-// (valid_end 0: a fresh segment). The bytes past the prefix are zeroed on the device so that a
-// torn append can never be mistaken for part of a later one.
-Status EngineImpl::ResumeLog(SharedLog* log, LogKind kind, uint32_t segment, uint64_t sequence,
-                             uint32_t valid_end, uint32_t chain) {
-  SharedLogBuffer& b = log->buffers[0];
-  char* buf = LogBuffer(b);
-  std::memset(buf, 0, options_.segment_size);
-  b.generation.fetch_add(1);
-  b.segment = segment;
-  b.sequence = sequence;
-  b.pins = 0;
-  Status s;
-  if (valid_end >= kLogHeaderSize) {
-    std::memcpy(buf, device_->Segment(segment), valid_end);
-    log->cursor = LogCursor{valid_end, chain};
-    b.written = valid_end;
-    s = device_->ZeroRange(uint64_t(segment) * options_.segment_size + valid_end,
-                           options_.segment_size - valid_end);
-  } else {
-    s = device_->ZeroSegment(segment);
-    StartLogSegment(buf, options_.segment_size, kind, sequence, segment,
-                    (uint64_t(segment) << 32) ^ sequence ^ 0x9e3779b97f4a7c15ull, &log->cursor);
-    b.written = 0;
-  }
-  b.appended.store(log->cursor.pos);
-  b.state.store(SharedLogBuffer::kActive);
-  log->current = 0;
-  log->next_sequence = std::max(log->next_sequence, sequence + 1);
-  return s;
+  return levels_.WriteManifest(manifest);
 }
 
 }  // namespace slipstream::engine

@@ -16,7 +16,7 @@
 namespace slipstream::engine {
 
 constexpr uint64_t kArenaMagic = 0x414e455241535353ull;  // "SSSARENA"
-constexpr uint32_t kArenaVersion = 1;
+constexpr uint32_t kArenaVersion = 2;  // 2: the header split into per-owner parts
 constexpr int kMaxLevels = 12;
 constexpr int kMaxReaders = 1024;
 constexpr int kL0LogBuffers = 4;
@@ -139,6 +139,65 @@ struct SharedCounters {
   std::atomic<uint64_t> unflushed_records;
 };
 
+// The log layer's part (LogSet): both logs, LSN assignment and what is durable.
+struct SharedLogs {
+  SharedMutex flush_mu;  // one log write-out at a time (group commit)
+  std::atomic<uint64_t> last_flush_micros;  // CLOCK_MONOTONIC, shared by all processes
+  std::atomic<uint64_t> last_lsn;           // assigned under the write mutex
+  std::atomic<uint64_t> durable_lsn;
+  SharedLog l0;
+  SharedLog large;
+};
+
+// The segment allocator's part (SegmentTable).
+struct SharedSegments {
+  SharedMutex alloc_mu;      // the segment table
+  uint64_t table_offset;     // arena offset of SegmentInfo[max_segments]
+  uint64_t max_segments;
+  uint64_t device_segments;  // segments the device file currently holds
+  uint32_t alloc_hint;
+  uint32_t pad;
+};
+
+// Epoch-based reclamation's part (Reclaimer). Retirement happens under compaction_mu.
+struct SharedEpochs {
+  std::atomic<uint64_t> epoch;
+  ReaderSlot readers[kMaxReaders];
+  RetiredItem retired[kRetireSlots];
+  uint32_t retired_count;
+  uint32_t pad;
+};
+
+// The level set's part (LevelSet): the installed version and what the manifest records.
+struct SharedLevels {
+  std::atomic<uint32_t> version_seq;  // seqlock over `current`
+  uint32_t pad;
+  Version current;
+  uint64_t compacted_lsn;  // every record up to it is in the levels (persisted in the manifest)
+  // Large-log records up to it are in the manifest's accounting even if uncompacted (recovery
+  // counted the orphans among them), so a later recovery does not count them twice.
+  uint64_t large_accounted_lsn;
+  std::atomic<uint32_t> next_tree_id;
+  uint32_t pad2;
+  uint64_t manifest_number;
+};
+
+// The keyspace table's part (KeyspaceTable).
+struct SharedKeyspaces {
+  uint64_t table_offset;  // arena offset of KeyspaceSlot[kKeyspaceSlots]
+  uint32_t next_id;
+  uint32_t pad;
+};
+
+// The memtable slots' part (MemtablePool).
+struct SharedMemtables {
+  uint32_t count;
+  uint32_t pad;
+  uint64_t offset[kMaxMemtables];  // arena offset of each slot's header
+};
+
+// The whole arena header. Each part is owned by one class of the engine (named above), which
+// alone touches its fields; the locks here order work across the parts.
 struct SharedState {
   uint64_t magic;
   uint32_t version;
@@ -149,8 +208,6 @@ struct SharedState {
   uint64_t l0_size, max_segments;
 
   SharedMutex write_mu;       // log appends, memtable inserts, memtable switches, keyspaces
-  SharedMutex flush_mu;       // one log flush at a time (group commit)
-  SharedMutex alloc_mu;       // segment table
   SharedMutex compaction_mu;  // compaction, GC, manifest writes, reclamation
   SharedMutex bg_mu;          // with bg_cv: wake-ups for background work and stalled writers
   SharedCondVar bg_cv;
@@ -159,38 +216,13 @@ struct SharedState {
   std::atomic<uint32_t> bg_failed;  // a background compaction failed: writers get the error
   char bg_error[256];
 
-  std::atomic<uint64_t> last_flush_micros;  // CLOCK_MONOTONIC, shared by all processes
-  std::atomic<uint64_t> last_lsn;
-  std::atomic<uint64_t> durable_lsn;
-  uint64_t compacted_lsn;  // every record up to it is in the levels (persisted in the manifest)
-  // Large-log records up to it are in the manifest's accounting even if uncompacted (recovery
-  // counted the orphans among them), so a later recovery does not count them twice.
-  uint64_t large_accounted_lsn;
-  uint32_t next_tree_id;
-  uint32_t next_keyspace_id;
-  uint64_t manifest_number;
-  uint64_t device_segments;  // segments the device file currently holds
-  uint32_t alloc_hint;
-  uint32_t pad1;
-
-  std::atomic<uint64_t> epoch;
-  ReaderSlot readers[kMaxReaders];
-  RetiredItem retired[kRetireSlots];
-  uint32_t retired_count;
-  uint32_t pad2;
-
-  std::atomic<uint32_t> version_seq;  // seqlock over `current`
-  Version current;
-
-  SharedLog l0_log;
-  SharedLog large_log;
+  SharedLogs logs;
+  SharedSegments segments;
+  SharedEpochs epochs;
+  SharedLevels levels;
+  SharedKeyspaces keyspaces;
+  SharedMemtables memtables;
   SharedCounters counters;
-
-  uint64_t segment_table_offset;
-  uint64_t keyspace_table_offset;
-  uint32_t memtable_count;
-  uint32_t pad3;
-  uint64_t memtable_offset[kMaxMemtables];
 };
 
 }  // namespace slipstream::engine

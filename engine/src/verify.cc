@@ -14,9 +14,9 @@ namespace {
 
 class TreeChecker {
  public:
-  TreeChecker(EngineImpl* engine, const TreeContext& ctx, const LevelDesc& desc, uint32_t level,
+  TreeChecker(const LogSet* values, const TreeContext& ctx, const LevelDesc& desc, uint32_t level,
               std::unordered_map<uint32_t, uint64_t>* referenced)
-      : engine_(engine), ctx_(ctx), desc_(desc), level_(level), referenced_(referenced) {}
+      : values_(values), ctx_(ctx), desc_(desc), level_(level), referenced_(referenced) {}
 
   Status Run() {
     Status s = Walk(desc_.root, desc_.height, std::string_view(), nullptr);
@@ -80,14 +80,14 @@ class TreeChecker {
     if (!TreeMayContain(ctx_, desc_, HashKey(e.key))) return Fail("bloom filter misses a key");
     if (e.kind == ValueKind::kMediumPtr || e.kind == ValueKind::kLargePtr) {
       std::string value;
-      s = engine_->ReadValue(e.key, e, &value);
+      s = values_->ReadValue(e.key, e, &value);
       if (!s.ok()) return Fail(s.message());
       (*referenced_)[e.ptr.where.segment] += e.ptr.record_bytes;
     }
     return Status::OK();
   }
 
-  EngineImpl* engine_;
+  const LogSet* values_;
   TreeContext ctx_;
   LevelDesc desc_;
   uint32_t level_;
@@ -101,7 +101,7 @@ class TreeChecker {
 Status EngineImpl::Verify() {
   SharedLock compaction(&shared_->compaction_mu);
   SharedLock write(&shared_->write_mu);
-  Version v = ReadVersion();
+  Version v = levels_.Current();
   std::unordered_map<uint32_t, uint64_t> referenced;
   TreeContext ctx = Trees();
   std::map<uint32_t, uint32_t> live_trees;  // tree id -> level
@@ -109,13 +109,13 @@ Status EngineImpl::Verify() {
     const LevelDesc& d = v.levels[level];
     if (d.tree_id == 0) continue;
     live_trees[d.tree_id] = level;
-    Status s = TreeChecker(this, ctx, d, level, &referenced).Run();
+    Status s = TreeChecker(&logs_, ctx, d, level, &referenced).Run();
     if (!s.ok()) return s;
   }
   // Memtables: every version holds its pointer until compaction drops it.
   for (int m : {v.active_memtable, v.immutable_memtable}) {
     if (m < 0) continue;
-    MemTable mem = Memtable(m);
+    MemTable mem = memtables_.Get(m);
     std::string prev;
     for (const MemNode* n = mem.First(); n; n = mem.Next(n)) {
       if (!prev.empty() && n->key() < prev) return Status::Corruption("memtable out of order");
@@ -125,17 +125,17 @@ Status EngineImpl::Verify() {
         ValuePtr p = ValuePtr::DecodeFrom(n->value().data());
         LeafEntry e{n->key(), ValueKind::kLargePtr, {}, p};
         std::string value;
-        Status s = ReadValue(n->key(), e, &value);
+        Status s = logs_.ReadValue(n->key(), e, &value);
         if (!s.ok()) return Status::Corruption("memtable: " + s.message());
         referenced[p.where.segment] += p.record_bytes;
       }
     }
   }
   // Segment accounting.
-  SharedLock alloc(&shared_->alloc_mu);
+  SharedLock alloc(segments_.mutex());
   std::map<uint32_t, uint64_t> tree_segments;
-  for (uint64_t seg = 1; seg < shared_->device_segments; seg++) {
-    const SegmentInfo& info = segments()[seg];
+  for (uint64_t seg = 1; seg < segments_.count(); seg++) {
+    const SegmentInfo& info = segments_.info(seg);
     if (info.kind == uint8_t(SegmentKind::kFree) || (info.flags & kSegmentRetired)) continue;
     std::string where = "segment " + std::to_string(seg) + " (" + SegmentKindName(SegmentKind(info.kind)) + ")";
     switch (SegmentKind(info.kind)) {

@@ -4,8 +4,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
+#include "slipstream/engine/observer.h"
 #include "slipstream/engine/status.h"
 
 namespace slipstream::engine {
@@ -84,6 +86,10 @@ struct Options {
   // the active one is pinned by long-lived readers (only they can end the wait, and they may
   // be waiting for this writer). 0: wait for ever.
   uint32_t pinned_wait_ms = 30000;
+
+  // Told about log write-outs and compactions in this handle's process (observer.h). Empty:
+  // nobody is told.
+  std::shared_ptr<EngineObserver> observer;
 };
 
 }  // namespace slipstream::engine

@@ -1,0 +1,80 @@
+// EngineObserver: the points where replication and index shipping hook into the engine.
+//
+// Log replication needs to know when log bytes leave the engine for the device; index
+// shipping needs every segment a compaction writes and the moment its level is installed (or
+// that it was abandoned). The engine calls an observer at exactly those points, in the
+// process that does the work: hosts that run the engine in several processes install an
+// observer in every handle that may write out logs or compact. Callbacks run on the engine's
+// own threads with engine locks held where noted, so they must be quick and must not call
+// back into the engine.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace slipstream::engine {
+
+// The logs whose bytes are observed as they are written out.
+enum class ObservedLog : uint8_t { kL0 = 1, kLarge = 3 };
+
+// Bytes [offset, offset + bytes.size()) of a log segment, about to be written to the device.
+// They are a contiguous extension of what was reported for the segment before (a segment's
+// first range starts at 0 with its header), already covered by the write-ahead barrier.
+struct LogWriteEvent {
+  ObservedLog log;
+  uint32_t segment;   // device segment number on this node
+  uint64_t sequence;  // the segment's position in its log's chain
+  uint32_t offset;
+  std::string_view bytes;  // valid only during the callback
+};
+
+// What a compaction writes besides the logs.
+enum class CompactionSegmentKind : uint8_t { kIndex = 4, kBloom = 5, kMedium = 2 };
+
+// A segment a compaction has written to the device, whole: its bytes from offset 0 (the rest
+// of the segment is unused).
+struct CompactionSegmentEvent {
+  uint64_t compaction;  // identifies the compaction: the id of the tree it builds
+  uint32_t dest_level;
+  CompactionSegmentKind kind;
+  uint32_t segment;
+  std::string_view bytes;  // valid only during the callback
+};
+
+// A compaction's level, now installed and named by the manifest.
+struct CompactionInstalledEvent {
+  uint64_t compaction;
+  bool from_l0;             // merged the immutable memtable (else level dest-1, or a rewrite)
+  uint32_t replaced_level;  // emptied by this compaction (0: none)
+  uint32_t dest_level;
+  uint32_t tree_id;  // 0: the level is now empty
+  uint32_t height;
+  uint32_t root_segment, root_offset;
+  uint32_t bloom_segment, bloom_offset;  // the node listing the bloom filter segments
+  uint64_t entries;
+  uint64_t segments;
+  uint64_t manifest_number;
+  // Segments the new version no longer uses (old trees' index and bloom segments, dead log
+  // segments): freed once no reader can see them.
+  std::vector<uint32_t> retired_segments;
+};
+
+class EngineObserver {
+ public:
+  virtual ~EngineObserver() = default;
+
+  // Log bytes are being written out (in the process that writes them, before the write).
+  virtual void OnLogWrite(const LogWriteEvent& event) { (void)event; }
+
+  // A compaction finished writing a segment (before its level is installed).
+  virtual void OnCompactionSegment(const CompactionSegmentEvent& event) { (void)event; }
+
+  // A compaction's result was installed (the manifest naming it is durable).
+  virtual void OnCompactionInstalled(const CompactionInstalledEvent& event) { (void)event; }
+
+  // A compaction failed before it was installed: the segments it reported are freed.
+  virtual void OnCompactionAbandoned(uint64_t compaction) { (void)compaction; }
+};
+
+}  // namespace slipstream::engine

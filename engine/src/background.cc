@@ -1,0 +1,330 @@
+// Background work: the log flusher's turn, choosing and running compactions, installing their
+// results, reclaiming dropped keyspaces, and the synchronous CompactAll and RunGC.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "clock.h"
+#include "engine_impl.h"
+
+namespace slipstream::engine {
+
+bool EngineImpl::DoBackgroundWork() {
+  bool did = false;
+  uint64_t since_flush = NowMicros() - logs_.last_flush_micros();
+  if (logs_.HasSealedBuffer() ||
+      (logs_.HasUnflushed() && since_flush >= uint64_t(options_.flush_interval_ms) * 1000)) {
+    Status s = logs_.WriteOut(true, 0);
+    if (!s.ok()) RecordBackgroundError(s);
+    did = true;
+  }
+  {
+    SharedLock lock(&shared_->compaction_mu);
+    Version v = levels_.Current();
+    int next = levels_.PickCompaction(v);
+    Status s;
+    if (next == 0) {
+      s = CompactL0Locked();
+      did = true;
+    } else if (next > 0) {
+      s = CompactLevelLocked(uint32_t(next));
+      did = true;
+    } else if (shared_->reclaim_pending.exchange(0)) {
+      s = ReclaimDroppedLocked(&did);
+    }
+    if (!s.ok()) RecordBackgroundError(s);
+    reclaimer_.Reclaim();
+  }
+  if (!did) {
+    uint32_t seg = PickGarbageSegment();
+    if (seg != 0) {
+      Status s = CollectGarbage(seg);
+      if (!s.ok() && !s.IsBusy()) RecordBackgroundError(s);
+      did = true;
+    }
+  }
+  return did;
+}
+
+void EngineImpl::RecordBackgroundError(const Status& s) {
+  std::snprintf(shared_->bg_error, sizeof(shared_->bg_error), "%s", s.ToString().c_str());
+  shared_->bg_failed.store(1);
+}
+
+// The output tree's id, and how the output stores values: tombstones go at the deepest level
+// in use, medium values go back in place at the configured (or the last) level.
+CompactionSpec EngineImpl::SpecFor(const Version& v, uint32_t dest) {
+  bool dest_is_last = levels_.DeepestLevel(v) <= dest;
+  bool in_place = options_.medium_inplace_level == 0 ? dest_is_last
+                                                     : options_.medium_inplace_level <= dest;
+  return CompactionSpec{levels_.NewTreeId(), dest, dest_is_last, in_place};
+}
+
+// Merges the immutable memtable into L1.
+Status EngineImpl::CompactL0Locked() {
+  Version v = levels_.Current();
+  if (v.immutable_memtable < 0) return Status::OK();
+  // The new level will point at the memtable's large values: they must be on the device
+  // before the manifest names the level (the fdatasync in InstallCompaction makes them durable).
+  Status flushed = logs_.WriteOut(false, 0);
+  if (!flushed.ok()) return flushed;
+  if (options_.persist_barrier) {  // the sealed memtable takes no more appends
+    Status s = options_.persist_barrier();
+    if (!s.ok()) return s;
+  }
+  Compaction compaction(options_, SpecFor(v, 1), &device_, &segments_, &keyspaces_, &logs_,
+                        observer_);
+  // The memtable adds its overwritten versions' pointers to the compaction's deltas.
+  auto newer = NewMemtableSource(memtables_.Get(v.immutable_memtable), compaction.deltas());
+  auto older = NewTreeSource(Trees(), v.levels[1]);
+  return RunCompactionLocked(v, newer.get(), older.get(), &compaction, true, 0,
+                             v.levels[1].segments);
+}
+
+// Merges all of `level` into level+1.
+Status EngineImpl::CompactLevelLocked(uint32_t level) {
+  Version v = levels_.Current();
+  if (level < 1 || level >= options_.max_levels || v.levels[level].tree_id == 0) {
+    return Status::OK();
+  }
+  Compaction compaction(options_, SpecFor(v, level + 1), &device_, &segments_, &keyspaces_,
+                        &logs_, observer_);
+  auto newer = NewTreeSource(Trees(), v.levels[level]);
+  auto older = NewTreeSource(Trees(), v.levels[level + 1]);
+  return RunCompactionLocked(v, newer.get(), older.get(), &compaction, false, level,
+                             v.levels[level].segments + v.levels[level + 1].segments);
+}
+
+// Rewrites one level on its own: drops dropped keyspaces' entries (and, at the last level,
+// tombstones), reclaiming their space without waiting for a merge from above.
+Status EngineImpl::RewriteLevelLocked(uint32_t level) {
+  Version v = levels_.Current();
+  if (level < 1 || level > options_.max_levels || v.levels[level].tree_id == 0) {
+    return Status::OK();
+  }
+  Compaction compaction(options_, SpecFor(v, level), &device_, &segments_, &keyspaces_, &logs_,
+                        observer_);
+  auto newer = NewTreeSource(Trees(), v.levels[level]);
+  auto older = NewEmptySource();
+  return RunCompactionLocked(v, newer.get(), older.get(), &compaction, false, 0,
+                             v.levels[level].segments);
+}
+
+// Runs the merge and installs its output. The tree of `replaced_level` (if not 0) and the old
+// tree of the destination are retired; `from_l0` retires the immutable memtable too.
+Status EngineImpl::RunCompactionLocked(const Version& v, MergeSource* newer, MergeSource* older,
+                                       Compaction* compaction, bool from_l0,
+                                       uint32_t replaced_level, uint64_t input_segments) {
+  shared_->counters.device_bytes_read += input_segments * options_.segment_size;
+  Status s = compaction->Run(newer, older);
+  if (!s.ok()) {
+    if (observer_ != nullptr) observer_->OnCompactionAbandoned(compaction->spec().tree_id);
+    return s;
+  }
+  shared_->counters.device_bytes_read += compaction->bytes_read();
+  shared_->counters.device_bytes_written += compaction->bytes_written();
+  shared_->counters.compaction_bytes_written += compaction->bytes_written();
+  return InstallCompaction(v, from_l0, replaced_level, *compaction);
+}
+
+// Makes a compaction's result durable and visible: data fsync, deltas, version switch under
+// the write mutex, manifest, then retirement of what the old version used.
+Status EngineImpl::InstallCompaction(const Version& before, bool from_l0, uint32_t replaced_level,
+                                     const Compaction& compaction) {
+  const uint32_t dest = compaction.spec().dest;
+  Status s = device_.Sync();
+  if (!s.ok()) {
+    if (observer_ != nullptr) observer_->OnCompactionAbandoned(compaction.spec().tree_id);
+    return s;
+  }
+  std::vector<uint32_t> retired_segments;
+  std::vector<uint32_t> retired_trees;
+  std::vector<uint32_t> retired_tree_segments;  // for the observer; freed with their trees
+  std::string image;
+  uint64_t manifest_number;
+  {
+    SharedLock w(&shared_->write_mu);
+    SharedLock a(segments_.mutex());
+    const SegmentDeltas& deltas = compaction.segment_deltas();
+    for (auto [seg, bytes] : deltas.written) segments_.info(seg).bytes_written += bytes;
+    for (auto [seg, bytes] : deltas.invalid) segments_.info(seg).invalid_bytes += bytes;
+    for (uint32_t seg : compaction.medium_segments()) segments_.info(seg).flags |= kSegmentSealed;
+    // Log segments whose every record is dead, and that no shared buffer still holds.
+    for (uint64_t seg = 1; seg < segments_.count(); seg++) {
+      SegmentInfo& info = segments_.info(seg);
+      if (info.kind != uint8_t(SegmentKind::kLargeLog) &&
+          info.kind != uint8_t(SegmentKind::kMediumLog)) {
+        continue;
+      }
+      if ((info.flags & kSegmentSealed) && !(info.flags & kSegmentRetired) &&
+          info.bytes_written > 0 && info.invalid_bytes >= info.bytes_written &&
+          !logs_.IsBuffered(uint32_t(seg))) {
+        info.flags |= kSegmentRetired;
+        retired_segments.push_back(uint32_t(seg));
+      }
+    }
+    for (uint32_t level : {replaced_level, dest}) {
+      uint32_t old = level ? before.levels[level].tree_id : 0;
+      if (old == 0) continue;
+      if (std::find(retired_trees.begin(), retired_trees.end(), old) != retired_trees.end()) {
+        continue;
+      }
+      retired_trees.push_back(old);
+      for (uint64_t seg = 1; seg < segments_.count(); seg++) {
+        SegmentInfo& info = segments_.info(seg);
+        if ((info.kind == uint8_t(SegmentKind::kIndex) ||
+             info.kind == uint8_t(SegmentKind::kBloom)) &&
+            info.owner == old) {
+          info.flags |= kSegmentRetired;
+          retired_tree_segments.push_back(uint32_t(seg));
+        }
+      }
+    }
+    if (from_l0) {
+      levels_.AdvanceCompactedLsn(memtables_.Header(before.immutable_memtable)->max_lsn.load());
+      uint64_t first_live = levels_.Latest().active_first_log_sequence;
+      for (uint64_t seg = 1; seg < segments_.count(); seg++) {
+        SegmentInfo& info = segments_.info(seg);
+        if (info.kind == uint8_t(SegmentKind::kL0Log) && !(info.flags & kSegmentRetired) &&
+            info.sequence < first_live && !logs_.IsBuffered(uint32_t(seg))) {
+          info.flags |= kSegmentRetired;
+          retired_segments.push_back(uint32_t(seg));
+        }
+      }
+    }
+    const LevelDesc& out = compaction.output();
+    levels_.Apply([&](Version& next) {
+      if (replaced_level != 0) next.levels[replaced_level] = LevelDesc{};
+      next.levels[dest] = out;
+      if (from_l0) next.immutable_memtable = -1;
+    });
+    image = levels_.NextManifest(logs_.last_lsn(), segments_, keyspaces_, logs_);
+    manifest_number = levels_.manifest_number();
+  }
+  s = levels_.WriteManifest(image);
+  if (!s.ok()) return s;  // the old segments stay allocated: nothing is freed early
+  if (observer_ != nullptr) {
+    const LevelDesc& out = compaction.output();
+    CompactionInstalledEvent event{compaction.spec().tree_id,
+                                   from_l0,
+                                   replaced_level,
+                                   dest,
+                                   out.tree_id,
+                                   out.height,
+                                   out.root.segment,
+                                   out.root.offset,
+                                   out.bloom_dir.segment,
+                                   out.bloom_dir.offset,
+                                   out.entries,
+                                   out.segments,
+                                   manifest_number,
+                                   retired_segments};
+    event.retired_segments.insert(event.retired_segments.end(), retired_tree_segments.begin(),
+                                  retired_tree_segments.end());
+    observer_->OnCompactionInstalled(event);
+  }
+  for (uint32_t tree : retired_trees) reclaimer_.Retire(RetiredItem::kTree, tree);
+  for (uint32_t seg : retired_segments) reclaimer_.Retire(RetiredItem::kSegment, seg);
+  if (from_l0) {
+    reclaimer_.Retire(RetiredItem::kMemtable, uint32_t(before.immutable_memtable));
+    // Entries of dropped keyspaces left the memtable: their slots may now be retired.
+    if (keyspaces_.AnyDropped()) shared_->reclaim_pending.store(1);
+  }
+  shared_->counters.compactions++;
+  reclaimer_.Reclaim();
+  background_.NotifyProgress();
+  return Status::OK();
+}
+
+// For every dropped keyspace: rewrites the levels that still hold its keys, then retires the
+// keyspace's slot once no memtable or level holds any (so the table never fills up with drops).
+Status EngineImpl::ReclaimDroppedLocked(bool* rewrote) {
+  *rewrote = false;
+  std::vector<KeyspaceId> dropped = keyspaces_.Dropped();
+  if (dropped.empty()) return Status::OK();
+  EpochPin pin(&shared_->epochs);
+  auto level_holds = [&](const Version& v, uint32_t level, KeyspaceId id) {
+    TreeIterator it(Trees(), v.levels[level]);
+    it.Seek(MakeInternalKey(id, {}));
+    return it.Valid() && KeyspaceOf(it.entry().key) == id;
+  };
+  Version v = levels_.Current();
+  for (uint32_t level = 1; level <= options_.max_levels; level++) {
+    if (v.levels[level].tree_id == 0) continue;
+    for (KeyspaceId id : dropped) {
+      if (level_holds(v, level, id)) {
+        Status s = RewriteLevelLocked(level);
+        if (!s.ok()) return s;
+        *rewrote = true;
+        break;
+      }
+    }
+  }
+  SharedLock w(&shared_->write_mu);
+  v = levels_.Latest();
+  for (KeyspaceId id : dropped) {
+    bool present = false;
+    std::string prefix = MakeInternalKey(id, {});
+    for (int m : {v.active_memtable, v.immutable_memtable}) {
+      const MemNode* n = m < 0 ? nullptr : memtables_.Get(m).Seek(prefix);
+      present = present || (n && KeyspaceOf(n->key()) == id);
+    }
+    for (uint32_t level = 1; level <= options_.max_levels && !present; level++) {
+      present = v.levels[level].tree_id != 0 && level_holds(v, level, id);
+    }
+    if (!present) keyspaces_.Find(id)->state.store(KeyspaceSlot::kDeleted);
+  }
+  return Status::OK();
+}
+
+// Switches the memtable and compacts everything into the deepest level in use.
+Status EngineImpl::CompactAll() {
+  Status s = logs_.WriteOut(true, 0);
+  if (!s.ok()) return s;
+  for (int attempt = 0;; attempt++) {
+    {
+      SharedLock lock(&shared_->compaction_mu);
+      s = CompactL0Locked();
+      if (!s.ok()) return s;
+      reclaimer_.Reclaim();
+    }
+    bool switched;
+    {
+      SharedLock w(&shared_->write_mu);
+      switched = memtables_.Get(levels_.Latest().active_memtable).entries() == 0 ||
+                 SwitchMemtable(true);
+    }
+    if (switched) break;
+    if (attempt > 10000) return Status::Busy("memtable still pinned by open iterators");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  SharedLock lock(&shared_->compaction_mu);
+  s = CompactL0Locked();
+  Version v = levels_.Current();
+  uint32_t deepest = levels_.DeepestLevel(v);
+  for (uint32_t level = 1; s.ok() && level < deepest; level++) {
+    if (levels_.Current().levels[level].tree_id != 0) s = CompactLevelLocked(level);
+  }
+  bool rewrote;
+  if (s.ok()) s = ReclaimDroppedLocked(&rewrote);
+  reclaimer_.Reclaim();
+  return s;
+}
+
+// Evacuates every eligible large-log segment.
+Status EngineImpl::RunGC() {
+  while (uint32_t seg = PickGarbageSegment()) {
+    Status s = CollectGarbage(seg);
+    if (s.IsBusy()) {
+      SharedLock lock(&shared_->compaction_mu);
+      s = CompactL0Locked();
+    }
+    if (!s.ok()) return s;
+  }
+  SharedLock lock(&shared_->compaction_mu);
+  reclaimer_.Reclaim();
+  return Status::OK();
+}
+
+}  // namespace slipstream::engine

@@ -1,0 +1,112 @@
+// Compaction: what builds a new level. A compaction merges a newer input over an older one
+// (the immutable memtable over L1, level i over level i+1, or one level over nothing to
+// rewrite it), applies hybrid placement to every surviving entry, and writes a new B+-tree,
+// its bloom filter and its medium-log run to freshly allocated segments. It changes nothing
+// that is installed: the engine installs the output (background.cc) or, on failure, the
+// output's segments are simply never named by a manifest.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "btree.h"
+#include "device.h"
+#include "keyspace_table.h"
+#include "log_set.h"
+#include "memtable.h"
+#include "segment_table.h"
+#include "slipstream/engine/observer.h"
+#include "slipstream/engine/options.h"
+
+namespace slipstream::engine {
+
+// Per-segment changes a compaction or GC makes, applied when it is installed.
+struct SegmentDeltas {
+  std::unordered_map<uint32_t, uint64_t> written;
+  std::unordered_map<uint32_t, uint64_t> invalid;
+};
+
+// One sorted input of a merge.
+class MergeSource {
+ public:
+  virtual ~MergeSource() = default;
+  virtual bool Valid() const = 0;
+  virtual const LeafEntry& entry() const = 0;
+  virtual void Next() = 0;
+  virtual Status status() const = 0;
+};
+
+// The newest version of each key of a memtable; older versions are added to `deltas` as
+// discarded.
+std::unique_ptr<MergeSource> NewMemtableSource(MemTable memtable, SegmentDeltas* deltas);
+// Every entry of a level's tree.
+std::unique_ptr<MergeSource> NewTreeSource(const TreeContext& trees, const LevelDesc& level);
+// No entries (the older input of a level rewritten on its own).
+std::unique_ptr<MergeSource> NewEmptySource();
+
+// What one compaction does, decided by the engine before it runs.
+struct CompactionSpec {
+  uint32_t tree_id;          // of the output tree; also the compaction's id for observers
+  uint32_t dest;             // level the output is installed at
+  bool drop_tombstones;      // the output is the deepest level
+  bool medium_in_place;      // medium values go back into the leaves
+};
+
+class Compaction : private SegmentSink {
+ public:
+  Compaction(const Options& options, const CompactionSpec& spec, Device* device,
+             SegmentTable* segments, const KeyspaceTable* keyspaces, const LogSet* values,
+             EngineObserver* observer);
+
+  // Where inputs record what they discard (memtable sources need it at construction).
+  SegmentDeltas* deltas() { return &deltas_; }
+  // What the compaction wrote into and invalidated in log segments (applied on install).
+  const SegmentDeltas& segment_deltas() const { return deltas_; }
+
+  // Merges `newer` over `older` and writes the output (an empty result: an empty level).
+  Status Run(MergeSource* newer, MergeSource* older);
+
+  const CompactionSpec& spec() const { return spec_; }
+  const LevelDesc& output() const { return output_; }
+  // Medium-log segments the output's pointers use (sealed when it is installed).
+  const std::vector<uint32_t>& medium_segments() const { return medium_segments_; }
+  uint64_t bytes_written() const { return bytes_written_; }
+  uint64_t bytes_read() const { return bytes_read_; }
+
+ private:
+  Status NewSegment(SegmentKind kind, uint32_t* segment) override;
+  Status WriteSegment(uint32_t segment, const char* data, uint32_t length) override;
+  // Applies hybrid placement to one surviving entry and adds it to the output.
+  Status Emit(const LeafEntry& e);
+  // Appends a medium value to this compaction's sorted run in the medium log.
+  Status AppendMedium(std::string_view ikey, std::string_view value, ValuePtr* ptr);
+  // Seals the run's current segment with a checksum and writes all of it (zero tail
+  // included, so stale bytes of an earlier use never follow the valid prefix).
+  Status FinishMediumSegment();
+
+  const Options& options_;
+  CompactionSpec spec_;
+  Device* device_;
+  SegmentTable* segments_;
+  const KeyspaceTable* keyspaces_;
+  const LogSet* values_;
+  EngineObserver* observer_;
+  SegmentDeltas deltas_;
+  TreeBuilder builder_;
+  LevelDesc output_{};
+  std::vector<uint32_t> medium_segments_;
+  std::unordered_map<uint32_t, SegmentKind> segment_kinds_;  // of the segments it allocated
+  uint64_t bytes_written_ = 0;
+  uint64_t bytes_read_ = 0;
+  KeyspaceId cached_keyspace_ = 0;
+  bool cached_live_ = false;
+  std::string scratch_;
+  std::string medium_buf_;
+  uint32_t medium_segment_ = 0;
+  LogCursor medium_cursor_;
+};
+
+}  // namespace slipstream::engine

@@ -1,0 +1,93 @@
+// KeyspaceTable: see keyspace_table.h.
+#include "keyspace_table.h"
+
+#include <string>
+
+namespace slipstream::engine {
+
+void KeyspaceTable::Format(uint64_t table_offset) {
+  shared_->table_offset = table_offset;
+  shared_->next_id = 1;
+}
+
+KeyspaceSlot* KeyspaceTable::Find(KeyspaceId id) const {
+  KeyspaceSlot* slots = Slots();
+  uint32_t mask = kKeyspaceSlots - 1;
+  for (uint32_t i = 0, idx = (id * 2654435761u) & mask; i < kKeyspaceSlots;
+       i++, idx = (idx + 1) & mask) {
+    uint32_t state = slots[idx].state.load(std::memory_order_acquire);
+    if (state == KeyspaceSlot::kEmpty) return nullptr;
+    if (state != KeyspaceSlot::kDeleted && slots[idx].id == id) return &slots[idx];
+  }
+  return nullptr;
+}
+
+KeyspaceSlot* KeyspaceTable::Insert(KeyspaceId id) {
+  if (KeyspaceSlot* existing = Find(id)) return existing;
+  KeyspaceSlot* slots = Slots();
+  uint32_t mask = kKeyspaceSlots - 1;
+  for (uint32_t i = 0, idx = (id * 2654435761u) & mask; i < kKeyspaceSlots;
+       i++, idx = (idx + 1) & mask) {
+    uint32_t state = slots[idx].state.load();
+    if (state == KeyspaceSlot::kEmpty || state == KeyspaceSlot::kDeleted) {
+      slots[idx].id = id;
+      return &slots[idx];
+    }
+  }
+  return nullptr;
+}
+
+bool KeyspaceTable::IsLive(KeyspaceId id) const {
+  KeyspaceSlot* slot = Find(id);
+  return slot && slot->state.load(std::memory_order_acquire) == KeyspaceSlot::kLive;
+}
+
+KeyspaceSlot* KeyspaceTable::Reserve(KeyspaceId* id) {
+  KeyspaceId new_id = shared_->next_id;
+  KeyspaceSlot* slot = Insert(new_id);
+  if (slot == nullptr) return nullptr;
+  shared_->next_id++;
+  *id = new_id;
+  return slot;
+}
+
+Status KeyspaceTable::Lookup(uint64_t tag, KeyspaceId* id) const {
+  const KeyspaceSlot* slots = Slots();
+  for (uint32_t i = 0; i < kKeyspaceSlots; i++) {
+    if (slots[i].state.load() == KeyspaceSlot::kLive && slots[i].tag == tag) {
+      *id = slots[i].id;
+      return Status::OK();
+    }
+  }
+  return Status::NotFound("no keyspace with tag " + std::to_string(tag));
+}
+
+// A keyspace created or dropped meanwhile may or may not appear.
+void KeyspaceTable::List(std::vector<std::pair<uint64_t, KeyspaceId>>* keyspaces) const {
+  keyspaces->clear();
+  const KeyspaceSlot* slots = Slots();
+  for (uint32_t i = 0; i < kKeyspaceSlots; i++) {
+    if (slots[i].state.load() == KeyspaceSlot::kLive) {
+      keyspaces->emplace_back(slots[i].tag, slots[i].id);
+    }
+  }
+}
+
+std::vector<KeyspaceId> KeyspaceTable::Dropped() const {
+  std::vector<KeyspaceId> dropped;
+  const KeyspaceSlot* slots = Slots();
+  for (uint32_t i = 0; i < kKeyspaceSlots; i++) {
+    if (slots[i].state.load() == KeyspaceSlot::kDropped) dropped.push_back(slots[i].id);
+  }
+  return dropped;
+}
+
+bool KeyspaceTable::AnyDropped() const {
+  const KeyspaceSlot* slots = Slots();
+  for (uint32_t i = 0; i < kKeyspaceSlots; i++) {
+    if (slots[i].state.load() == KeyspaceSlot::kDropped) return true;
+  }
+  return false;
+}
+
+}  // namespace slipstream::engine
