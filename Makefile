@@ -9,11 +9,11 @@ DEMO_NUM   ?= 300000
 
 DEBIAN_PACKAGES = cmake g++ make pkg-config googletest libgtest-dev libgmock-dev \
   liburing-dev liblz4-dev libssl-dev libibverbs-dev librdmacm-dev rdma-core \
-  postgresql-15 postgresql-server-dev-15 librocksdb-dev
+  postgresql-15 postgresql-server-dev-15 librocksdb-dev clang-format
 
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build extension install demo demo-engine bench test test-sanitize test-pg check format clean bench-rdma bench-pg
+.PHONY: all deps build extension install demo demo-engine bench test test-sanitize test-pg check check-format format clean bench-rdma bench-pg
 
 all: build
 
@@ -70,11 +70,19 @@ test-pg: install
 	tests/pg_pinned_stall_test.sh
 	bench/ycsb_pg.sh --records=2000 --seconds=1 --mixes=SD --port=55471 --scratch=/tmp/slipstream-ycsb-smoke
 
-# Every test: the plain build, the sanitizer build and the PostgreSQL suites.
-check: test test-sanitize test-pg
+# Every test: formatting, the plain build, the sanitizer build and the PostgreSQL suites.
+check: check-format test test-sanitize test-pg
+
+# C++ sources follow .clang-format; the extension's C files (and its C headers) keep
+# PostgreSQL's style (pgindent) and are left alone.
+CXX_SOURCES = git ls-files '*.cc' '*.h' ':(exclude)extension/*.h' ':(exclude)extension/**/*.h'
+
+# Fails (and names the files) when a C++ file is not formatted.
+check-format: deps
+	@clang-format --dry-run --Werror $$($(CXX_SOURCES)) && echo "C++ formatting: ok"
 
 format:
-	clang-format -i $$(git ls-files '*.cc' '*.h')
+	clang-format -i $$($(CXX_SOURCES))
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
