@@ -57,7 +57,6 @@ class EngineImpl final : public Engine {
   EngineImpl(const Options& options, char* arena, size_t arena_size);
   ~EngineImpl() override;
 
-  static Status ValidateOptions(const Options& options);
   Status OpenOrAttach();
 
   Status CreateKeyspace(uint64_t tag, KeyspaceId* id) override;
