@@ -30,7 +30,7 @@
 #include "utils/rel.h"
 #include "utils/snapshot.h"
 
-#include "bridge.h"
+#include "host/bridge.h"
 
 /* ---- row ids ---- */
 #define SS_ROWS_PER_BLOCK 256
