@@ -30,7 +30,7 @@
 #include "utils/rel.h"
 #include "utils/snapshot.h"
 
-#include "host/bridge.h"
+#include "bridge/bridge.h"
 
 /* ---- row ids ---- */
 #define SS_ROWS_PER_BLOCK 256
@@ -90,22 +90,22 @@ ss_tag(Oid dbid, Oid relfilenode)
 	return ((uint64) dbid << 32) | relfilenode;
 }
 
-/* ---- GUCs (slipstream.c) ---- */
-extern int	ss_segment_size_kb;
-extern int	ss_node_size_kb;
-extern int	ss_l0_size_mb;
-extern int	ss_memtables;
-extern int	ss_growth_factor;
-extern int	ss_max_levels;
-extern int	ss_small_threshold;
-extern int	ss_large_threshold;
-extern int	ss_medium_inplace_level;
-extern bool ss_compress_large;
-extern double ss_gc_threshold;
-extern int	ss_bloom_bits;
-extern int	ss_flush_interval_ms;
-extern int	ss_worker_naptime_ms;
-extern int	ss_sync_interval_ms;
+/* ---- settings (admin/settings.c, from the engine's settings.def and admin/settings.def) ---- */
+/* The C type of a GUC variable for each KIND of the settings tables. */
+#define SS_GUC_CTYPE_U32 int
+#define SS_GUC_CTYPE_U64 int
+#define SS_GUC_CTYPE_BOOL bool
+#define SS_GUC_CTYPE_REAL double
+
+/* The extension's own settings: ss_worker_naptime_ms, ss_sync_interval_ms. */
+#define SS_EXT_SETTING(NAME, FIELD, KIND, UNIT, DEFAULT, MIN, MAX, CONTEXT, DESCRIPTION, \
+					   LONG_DESCRIPTION) \
+	extern SS_GUC_CTYPE_##KIND ss_##FIELD;
+#include "admin/settings.def"
+
+extern void ss_define_settings(void);
+/* The engine options from the GUCs. */
+extern void ss_fill_options(SsOptions *options);
 
 /* ---- shared state and the engine handle (host.c) ---- */
 #define SS_ROW_LOCKS 1024
@@ -131,7 +131,6 @@ extern SsShared *ss_shared;
 
 extern void ss_shmem_request(void);
 extern void ss_shmem_startup(void);
-extern void ss_fill_options(SsOptions *options);
 /* Opens the engine in this process (no wait for replay). */
 extern void ss_engine_attach(void);
 /* Opens the engine and waits until WAL replay has finished: the gate for every table access. */

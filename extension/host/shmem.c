@@ -49,32 +49,6 @@ shared_size(void)
 					mul_size(sizeof(pg_atomic_uint64), proc_slots()));
 }
 
-/* The engine options from the GUCs. */
-void
-ss_fill_options(SsOptions *o)
-{
-	static char directory[MAXPGPATH];
-
-	snprintf(directory, sizeof(directory), "%s/slipstream", DataDir);
-	memset(o, 0, sizeof(*o));
-	o->directory = directory;
-	o->segment_size = (uint32) ss_segment_size_kb * 1024;
-	o->node_size = (uint32) ss_node_size_kb * 1024;
-	o->l0_size = (uint64) ss_l0_size_mb * 1024 * 1024;
-	o->memtables = ss_memtables;
-	o->growth_factor = ss_growth_factor;
-	o->max_levels = ss_max_levels;
-	o->small_threshold = ss_small_threshold;
-	o->large_threshold = ss_large_threshold;
-	o->medium_inplace_level = ss_medium_inplace_level;
-	o->compress_large = ss_compress_large;
-	o->gc_threshold = ss_gc_threshold;
-	o->bloom_bits_per_key = ss_bloom_bits;
-	o->max_device_size = UINT64CONST(1) << 40;
-	o->max_value_size = Min(o->segment_size / 2, 1u << 20);
-	o->flush_interval_ms = ss_flush_interval_ms;
-}
-
 /* Asks for the arena, our shared state, the row id map and its lock (shmem_request_hook). */
 void
 ss_shmem_request(void)
