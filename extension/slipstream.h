@@ -107,12 +107,18 @@ extern void ss_define_settings(void);
 /* The engine options from the GUCs. */
 extern void ss_fill_options(SsOptions *options);
 
-/* ---- shared state and the engine handle (host.c) ---- */
+/* ---- shared state and the engine handle (host/shmem.c) ---- */
 #define SS_ROW_LOCKS 1024
+
+/* Where the engine's start (host/startup.c) is: backends wait for SS_REPLAY_READY. */
+#define SS_REPLAY_NOT_STARTED 0
+#define SS_REPLAY_RUNNING 1
+#define SS_REPLAY_READY 2
+#define SS_REPLAY_FAILED 3
 
 typedef struct SsShared
 {
-	/* Replay state: 0 = not started, 1 = replaying, 2 = ready, 3 = failed. */
+	/* An SS_REPLAY_* state; replay_cv is signalled when it becomes READY or FAILED. */
 	pg_atomic_uint32 replay_state;
 	ConditionVariable replay_cv;
 	char		replay_error[256];
@@ -131,30 +137,52 @@ extern SsShared *ss_shared;
 
 extern void ss_shmem_request(void);
 extern void ss_shmem_startup(void);
+/* Number of PGPROC slots, the size of the per-backend arrays. */
+extern int	ss_proc_slots(void);
 /* Opens the engine in this process (no wait for replay). */
 extern void ss_engine_attach(void);
-/* Opens the engine and waits until WAL replay has finished: the gate for every table access. */
-extern void ss_engine_ready(void);
 /* Turns a failed bridge call into an ERROR. */
 extern void ss_report(SsCode code, const char *what) pg_attribute_noreturn();
 #define SS_CHECK(call, what) \
 	do { SsCode ss_code_ = (call); if (ss_code_ != SS_OK) ss_report(ss_code_, (what)); } while (0)
 
+/* ---- bringing the engine up after a start (host/startup.c) ---- */
+/* Recovery and WAL replay, then the gate opens (the worker, once per start). */
+extern void ss_engine_startup(void);
+/* Opens the engine and waits until WAL replay has finished: the gate for every table access. */
+extern void ss_engine_ready(void);
+extern void ss_mark_clean_shutdown(void);
+
+/* ---- keyspaces and row ids (host/rowids.c) ---- */
+extern void ss_rowids_shmem_request(void);
+extern void ss_rowids_shmem_init(void);
 /* Keyspace of a relation (cached in rd_amcache); creates it if `create`. */
 extern uint32 ss_rel_keyspace(Relation rel);
 extern uint32 ss_keyspace_for_tag(uint64 tag, bool create);
 extern uint64 ss_next_rowid(Relation rel, uint32 keyspace, uint32 count);
+/* One past the highest row id handed out (0 for an empty relation). */
+extern uint64 ss_rowid_high(Relation rel, uint32 keyspace);
 extern void ss_forget_rowids(uint64 tag);
+
+/* ---- striped row locks (host/row_locks.c) ---- */
+extern void ss_row_locks_shmem_init(bool fresh);
+extern void ss_row_locks_register_tranche(void);
 extern LWLock *ss_row_lock(uint64 tag, uint64 rowid);
+
+/* ---- the durable horizon (host/horizon.c) ---- */
 /*
  * Brackets a WAL-then-engine change: begin before XLogInsert, logged with the record's end
- * (before the engine write), done after the engine write. wal.c derives the durable horizon.
+ * (before the engine write), done after the engine write. The horizon is derived from them.
  */
 extern void ss_change_begin(void);
 extern void ss_change_logged(XLogRecPtr end_lsn);
 extern void ss_change_done(void);
+extern bool ss_persist_barrier(char *msg, size_t msg_size);
+/* Acquires the slot "slipstream", creating it the first time. */
+extern void ss_acquire_slot(void);
+extern void ss_advance_horizon(void);
 
-/* ---- WAL (wal.c) ---- */
+/* ---- WAL records (host/wal.c) ---- */
 #define SS_RMGR_ID 128
 #define SS_HEADER_SIZE offsetof(HeapTupleHeaderData, t_bits)
 
@@ -167,17 +195,12 @@ extern XLogRecPtr ss_log_update(Relation rel, uint64 old_rowid, HeapTupleHeader 
 extern XLogRecPtr ss_log_remove(Relation rel, uint64 *rowids, int nrowids);
 extern XLogRecPtr ss_log_reset(uint64 tag);
 extern bool ss_rel_needs_wal(Relation rel);
-extern void ss_replay_wal(void);
-extern void ss_advance_horizon(void);
-extern bool ss_persist_barrier(char *msg, size_t msg_size);
+/* Applies our records from start to end to the engine; returns how many there were. */
+extern uint64 ss_replay_wal(XLogRecPtr start, XLogRecPtr end);
 
-/* ---- background worker (worker.c) ---- */
+/* ---- background worker (host/worker.c) ---- */
 /* Whether a temporary relation file t<backend>_<relnode> exists in database `db`. */
 extern bool ss_temp_file_exists(Oid db, Oid relnode);
-/* After a crash: empties unlogged relations' keyspaces (their init fork marks them). */
-extern void ss_reset_unlogged_after_crash(void);
-extern void ss_mark_clean_shutdown(void);
-extern void ss_forget_clean_shutdown(void);
 extern void ss_register_worker(void);
 PGDLLEXPORT void ss_worker_main(Datum arg);
 
@@ -206,8 +229,6 @@ extern void ss_init_scan_callbacks(TableAmRoutine *am);
 extern void ss_init_modify_callbacks(TableAmRoutine *am);
 extern void ss_init_ddl_callbacks(TableAmRoutine *am);
 extern void ss_init_vacuum_callbacks(TableAmRoutine *am);
-/* One past the highest row id handed out (0 for an empty relation). */
-extern uint64 ss_rowid_high(Relation rel, uint32 keyspace);
 /* Serializable: reports a read of `tuple` that a concurrent writer may invalidate. */
 extern void ss_conflict_out(Relation rel, HeapTuple tuple, bool visible, Snapshot snapshot);
 
