@@ -22,6 +22,7 @@
 #include "access/htup.h"
 #include "access/xlogdefs.h"
 #include "access/htup_details.h"
+#include "access/multixact.h"
 #include "access/tableam.h"
 #include "port/atomics.h"
 #include "storage/itemptr.h"
@@ -224,9 +225,37 @@ extern void ss_write_rows(Relation rel, uint32 keyspace, uint64 *rowids, HeapTup
 						  int ntuples);
 extern void ss_remove_rows(Relation rel, uint32 keyspace, uint64 *rowids, int nrowids);
 
-/* ---- callbacks by concern (scan.c, modify.c, ddl.c, vacuum.c) ---- */
+/* ---- the row-lock protocol (tableam/locks.c) ---- */
+/* State of one row acquisition: which locks we hold while it goes on. */
+typedef struct SsAcquisition
+{
+	Relation	rel;
+	uint32		keyspace;
+	uint64		rowid;
+	ItemPointerData tid;
+	LWLock	   *row_lock;
+	bool		row_locked;
+	bool		tuple_locked;
+	LOCKMODE	tuple_lock_mode;
+} SsAcquisition;
+
+/*
+ * Gets the right to modify (is_update) or lock a row in `mode`. On TM_Ok, returns with the row
+ * lock held, *tuple the current row image and *members the transactions that must stay in
+ * xmax next to us, ready for the caller to write the new header (then release).
+ */
+extern TM_Result ss_acquire_row(SsAcquisition *acq, CommandId cid, Snapshot crosscheck,
+								LockTupleMode mode, bool is_update, LockWaitPolicy policy,
+								TM_FailureData *tmfd, HeapTuple *tuple_out,
+								MultiXactMember **members_out, int *nmembers_out);
+extern void ss_release_acquisition(SsAcquisition *acq);
+/* Sets the row's xmax to exactly `members` (one plain xid, or a new MultiXact). */
+extern void ss_set_xmax_members(HeapTupleHeader tuple, MultiXactMember *members, int n);
+
+/* ---- callbacks by concern (tableam/scan.c, modify.c, locks.c, ddl.c, vacuum.c) ---- */
 extern void ss_init_scan_callbacks(TableAmRoutine *am);
 extern void ss_init_modify_callbacks(TableAmRoutine *am);
+extern void ss_init_lock_callbacks(TableAmRoutine *am);
 extern void ss_init_ddl_callbacks(TableAmRoutine *am);
 extern void ss_init_vacuum_callbacks(TableAmRoutine *am);
 /* Serializable: reports a read of `tuple` that a concurrent writer may invalidate. */
