@@ -1,6 +1,7 @@
 /*
- * slipstream.c: module entry point: settings (GUCs), shared-memory hooks, the resource
- * manager, the background worker, and per-transaction cleanup.
+ * slipstream.c: module entry point: settings (GUCs, admin/settings.c), shared-memory hooks
+ * (host/), the resource manager (host/wal.c), the background worker (host/worker.c), and
+ * per-transaction cleanup. The table access method itself is in tableam/.
  */
 #include "slipstream.h"
 

@@ -11,7 +11,8 @@
  * applied to the engine; the engine persists nothing the WAL lacks (its persist barrier
  * flushes WAL first). Commit durability is therefore PostgreSQL's own group commit. After a
  * restart, the engine recovers its own state and then replays our WAL records from the
- * horizon it had made durable, kept in the replication slot "slipstream" (see wal.c).
+ * horizon it had made durable, kept in the replication slot "slipstream" (see host/startup.c,
+ * host/wal.c and host/horizon.c).
  */
 #ifndef SLIPSTREAM_H
 #define SLIPSTREAM_H

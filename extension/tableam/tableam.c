@@ -1,5 +1,5 @@
 /*
- * tableam.c: the slipstream table access method routine and its handler function.
+ * tableam/tableam.c: the slipstream table access method routine and its handler function.
  */
 #include "slipstream.h"
 
