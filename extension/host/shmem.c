@@ -76,7 +76,7 @@ ss_shmem_startup(void)
 	if (!found)
 	{
 		memset(ss_shared, 0, shared_size());
-		pg_atomic_init_u32(&ss_shared->replay_state, 0);
+		pg_atomic_init_u32(&ss_shared->replay_state, SS_REPLAY_NOT_STARTED);
 		ConditionVariableInit(&ss_shared->replay_cv);
 		pg_atomic_init_u64(&ss_shared->max_applied_lsn, 0);
 		pg_atomic_init_u64(&ss_shared->durable_horizon, 0);
