@@ -11,7 +11,8 @@
  * applied to the engine; the engine persists nothing the WAL lacks (its persist barrier
  * flushes WAL first). Commit durability is therefore PostgreSQL's own group commit. After a
  * restart, the engine recovers its own state and then replays our WAL records from the
- * horizon it had made durable, kept in the replication slot "slipstream" (see wal.c).
+ * horizon it had made durable, kept in the replication slot "slipstream" (see host/startup.c,
+ * host/wal.c and host/horizon.c).
  */
 #ifndef SLIPSTREAM_H
 #define SLIPSTREAM_H
@@ -22,6 +23,7 @@
 #include "access/htup.h"
 #include "access/xlogdefs.h"
 #include "access/htup_details.h"
+#include "access/multixact.h"
 #include "access/tableam.h"
 #include "port/atomics.h"
 #include "storage/itemptr.h"
@@ -30,7 +32,7 @@
 #include "utils/rel.h"
 #include "utils/snapshot.h"
 
-#include "bridge.h"
+#include "bridge/bridge.h"
 
 /* ---- row ids ---- */
 #define SS_ROWS_PER_BLOCK 256
@@ -90,29 +92,35 @@ ss_tag(Oid dbid, Oid relfilenode)
 	return ((uint64) dbid << 32) | relfilenode;
 }
 
-/* ---- GUCs (slipstream.c) ---- */
-extern int	ss_segment_size_kb;
-extern int	ss_node_size_kb;
-extern int	ss_l0_size_mb;
-extern int	ss_memtables;
-extern int	ss_growth_factor;
-extern int	ss_max_levels;
-extern int	ss_small_threshold;
-extern int	ss_large_threshold;
-extern int	ss_medium_inplace_level;
-extern bool ss_compress_large;
-extern double ss_gc_threshold;
-extern int	ss_bloom_bits;
-extern int	ss_flush_interval_ms;
-extern int	ss_worker_naptime_ms;
-extern int	ss_sync_interval_ms;
+/* ---- settings (admin/settings.c, from the engine's settings.def and admin/settings.def) ---- */
+/* The C type of a GUC variable for each KIND of the settings tables. */
+#define SS_GUC_CTYPE_U32 int
+#define SS_GUC_CTYPE_U64 int
+#define SS_GUC_CTYPE_BOOL bool
+#define SS_GUC_CTYPE_REAL double
 
-/* ---- shared state and the engine handle (host.c) ---- */
+/* The extension's own settings: ss_worker_naptime_ms, ss_sync_interval_ms. */
+#define SS_EXT_SETTING(NAME, FIELD, KIND, UNIT, DEFAULT, MIN, MAX, CONTEXT, DESCRIPTION, \
+					   LONG_DESCRIPTION) \
+	extern SS_GUC_CTYPE_##KIND ss_##FIELD;
+#include "admin/settings.def"
+
+extern void ss_define_settings(void);
+/* The engine options from the GUCs. */
+extern void ss_fill_options(SsOptions *options);
+
+/* ---- shared state and the engine handle (host/shmem.c) ---- */
 #define SS_ROW_LOCKS 1024
+
+/* Where the engine's start (host/startup.c) is: backends wait for SS_REPLAY_READY. */
+#define SS_REPLAY_NOT_STARTED 0
+#define SS_REPLAY_RUNNING 1
+#define SS_REPLAY_READY 2
+#define SS_REPLAY_FAILED 3
 
 typedef struct SsShared
 {
-	/* Replay state: 0 = not started, 1 = replaying, 2 = ready, 3 = failed. */
+	/* An SS_REPLAY_* state; replay_cv is signalled when it becomes READY or FAILED. */
 	pg_atomic_uint32 replay_state;
 	ConditionVariable replay_cv;
 	char		replay_error[256];
@@ -131,31 +139,52 @@ extern SsShared *ss_shared;
 
 extern void ss_shmem_request(void);
 extern void ss_shmem_startup(void);
-extern void ss_fill_options(SsOptions *options);
+/* Number of PGPROC slots, the size of the per-backend arrays. */
+extern int	ss_proc_slots(void);
 /* Opens the engine in this process (no wait for replay). */
 extern void ss_engine_attach(void);
-/* Opens the engine and waits until WAL replay has finished: the gate for every table access. */
-extern void ss_engine_ready(void);
 /* Turns a failed bridge call into an ERROR. */
 extern void ss_report(SsCode code, const char *what) pg_attribute_noreturn();
 #define SS_CHECK(call, what) \
 	do { SsCode ss_code_ = (call); if (ss_code_ != SS_OK) ss_report(ss_code_, (what)); } while (0)
 
+/* ---- bringing the engine up after a start (host/startup.c) ---- */
+/* Recovery and WAL replay, then the gate opens (the worker, once per start). */
+extern void ss_engine_startup(void);
+/* Opens the engine and waits until WAL replay has finished: the gate for every table access. */
+extern void ss_engine_ready(void);
+extern void ss_mark_clean_shutdown(void);
+
+/* ---- keyspaces and row ids (host/rowids.c) ---- */
+extern void ss_rowids_shmem_request(void);
+extern void ss_rowids_shmem_init(void);
 /* Keyspace of a relation (cached in rd_amcache); creates it if `create`. */
 extern uint32 ss_rel_keyspace(Relation rel);
 extern uint32 ss_keyspace_for_tag(uint64 tag, bool create);
 extern uint64 ss_next_rowid(Relation rel, uint32 keyspace, uint32 count);
+/* One past the highest row id handed out (0 for an empty relation). */
+extern uint64 ss_rowid_high(Relation rel, uint32 keyspace);
 extern void ss_forget_rowids(uint64 tag);
+
+/* ---- striped row locks (host/row_locks.c) ---- */
+extern void ss_row_locks_shmem_init(bool fresh);
+extern void ss_row_locks_register_tranche(void);
 extern LWLock *ss_row_lock(uint64 tag, uint64 rowid);
+
+/* ---- the durable horizon (host/horizon.c) ---- */
 /*
  * Brackets a WAL-then-engine change: begin before XLogInsert, logged with the record's end
- * (before the engine write), done after the engine write. wal.c derives the durable horizon.
+ * (before the engine write), done after the engine write. The horizon is derived from them.
  */
 extern void ss_change_begin(void);
 extern void ss_change_logged(XLogRecPtr end_lsn);
 extern void ss_change_done(void);
+extern bool ss_persist_barrier(char *msg, size_t msg_size);
+/* Acquires the slot "slipstream", creating it the first time. */
+extern void ss_acquire_slot(void);
+extern void ss_advance_horizon(void);
 
-/* ---- WAL (wal.c) ---- */
+/* ---- WAL records (host/wal.c) ---- */
 #define SS_RMGR_ID 128
 #define SS_HEADER_SIZE offsetof(HeapTupleHeaderData, t_bits)
 
@@ -168,17 +197,12 @@ extern XLogRecPtr ss_log_update(Relation rel, uint64 old_rowid, HeapTupleHeader 
 extern XLogRecPtr ss_log_remove(Relation rel, uint64 *rowids, int nrowids);
 extern XLogRecPtr ss_log_reset(uint64 tag);
 extern bool ss_rel_needs_wal(Relation rel);
-extern void ss_replay_wal(void);
-extern void ss_advance_horizon(void);
-extern bool ss_persist_barrier(char *msg, size_t msg_size);
+/* Applies our records from start to end to the engine; returns how many there were. */
+extern uint64 ss_replay_wal(XLogRecPtr start, XLogRecPtr end);
 
-/* ---- background worker (worker.c) ---- */
+/* ---- background worker (host/worker.c) ---- */
 /* Whether a temporary relation file t<backend>_<relnode> exists in database `db`. */
 extern bool ss_temp_file_exists(Oid db, Oid relnode);
-/* After a crash: empties unlogged relations' keyspaces (their init fork marks them). */
-extern void ss_reset_unlogged_after_crash(void);
-extern void ss_mark_clean_shutdown(void);
-extern void ss_forget_clean_shutdown(void);
 extern void ss_register_worker(void);
 PGDLLEXPORT void ss_worker_main(Datum arg);
 
@@ -202,13 +226,39 @@ extern void ss_write_rows(Relation rel, uint32 keyspace, uint64 *rowids, HeapTup
 						  int ntuples);
 extern void ss_remove_rows(Relation rel, uint32 keyspace, uint64 *rowids, int nrowids);
 
-/* ---- callbacks by concern (scan.c, modify.c, ddl.c, vacuum.c) ---- */
+/* ---- the row-lock protocol (tableam/locks.c) ---- */
+/* State of one row acquisition: which locks we hold while it goes on. */
+typedef struct SsAcquisition
+{
+	Relation	rel;
+	uint32		keyspace;
+	uint64		rowid;
+	ItemPointerData tid;
+	LWLock	   *row_lock;
+	bool		row_locked;
+	bool		tuple_locked;
+	LOCKMODE	tuple_lock_mode;
+} SsAcquisition;
+
+/*
+ * Gets the right to modify (is_update) or lock a row in `mode`. On TM_Ok, returns with the row
+ * lock held, *tuple the current row image and *members the transactions that must stay in
+ * xmax next to us, ready for the caller to write the new header (then release).
+ */
+extern TM_Result ss_acquire_row(SsAcquisition *acq, CommandId cid, Snapshot crosscheck,
+								LockTupleMode mode, bool is_update, LockWaitPolicy policy,
+								TM_FailureData *tmfd, HeapTuple *tuple_out,
+								MultiXactMember **members_out, int *nmembers_out);
+extern void ss_release_acquisition(SsAcquisition *acq);
+/* Sets the row's xmax to exactly `members` (one plain xid, or a new MultiXact). */
+extern void ss_set_xmax_members(HeapTupleHeader tuple, MultiXactMember *members, int n);
+
+/* ---- callbacks by concern (tableam/scan.c, modify.c, locks.c, ddl.c, vacuum.c) ---- */
 extern void ss_init_scan_callbacks(TableAmRoutine *am);
 extern void ss_init_modify_callbacks(TableAmRoutine *am);
+extern void ss_init_lock_callbacks(TableAmRoutine *am);
 extern void ss_init_ddl_callbacks(TableAmRoutine *am);
 extern void ss_init_vacuum_callbacks(TableAmRoutine *am);
-/* One past the highest row id handed out (0 for an empty relation). */
-extern uint64 ss_rowid_high(Relation rel, uint32 keyspace);
 /* Serializable: reports a read of `tuple` that a concurrent writer may invalidate. */
 extern void ss_conflict_out(Relation rel, HeapTuple tuple, bool visible, Snapshot snapshot);
 

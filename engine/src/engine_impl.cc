@@ -1,5 +1,5 @@
 // EngineImpl: opening and attaching, point reads, stats. The other units of the engine are
-// listed in engine_impl.h.
+// listed in engine_impl.h; option validation and ArenaSize are in options.cc.
 #include "engine_impl.h"
 
 #include <chrono>
@@ -7,14 +7,9 @@
 #include <thread>
 
 #include "log_scanner.h"
+#include "options_internal.h"
 
 namespace slipstream::engine {
-
-namespace {
-
-bool IsPowerOfTwo(uint64_t v) { return v && !(v & (v - 1)); }
-
-}  // namespace
 
 const char* SegmentKindName(SegmentKind kind) {
   switch (kind) {
@@ -32,11 +27,9 @@ const char* SegmentKindName(SegmentKind kind) {
 // ---------------------------------------------------------------------------------------------
 // Opening
 
-size_t Engine::ArenaSize(const Options& options) { return ArenaLayout::For(options).total; }
-
 Status Engine::Open(const Options& options, void* arena, size_t arena_size,
                     std::unique_ptr<Engine>* engine) {
-  Status s = EngineImpl::ValidateOptions(options);
+  Status s = ValidateOptions(options);
   if (!s.ok()) return s;
   if (arena == nullptr || arena_size < ArenaSize(options)) {
     return Status::InvalidArgument("arena is smaller than Engine::ArenaSize(options)");
@@ -45,45 +38,6 @@ Status Engine::Open(const Options& options, void* arena, size_t arena_size,
   s = impl->OpenOrAttach();
   if (s.ok()) *engine = std::move(impl);
   return s;
-}
-
-// Every limit a user can set, with the reason it exists.
-Status EngineImpl::ValidateOptions(const Options& o) {
-  auto bad = [](const std::string& m) { return Status::InvalidArgument(m); };
-  if (o.directory.empty()) return bad("directory is empty");
-  if (!IsPowerOfTwo(o.segment_size) || o.segment_size < (256u << 10) || o.segment_size > (1u << 30)) {
-    return bad("segment_size must be a power of two from 256 KiB to 1 GiB");
-  }
-  if (!IsPowerOfTwo(o.node_size) || o.node_size < 1024 || o.node_size > 65536 ||
-      o.node_size > o.segment_size / 8) {
-    return bad("node_size must be a power of two from 1 KiB to 64 KiB and at most segment_size/8");
-  }
-  if (o.max_key_size < 1 || o.max_key_size > 4096) return bad("max_key_size must be 1..4096");
-  if (o.small_threshold < 1 || o.small_threshold >= o.large_threshold) {
-    return bad("small_threshold must be at least 1 and below large_threshold");
-  }
-  // Three of the biggest in-place entries (a medium value just below large_threshold, or a
-  // pointer) must fit in one node, so that every B+-tree layer shrinks.
-  uint64_t biggest = 16 + o.max_key_size + kKeyspacePrefix + o.large_threshold + 16;
-  if (3 * biggest + kNodeHeaderSize > o.node_size) {
-    return bad("node_size too small for max_key_size and large_threshold (3 entries must fit)");
-  }
-  if (o.max_value_size < 1 || o.max_value_size > o.segment_size / 2) {
-    return bad("max_value_size must be 1..segment_size/2 (a large value lives in one segment)");
-  }
-  if (o.l0_size < (1u << 20) || o.l0_size > (1ull << 30)) return bad("l0_size must be 1 MiB..1 GiB");
-  if (o.memtables < 2 || o.memtables > uint32_t(kMaxMemtables)) return bad("memtables must be 2..8");
-  if (o.growth_factor < 2 || o.growth_factor > 64) return bad("growth_factor must be 2..64");
-  if (o.max_levels < 1 || o.max_levels > uint32_t(kMaxLevels)) return bad("max_levels must be 1..12");
-  if (o.medium_inplace_level > o.max_levels) return bad("medium_inplace_level must be 0..max_levels");
-  if (!(o.gc_threshold > 0.0 && o.gc_threshold <= 1.0)) return bad("gc_threshold must be in (0, 1]");
-  if (o.flush_interval_ms < 1 || o.flush_interval_ms > 10000) return bad("flush_interval_ms must be 1..10000");
-  if (o.bloom_bits_per_key < 1 || o.bloom_bits_per_key > 64) return bad("bloom_bits_per_key must be 1..64");
-  if (o.max_device_size % o.segment_size != 0 || o.max_device_size / o.segment_size < 16 ||
-      o.max_device_size / o.segment_size > (1ull << 31)) {
-    return bad("max_device_size must be a multiple of segment_size, 16..2^31 segments");
-  }
-  return Status::OK();
 }
 
 EngineImpl::EngineImpl(const Options& options, char* arena, size_t arena_size)

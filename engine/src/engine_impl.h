@@ -53,7 +53,6 @@ class EngineImpl final : public Engine {
   EngineImpl(const Options& options, char* arena, size_t arena_size);
   ~EngineImpl() override;
 
-  static Status ValidateOptions(const Options& options);
   // Recovers a zeroed arena (the first opener) or attaches to a recovered one.
   Status OpenOrAttach();
 

@@ -1,8 +1,12 @@
 // End-to-end behaviour of the engine API: size classes, deletes, iteration, keyspaces,
 // compaction, recovery and bad input.
+#include <cmath>
+#include <limits>
 #include <map>
 #include <random>
+#include <type_traits>
 
+#include "options_internal.h"
 #include "test_util.h"
 
 namespace slipstream::engine::test {
@@ -169,6 +173,80 @@ TEST(Engine, ListKeyspacesShowsLiveOnes) {
   EXPECT_EQ(live[0].first, 12u);
   EXPECT_EQ(live[0].second, b);
 }
+
+// ArenaSize validates like Open: options Open would refuse have no arena size (0).
+TEST(Engine, ArenaSizeIsZeroForInvalidOptions) {
+  Options defaults;
+  defaults.directory = "/nonexistent/slipstream";
+  EXPECT_GT(Engine::ArenaSize(defaults), 0u);  // the table's defaults are valid
+  const Options good = SmallOptions("/nonexistent/slipstream");
+  ASSERT_GT(Engine::ArenaSize(good), 0u);
+  std::vector<std::pair<const char*, void (*)(Options*)>> bad = {
+      {"no directory", [](Options* o) { o->directory.clear(); }},
+      {"segment_size 0", [](Options* o) { o->segment_size = 0; }},
+      {"segment_size not a power of two", [](Options* o) { o->segment_size = 3u << 20; }},
+      {"node_size above segment_size/8", [](Options* o) { o->node_size = 65536; }},
+      {"small_threshold not below large", [](Options* o) { o->small_threshold = 1000; }},
+      {"l0_size 0", [](Options* o) { o->l0_size = 0; }},
+      {"max_levels 13", [](Options* o) { o->max_levels = 13; }},
+      {"memtables 9", [](Options* o) { o->memtables = 9; }},
+      {"gc_threshold NaN", [](Options* o) { o->gc_threshold = std::nan(""); }},
+      {"medium_inplace_level above max_levels", [](Options* o) { o->medium_inplace_level = 6; }},
+      {"max_device_size not a multiple", [](Options* o) { o->max_device_size += 1; }},
+  };
+  for (const auto& [what, change] : bad) {
+    Options o = good;
+    change(&o);
+    EXPECT_FALSE(ValidateOptions(o).ok()) << what;
+    EXPECT_EQ(Engine::ArenaSize(o), 0u) << what;
+  }
+}
+
+// Checks that a setting's range (settings.def) is enforced at both ends: the values at the
+// bounds pass the range check (another rule may still refuse them), the next ones outside are
+// refused by it, and have no arena size.
+template <typename T, typename Bound>
+void CheckRange(const char* name, T Options::*field, Bound min, Bound max, uint64_t scale) {
+  const Options base = SmallOptions("/nonexistent/slipstream");
+  const std::string range_message = std::string(name) + " must be in ";
+  auto range_refuses = [&](T value) {
+    Options o = base;
+    o.*field = value;
+    Status s = ValidateOptions(o);
+    bool refused = !s.ok() && s.message().rfind(range_message, 0) == 0;
+    if (refused) {
+      EXPECT_EQ(Engine::ArenaSize(o), 0u) << name;
+    }
+    return refused;
+  };
+  if constexpr (std::is_same_v<T, bool>) {
+    EXPECT_FALSE(range_refuses(false)) << name;
+    EXPECT_FALSE(range_refuses(true)) << name;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    const T lo = T(min) * T(scale), hi = T(max) * T(scale);
+    EXPECT_FALSE(range_refuses(lo)) << name << " at its minimum";
+    EXPECT_FALSE(range_refuses(hi)) << name << " at its maximum";
+    EXPECT_TRUE(range_refuses(std::nextafter(lo, -std::numeric_limits<T>::infinity()))) << name;
+    EXPECT_TRUE(range_refuses(std::nextafter(hi, std::numeric_limits<T>::infinity()))) << name;
+    EXPECT_TRUE(range_refuses(std::numeric_limits<T>::quiet_NaN())) << name;
+  } else {
+    const uint64_t lo = uint64_t(min) * scale, hi = uint64_t(max) * scale;
+    EXPECT_FALSE(range_refuses(T(lo))) << name << " at its minimum";
+    EXPECT_FALSE(range_refuses(T(hi))) << name << " at its maximum";
+    if (lo > 0) {
+      EXPECT_TRUE(range_refuses(T(lo - 1))) << name << " below its minimum";
+    }
+    ASSERT_LT(hi, uint64_t(std::numeric_limits<T>::max()));
+    EXPECT_TRUE(range_refuses(T(hi + 1))) << name << " above its maximum";
+  }
+}
+
+// One test per line of settings.def: SettingsRange.<field>.
+#define SS_SETTING(NAME, FIELD, KIND, UNIT, DEFAULT, MIN, MAX, CONTEXT, DESCRIPTION) \
+  TEST(SettingsRange, FIELD) {                                                       \
+    CheckRange(NAME, &Options::FIELD, MIN, MAX, SS_SCALE_##UNIT);                    \
+  }
+#include "slipstream/engine/settings.def"
 
 }  // namespace
 }  // namespace slipstream::engine::test

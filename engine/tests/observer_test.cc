@@ -87,7 +87,9 @@ TEST(Observer, LogWritesRebuildTheLogsByteForByte) {
     Lsn lsn;
     ASSERT_TRUE(t->Put(ks, key, value, &lsn).ok());
     model[key] = value;
-    if (i % 100 == 99) ASSERT_TRUE(t->Sync(lsn).ok());
+    if (i % 100 == 99) {
+      ASSERT_TRUE(t->Sync(lsn).ok());
+    }
   }
   Lsn last;
   ASSERT_TRUE(t->Put(ks, "last", "v", &last).ok());
@@ -125,7 +127,7 @@ TEST(Observer, LogWritesRebuildTheLogsByteForByte) {
     if (mirror->segments_[number].log != ObservedLog::kL0) continue;
     for (const ScannedRecord& r : scan.records) {
       if (r.type != LogRecordType::kPut) continue;
-      uint32_t key_size;
+      uint32_t key_size = 0;
       const char* p = DecodeVarint32(r.payload.data(), r.payload.data() + r.payload.size(), &key_size);
       ASSERT_NE(p, nullptr);
       keys.insert(std::string(p + kKeyspacePrefix, key_size - kKeyspacePrefix));

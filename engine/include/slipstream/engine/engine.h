@@ -38,7 +38,8 @@ class Iterator {
 
 class Engine {
  public:
-  // Bytes of shared memory the arena must have for these options.
+  // Bytes of shared memory the arena must have for these options; 0 if Open would refuse the
+  // options (a setting outside its range in settings.def, or fields that contradict each other).
   static size_t ArenaSize(const Options& options);
 
   // Opens (recovering into a zeroed arena) or attaches (to an arena already recovered).

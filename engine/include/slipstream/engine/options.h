@@ -1,4 +1,5 @@
-// Options: every size and threshold of the engine, validated by Engine::Open.
+// Options: every size and threshold of the engine, validated by Engine::Open. The settings a
+// host exposes (sizes, thresholds, intervals) come from settings.def, one line each.
 #pragma once
 
 #include <cstddef>
@@ -8,6 +9,7 @@
 #include <string>
 
 #include "slipstream/engine/observer.h"
+#include "slipstream/engine/settings.def"  // its constants (SS_CTYPE_*, SS_SCALE_*)
 #include "slipstream/engine/status.h"
 
 namespace slipstream::engine {
@@ -16,43 +18,12 @@ struct Options {
   // Directory holding the device file and the manifest; created if missing.
   std::string directory;
 
-  // Size of every device segment (logs, indexes, bloom filters). Power of two, 256 KiB..1 GiB.
-  uint32_t segment_size = 2u << 20;
-
-  // Size of a B+-tree node (leaf or index). Power of two, 1 KiB..64 KiB, at most segment_size / 8.
-  uint32_t node_size = 8192;
-
-  // Bytes of key-value data an L0 memtable holds before it is compacted into L1.
-  uint64_t l0_size = 64ull << 20;
-
-  // Memtable slots in shared memory (2..8), each of about l0_size. One is written, one is
-  // compacted; the others let writers go on while long-lived iterators pin the memtables they
-  // saw (an iterator pins at most two).
-  uint32_t memtables = 4;
-
-  // Capacity ratio between consecutive levels (2..64).
-  uint32_t growth_factor = 8;
-
-  // Number of on-device levels L1..Ln (1..12).
-  uint32_t max_levels = 7;
-
-  // Key plus value below this many bytes: small, stored in place everywhere.
-  uint32_t small_threshold = 100;
-
-  // Key plus value from this many bytes on: large, stored in the large log.
-  uint32_t large_threshold = 1000;
-
-  // Level from which medium values are stored in place; 0 means "the last level in use".
-  uint32_t medium_inplace_level = 0;
-
-  // LZ4-compress large values (kept only when it saves space).
-  bool compress_large = true;
-
-  // A sealed large-log segment whose invalid bytes pass this fraction is garbage-collected.
-  double gc_threshold = 0.10;
-
-  // Bloom filter bits per key for each level.
-  uint32_t bloom_bits_per_key = 10;
+  // The settings of settings.def, one field each, initialised to the engine's default (in
+  // bytes or milliseconds where the table counts in a unit). Their ranges and descriptions are
+  // there; Engine::Open refuses values outside them.
+#define SS_SETTING(NAME, FIELD, KIND, UNIT, DEFAULT, MIN, MAX, CONTEXT, DESCRIPTION) \
+  SS_CTYPE_##KIND FIELD = SS_SETTING_VALUE_##KIND(DEFAULT, SS_SCALE_##UNIT);
+#include "slipstream/engine/settings.def"
 
   // Verify node checksums on every read (corruption is reported, never followed).
   bool verify_checksums = true;
@@ -63,10 +34,6 @@ struct Options {
   // Limits on user input.
   uint32_t max_key_size = 1024;
   uint32_t max_value_size = 1u << 20;
-
-  // The background log flusher writes out unsynced appends at least this often (Sync() always
-  // flushes at once); like PostgreSQL's wal_writer_delay. 1..10000.
-  uint32_t flush_interval_ms = 10;
 
   // fdatasync on Sync(); tests that only care about crash-of-process may keep it, benches too.
   bool use_fsync = true;

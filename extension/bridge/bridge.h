@@ -6,12 +6,16 @@
  * ereport/longjmp can cross a C++ frame: callers turn codes into ereports afterwards.
  * Pointers handed out (values, keys) stay valid until the next call on the same object.
  */
+/* A C header in PostgreSQL style: clang-format (C++ style in this folder) leaves it alone. */
+/* clang-format off */
 #ifndef SLIPSTREAM_BRIDGE_H
 #define SLIPSTREAM_BRIDGE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "slipstream/engine/settings.def"	/* SS_SETTINGS_MAX_LEVELS, SS_CTYPE_* */
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,24 +32,19 @@ typedef enum SsCode {
 	SS_INTERNAL
 } SsCode;
 
-/* Engine sizes and thresholds (see engine/include/slipstream/engine/options.h). */
-typedef struct SsOptions {
+/*
+ * Engine sizes and thresholds (see engine/include/slipstream/engine/options.h): one field per
+ * line of settings.def, in bytes or milliseconds as the engine counts, plus what only the host
+ * decides.
+ */
+typedef struct SsOptions
+{
 	const char *directory;
-	uint32_t	segment_size;
-	uint32_t	node_size;
-	uint64_t	l0_size;
-	uint32_t	memtables;
-	uint32_t	growth_factor;
-	uint32_t	max_levels;
-	uint32_t	small_threshold;
-	uint32_t	large_threshold;
-	uint32_t	medium_inplace_level;
-	bool		compress_large;
-	double		gc_threshold;
-	uint32_t	bloom_bits_per_key;
+#define SS_SETTING(NAME, FIELD, KIND, UNIT, DEFAULT, MIN, MAX, CONTEXT, DESCRIPTION) \
+	SS_CTYPE_##KIND FIELD;
+#include "slipstream/engine/settings.def"
 	uint64_t	max_device_size;
 	uint32_t	max_value_size;
-	uint32_t	flush_interval_ms;
 } SsOptions;
 
 /* Called before engine records reach the device; returns false (and fills msg) to refuse. */
@@ -65,7 +64,8 @@ typedef struct SsLevelStats {
 	uint64_t	tombstones;
 } SsLevelStats;
 
-#define SS_MAX_LEVELS 13
+/* Room for every on-device level (settings.def bounds max_levels) and one to spare. */
+#define SS_MAX_LEVELS (SS_SETTINGS_MAX_LEVELS + 1)
 
 typedef struct SsStats {
 	uint32_t	nlevels;
@@ -154,3 +154,4 @@ extern void ss_iter_free(SsIterator *it);
 #endif
 
 #endif							/* SLIPSTREAM_BRIDGE_H */
+/* clang-format on */

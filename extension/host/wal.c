@@ -1,6 +1,6 @@
 /*
- * wal.c: slipstream's WAL resource manager, the write-ahead barrier, the durable horizon kept
- * in the replication slot "slipstream", and the replay of our records into the engine.
+ * host/wal.c: slipstream's WAL resource manager: writing our records, and reading them back
+ * into the engine (replay, driven by startup.c).
  *
  * Why a WAL record per change: commit durability then costs exactly what heap's does (one
  * group-committed WAL flush), and a transaction id is always in WAL before any engine data
@@ -9,8 +9,8 @@
  *
  * Redo in the startup process does nothing: the engine is not usable there. Instead, after
  * every start the worker replays our records from the slot's restart_lsn (a horizon below
- * which every change is durable in the engine, see ss_advance_horizon) to the end of WAL,
- * before any backend may touch a slipstream table. Every record is idempotent: puts carry
+ * which every change is durable in the engine, see horizon.c) to the end of WAL, before any
+ * backend may touch a slipstream table (startup.c). Every record is idempotent: puts carry
  * whole rows, header records whole header prefixes.
  */
 #include "slipstream.h"
@@ -33,8 +33,6 @@
 #define SS_XLOG_UPDATE 0x30
 #define SS_XLOG_REMOVE 0x40
 #define SS_XLOG_RESET 0x50
-
-#define SS_SLOT_NAME "slipstream"
 
 typedef struct XlPut
 {
@@ -248,38 +246,6 @@ ss_register_rmgr(void)
 	RegisterCustomRmgr(SS_RMGR_ID, &ss_rmgr);
 }
 
-/*
- * The engine's write-ahead barrier: flushes WAL up to the end of every change applied so far.
- * Runs inside engine calls (C++ frames above us), so errors are caught here, not thrown.
- */
-bool
-ss_persist_barrier(char *msg, size_t msg_size)
-{
-	XLogRecPtr	target = pg_atomic_read_u64(&ss_shared->max_applied_lsn);
-	MemoryContext context = CurrentMemoryContext;
-	volatile bool ok = true;
-
-	if (target == InvalidXLogRecPtr || RecoveryInProgress())
-		return true;
-	PG_TRY();
-	{
-		XLogFlush(target);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(context);
-		edata = CopyErrorData();
-		FlushErrorState();
-		strlcpy(msg, edata->message, msg_size);
-		FreeErrorData(edata);
-		ok = false;
-	}
-	PG_END_TRY();
-	return ok;
-}
-
 /* ---- applying records to the engine (replay) ---- */
 
 /* Replaces the header prefix of a stored row; a missing row is left missing. */
@@ -412,134 +378,46 @@ apply_record(XLogReaderState *record)
 		ss_report(code, "replaying WAL");
 }
 
-/* Acquires our slot, creating it (reserving WAL from now on) the first time. */
-static void
-acquire_slot(void)
+/* Applies every one of our records from `start` to `end` to the engine; returns how many. */
+uint64
+ss_replay_wal(XLogRecPtr start, XLogRecPtr end)
 {
-	if (MyReplicationSlot != NULL)
-		return;
-	if (SearchNamedReplicationSlot(SS_SLOT_NAME, true) == NULL)
-	{
-		ReplicationSlotCreate(SS_SLOT_NAME, false, RS_PERSISTENT, false);
-		ReplicationSlotReserveWal();
-		ReplicationSlotMarkDirty();
-		ReplicationSlotSave();
-		ReplicationSlotsComputeRequiredLSN();
-		ereport(LOG, (errmsg("slipstream: created replication slot \"%s\" to keep the WAL the "
-							 "engine has not yet made durable", SS_SLOT_NAME)));
-		return;
-	}
-	ReplicationSlotAcquire(SS_SLOT_NAME, true);
-}
-
-/*
- * Replays our WAL records from the slot's restart_lsn to the end of WAL into the engine, then
- * opens the gate for backends. Runs in the worker, once per server start.
- */
-void
-ss_replay_wal(void)
-{
-	XLogRecPtr	start;
-	XLogRecPtr	end;
 	XLogRecPtr	first;
 	XLogReaderState *reader;
 	uint64		applied = 0;
 
-	if (pg_atomic_read_u32(&ss_shared->replay_state) == 2)
+	reader = XLogReaderAllocate(wal_segment_size, NULL,
+								XL_ROUTINE(.page_read = &read_local_xlog_page,
+										   .segment_open = &wal_segment_open,
+										   .segment_close = &wal_segment_close),
+								NULL);
+	if (reader == NULL)
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
+	first = XLogFindNextRecord(reader, start);
+	if (first == InvalidXLogRecPtr)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("slipstream: no WAL record at or after %X/%X, the engine's durable "
+						"horizon", LSN_FORMAT_ARGS(start))));
+	XLogBeginRead(reader, first);
+	while (reader->EndRecPtr < end || reader->EndRecPtr == InvalidXLogRecPtr)
 	{
-		/*
-		 * A restarted worker in a running server: the gate is open and backends change the
-		 * engine, so replaying older WAL now would overwrite newer rows. Nothing to do.
-		 */
-		ss_engine_attach();
-		ss_forget_clean_shutdown();	/* the server did not stop: the marker means nothing */
-		acquire_slot();
-		return;
-	}
-	pg_atomic_write_u32(&ss_shared->replay_state, 1);
-	ss_engine_attach();
-	ss_reset_unlogged_after_crash();
-	acquire_slot();
-	start = MyReplicationSlot->data.restart_lsn;
-	end = GetFlushRecPtr(NULL);
-	pg_atomic_write_u64(&ss_shared->durable_horizon, start);
-	if (start != InvalidXLogRecPtr && start < end)
-	{
-		reader = XLogReaderAllocate(wal_segment_size, NULL,
-									XL_ROUTINE(.page_read = &read_local_xlog_page,
-											   .segment_open = &wal_segment_open,
-											   .segment_close = &wal_segment_close),
-									NULL);
-		if (reader == NULL)
-			ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
-		first = XLogFindNextRecord(reader, start);
-		if (first == InvalidXLogRecPtr)
+		char	   *errormsg = NULL;
+		XLogRecord *rec = XLogReadRecord(reader, &errormsg);
+
+		if (rec == NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_CORRUPTED),
-					 errmsg("slipstream: no WAL record at or after %X/%X, the engine's durable "
-							"horizon", LSN_FORMAT_ARGS(start))));
-		XLogBeginRead(reader, first);
-		while (reader->EndRecPtr < end || reader->EndRecPtr == InvalidXLogRecPtr)
+					 errmsg("slipstream: could not read WAL at %X/%X: %s",
+							LSN_FORMAT_ARGS(reader->EndRecPtr),
+							errormsg ? errormsg : "unknown error")));
+		if (XLogRecGetRmid(reader) == SS_RMGR_ID)
 		{
-			char	   *errormsg = NULL;
-			XLogRecord *rec = XLogReadRecord(reader, &errormsg);
-
-			if (rec == NULL)
-				ereport(ERROR,
-						(errcode(ERRCODE_DATA_CORRUPTED),
-						 errmsg("slipstream: could not read WAL at %X/%X: %s",
-								LSN_FORMAT_ARGS(reader->EndRecPtr),
-								errormsg ? errormsg : "unknown error")));
-			if (XLogRecGetRmid(reader) == SS_RMGR_ID)
-			{
-				apply_record(reader);
-				applied++;
-			}
-			CHECK_FOR_INTERRUPTS();
+			apply_record(reader);
+			applied++;
 		}
-		XLogReaderFree(reader);
+		CHECK_FOR_INTERRUPTS();
 	}
-	pg_atomic_write_u64(&ss_shared->replayed_records, applied);
-	/* Everything replayed is in the WAL already; make it durable in the engine too. */
-	SS_CHECK(ss_sync_all(), "syncing the replayed changes");
-	ss_advance_horizon();
-	if (applied > 0)
-		ereport(LOG, (errmsg("slipstream: replayed " UINT64_FORMAT " WAL records from %X/%X "
-							 "to %X/%X into the engine", applied, LSN_FORMAT_ARGS(start),
-							 LSN_FORMAT_ARGS(end))));
-	pg_atomic_write_u32(&ss_shared->replay_state, 2);
-	ConditionVariableBroadcast(&ss_shared->replay_cv);
-}
-
-/*
- * Makes the engine durable and moves the slot up to a WAL position A such that every change
- * whose record starts below A has been applied (and is now synced): A is the insert position
- * read first, lowered to the start position of any change still in flight.
- */
-void
-ss_advance_horizon(void)
-{
-	XLogRecPtr	horizon = GetXLogInsertRecPtr();
-	int			nslots = MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
-
-	pg_memory_barrier();
-	for (int i = 0; i < nslots; i++)
-	{
-		uint64		v = pg_atomic_read_u64(&ss_shared->inflight[i]);
-
-		if (v != 0 && v < horizon)
-			horizon = v;
-	}
-	SS_CHECK(ss_sync_all(), "syncing the engine");
-	acquire_slot();
-	if (horizon <= MyReplicationSlot->data.restart_lsn)
-		return;
-	SpinLockAcquire(&MyReplicationSlot->mutex);
-	MyReplicationSlot->data.restart_lsn = horizon;
-	SpinLockRelease(&MyReplicationSlot->mutex);
-	ReplicationSlotMarkDirty();
-	/* Saved before WAL below it may be recycled, so the slot on disk never points at a gap. */
-	ReplicationSlotSave();
-	ReplicationSlotsComputeRequiredLSN();
-	pg_atomic_write_u64(&ss_shared->durable_horizon, horizon);
+	XLogReaderFree(reader);
+	return applied;
 }

@@ -1,5 +1,5 @@
 /*
- * tableam.c: the slipstream table access method routine and its handler function.
+ * tableam/tableam.c: the slipstream table access method routine and its handler function.
  */
 #include "slipstream.h"
 
@@ -27,6 +27,7 @@ ss_tableam_routine(void)
 		routine.slot_callbacks = ss_slot_callbacks;
 		ss_init_scan_callbacks(&routine);
 		ss_init_modify_callbacks(&routine);
+		ss_init_lock_callbacks(&routine);
 		ss_init_ddl_callbacks(&routine);
 		ss_init_vacuum_callbacks(&routine);
 		/* Bitmap heap scans stay off (both callbacks NULL): the planner never picks them. */

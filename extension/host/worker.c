@@ -1,9 +1,10 @@
 /*
- * worker.c: the slipstream background worker. After every server start it replays our WAL
- * into the engine (opening the gate for backends), then loops: engine background work (log
- * flushes, compactions, GC), advancing the durable horizon, and dropping keyspaces whose
- * relation files PostgreSQL has removed (DROP TABLE, TRUNCATE, DROP DATABASE, aborted
- * CREATE). SIGTERM ends it after a final sync; after a crash the postmaster restarts it.
+ * host/worker.c: the slipstream background worker. After every server start it brings the
+ * engine up (startup.c: recovery and WAL replay, then the gate opens for backends), then
+ * loops: engine background work (log flushes, compactions, GC), advancing the durable horizon,
+ * and dropping keyspaces whose relation files PostgreSQL has removed (DROP TABLE, TRUNCATE,
+ * DROP DATABASE, aborted CREATE). SIGTERM ends it after a final sync; after a crash the
+ * postmaster restarts it.
  */
 #include "slipstream.h"
 
@@ -88,83 +89,6 @@ ss_temp_file_exists(Oid db, Oid relnode)
 	return found;
 }
 
-/* Drops a keyspace whose relation is unlogged (it has an init fork). */
-static void
-reset_if_unlogged(uint64 tag, uint32 keyspace, void *arg)
-{
-	char		path[MAXPGPATH];
-	struct stat st;
-	int		   *reset = (int *) arg;
-
-	if ((tag >> 32) == 0)
-		return;
-	snprintf(path, sizeof(path), "base/%u/%u_init", (Oid) (tag >> 32), (Oid) (tag & 0xffffffff));
-	if (stat(path, &st) != 0)
-		return;
-	if (ss_keyspace_drop(keyspace) == SS_OK)
-	{
-		ss_forget_rowids(tag);
-		(*reset)++;
-	}
-}
-
-/* Path of the marker the worker leaves after a clean shutdown. */
-static void
-clean_marker_path(char *path, size_t size)
-{
-	snprintf(path, size, "%s/slipstream/clean_shutdown", DataDir);
-}
-
-/*
- * Unlogged tables are emptied after a crash, as PostgreSQL empties their files; a clean
- * shutdown leaves a marker that says there was none. Called once per start, before replay.
- */
-void
-ss_reset_unlogged_after_crash(void)
-{
-	char		path[MAXPGPATH];
-	struct stat st;
-	int			reset = 0;
-
-	clean_marker_path(path, sizeof(path));
-	if (stat(path, &st) == 0)
-	{
-		if (unlink(path) != 0)
-			ereport(ERROR, (errcode_for_file_access(),
-							errmsg("could not remove \"%s\": %m", path)));
-		return;
-	}
-	SS_CHECK(ss_keyspace_list(reset_if_unlogged, &reset), "listing keyspaces");
-	if (reset > 0)
-		ereport(LOG, (errmsg("slipstream: emptied %d unlogged tables after a crash", reset)));
-}
-
-/* Removes a clean-shutdown marker left by a worker that stopped while the server ran on. */
-void
-ss_forget_clean_shutdown(void)
-{
-	char		path[MAXPGPATH];
-
-	clean_marker_path(path, sizeof(path));
-	if (unlink(path) != 0 && errno != ENOENT)
-		ereport(ERROR, (errcode_for_file_access(),
-						errmsg("could not remove \"%s\": %m", path)));
-}
-
-/* Leaves the clean-shutdown marker (after the final sync). */
-void
-ss_mark_clean_shutdown(void)
-{
-	char		path[MAXPGPATH];
-	FILE	   *f;
-
-	clean_marker_path(path, sizeof(path));
-	f = AllocateFile(path, "w");
-	if (f == NULL || FreeFile(f) != 0)
-		ereport(WARNING, (errcode_for_file_access(),
-						  errmsg("could not write \"%s\": %m", path)));
-}
-
 /* Drops every keyspace whose relation file is gone. */
 static void
 sweep_keyspaces(void)
@@ -175,15 +99,6 @@ sweep_keyspaces(void)
 	if (state.dropped > 0)
 		ereport(DEBUG1, (errmsg("slipstream: dropped %d keyspaces of removed relations",
 								state.dropped)));
-}
-
-/* Marks replay as failed so that waiting backends get an error instead of waiting on. */
-static void
-mark_replay_failed(const char *message)
-{
-	strlcpy(ss_shared->replay_error, message, sizeof(ss_shared->replay_error));
-	pg_atomic_write_u32(&ss_shared->replay_state, 3);
-	ConditionVariableBroadcast(&ss_shared->replay_cv);
 }
 
 /* The worker's entry point. */
@@ -200,20 +115,7 @@ ss_worker_main(Datum arg)
 	CurrentResourceOwner = ResourceOwnerCreate(NULL, "slipstream worker");
 	ss_shared->worker_pid = MyProcPid;
 
-	PG_TRY();
-	{
-		ss_replay_wal();
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(TopMemoryContext);
-		edata = CopyErrorData();
-		mark_replay_failed(edata->message);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
+	ss_engine_startup();
 
 	loop_context = AllocSetContextCreate(TopMemoryContext, "slipstream worker loop",
 										 ALLOCSET_DEFAULT_SIZES);

@@ -1,10 +1,10 @@
 /*
- * ddl.c: storage life cycle (CREATE, TRUNCATE, rewrites), CLUSTER / VACUUM FULL copies, index
- * builds and validation, and the size figures the planner and ANALYZE use.
+ * tableam/ddl.c: storage life cycle (CREATE, TRUNCATE, rewrites), CLUSTER / VACUUM FULL copies,
+ * index builds and validation, and the size figures the planner and ANALYZE use.
  *
  * Each relation file node has an (empty) md file besides its keyspace: PostgreSQL's own
  * pending-delete machinery then removes it on DROP, TRUNCATE, rewrite or abort, and the worker
- * drops keyspaces whose file is gone (see worker.c). PostgreSQL never reuses a relfilenode
+ * drops keyspaces whose file is gone (see host/worker.c). PostgreSQL never reuses a relfilenode
  * whose file exists, so a keyspace met again under a new relation is stale and is dropped.
  */
 #include "slipstream.h"

@@ -1,5 +1,5 @@
 /*
- * visibility.c: PostgreSQL's tuple visibility rules for rows stored in the engine.
+ * tableam/visibility.c: PostgreSQL's tuple visibility rules for rows stored in the engine.
  *
  * Rows carry standard heap tuple headers, but live outside shared buffers, so heap's routines
  * (which set hint bits on a buffer page) cannot be used. These functions decide from the

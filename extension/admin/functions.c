@@ -1,5 +1,5 @@
 /*
- * functions.c: SQL functions in the slipstream schema: verify, statistics, compact.
+ * admin/functions.c: SQL functions in the slipstream schema: verify, statistics, compact.
  */
 #include "slipstream.h"
 

@@ -25,18 +25,26 @@ std::string g_get_buffer;  // ss_get's result
 SsCode Fail(const Status& s) {
   g_last_error = s.ToString();
   switch (s.code()) {
-    case Status::Code::kOk: return SS_OK;
-    case Status::Code::kNotFound: return SS_NOT_FOUND;
-    case Status::Code::kCorruption: return SS_CORRUPTION;
-    case Status::Code::kInvalidArgument: return SS_INVALID;
-    case Status::Code::kIOError: return SS_IO_ERROR;
-    case Status::Code::kBusy: return SS_BUSY;
+    case Status::Code::kOk:
+      return SS_OK;
+    case Status::Code::kNotFound:
+      return SS_NOT_FOUND;
+    case Status::Code::kCorruption:
+      return SS_CORRUPTION;
+    case Status::Code::kInvalidArgument:
+      return SS_INVALID;
+    case Status::Code::kIOError:
+      return SS_IO_ERROR;
+    case Status::Code::kBusy:
+      return SS_BUSY;
   }
   return SS_INTERNAL;
 }
 
 // Maps a status to a code, remembering the message of a failure.
-SsCode Code(const Status& s) { return s.ok() ? SS_OK : Fail(s); }
+SsCode Code(const Status& s) {
+  return s.ok() ? SS_OK : Fail(s);
+}
 
 // Runs `body` with every exception turned into a code.
 template <typename Body>
@@ -63,21 +71,11 @@ SsCode Guard(Body body) {
 Options ToOptions(const SsOptions* o) {
   Options opts;
   opts.directory = o->directory;
-  opts.segment_size = o->segment_size;
-  opts.node_size = o->node_size;
-  opts.l0_size = o->l0_size;
-  opts.memtables = o->memtables;
-  opts.growth_factor = o->growth_factor;
-  opts.max_levels = o->max_levels;
-  opts.small_threshold = o->small_threshold;
-  opts.large_threshold = o->large_threshold;
-  opts.medium_inplace_level = o->medium_inplace_level;
-  opts.compress_large = o->compress_large;
-  opts.gc_threshold = o->gc_threshold;
-  opts.bloom_bits_per_key = o->bloom_bits_per_key;
+#define SS_SETTING(NAME, FIELD, KIND, UNIT, DEFAULT, MIN, MAX, CONTEXT, DESCRIPTION) \
+  opts.FIELD = o->FIELD;
+#include "slipstream/engine/settings.def"
   opts.max_device_size = o->max_device_size;
   opts.max_value_size = o->max_value_size;
-  opts.flush_interval_ms = o->flush_interval_ms;
   return opts;
 }
 
@@ -93,7 +91,9 @@ struct SsBatch {
 
 extern "C" {
 
-const char* ss_last_error(void) { return g_last_error.c_str(); }
+const char* ss_last_error(void) {
+  return g_last_error.c_str();
+}
 
 size_t ss_arena_size(const SsOptions* options) {
   try {
@@ -103,8 +103,8 @@ size_t ss_arena_size(const SsOptions* options) {
   }
 }
 
-SsCode ss_open(const SsOptions* options, void* arena, size_t arena_size,
-               SsPersistBarrier barrier, SsInterruptCheck interrupted) {
+SsCode ss_open(const SsOptions* options, void* arena, size_t arena_size, SsPersistBarrier barrier,
+               SsInterruptCheck interrupted) {
   try {
     Options opts = ToOptions(options);
     if (barrier != nullptr) {
@@ -129,7 +129,9 @@ SsCode ss_open(const SsOptions* options, void* arena, size_t arena_size,
   }
 }
 
-bool ss_is_open(void) { return g_engine != nullptr; }
+bool ss_is_open(void) {
+  return g_engine != nullptr;
+}
 
 void ss_close(void) {
   try {
@@ -212,7 +214,9 @@ SsCode ss_batch_write(SsBatch* batch) {
   return Guard([&] { return Code(g_engine->Write(batch->batch)); });
 }
 
-void ss_batch_free(SsBatch* batch) { delete batch; }
+void ss_batch_free(SsBatch* batch) {
+  delete batch;
+}
 
 SsCode ss_sync_all(void) {
   return Guard([&] { return Code(g_engine->Sync(~uint64_t(0))); });
@@ -305,7 +309,9 @@ void ss_iter_next(SsIterator* it) {
   }
 }
 
-bool ss_iter_valid(SsIterator* it) { return it->it->Valid(); }
+bool ss_iter_valid(SsIterator* it) {
+  return it->it->Valid();
+}
 
 void ss_iter_key(SsIterator* it, const char** key, size_t* key_len) {
   std::string_view k = it->it->key();

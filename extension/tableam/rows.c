@@ -1,6 +1,6 @@
 /*
- * rows.c: reading and writing single rows. Every write goes WAL first, then the engine, inside
- * the change brackets that let the worker compute the durable horizon (see wal.c).
+ * tableam/rows.c: reading and writing single rows. Every write goes WAL first, then the engine,
+ * inside the change brackets that let the worker compute the durable horizon (see host/horizon.c).
  */
 #include "slipstream.h"
 

@@ -1,6 +1,6 @@
 /*
- * scan.c: reading rows: sequential, TID-range, parallel, ANALYZE and TABLESAMPLE scans over an
- * engine iterator, and point fetches for index scans.
+ * tableam/scan.c: reading rows: sequential, TID-range, parallel, ANALYZE and TABLESAMPLE scans over
+ * an engine iterator, and point fetches for index scans.
  *
  * An engine iterator is a C++ object: it is freed by scan_end, or by a memory-context reset
  * callback when an error ends the query first, so an ERROR never leaks one.

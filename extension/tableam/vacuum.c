@@ -1,5 +1,5 @@
 /*
- * vacuum.c: VACUUM (dead rows out of the engine and their index entries out of the indexes,
+ * tableam/vacuum.c: VACUUM (dead rows out of the engine and their index entries out of the indexes,
  * old xids frozen, relfrozenxid advanced) and the index AMs' question "which of these entries
  * point at rows dead to everyone?".
  *

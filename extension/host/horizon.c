@@ -1,0 +1,129 @@
+/*
+ * host/horizon.c: the durable horizon, the WAL position below which every change is durable in
+ * the engine. Each change is bracketed (begin before XLogInsert, logged with the record's end,
+ * done after the engine write); the engine's write-ahead barrier flushes WAL to the end of
+ * every change applied so far; the worker syncs the engine and moves the replication slot
+ * "slipstream" up to the horizon, so the slot keeps exactly the WAL replay may need.
+ */
+#include "slipstream.h"
+
+#include "access/xlog.h"
+#include "access/xloginsert.h"
+#include "miscadmin.h"
+#include "replication/slot.h"
+#include "storage/proc.h"
+#include "utils/memutils.h"
+
+#define SS_SLOT_NAME "slipstream"
+
+/* Marks a change in flight from the current WAL insert position (see ss_advance_horizon). */
+void
+ss_change_begin(void)
+{
+	pg_atomic_write_u64(&ss_shared->inflight[MyProc->pgprocno], GetXLogInsertRecPtr());
+	pg_memory_barrier();
+}
+
+/* The change's WAL record ends at end_lsn: the engine may persist it once WAL reaches it. */
+void
+ss_change_logged(XLogRecPtr end_lsn)
+{
+	uint64		cur = pg_atomic_read_u64(&ss_shared->max_applied_lsn);
+
+	while (cur < end_lsn &&
+		   !pg_atomic_compare_exchange_u64(&ss_shared->max_applied_lsn, &cur, end_lsn))
+		;
+}
+
+/* The change is applied to the engine: no longer in flight. */
+void
+ss_change_done(void)
+{
+	pg_memory_barrier();
+	pg_atomic_write_u64(&ss_shared->inflight[MyProc->pgprocno], 0);
+}
+
+/*
+ * The engine's write-ahead barrier: flushes WAL up to the end of every change applied so far.
+ * Runs inside engine calls (C++ frames above us), so errors are caught here, not thrown.
+ */
+bool
+ss_persist_barrier(char *msg, size_t msg_size)
+{
+	XLogRecPtr	target = pg_atomic_read_u64(&ss_shared->max_applied_lsn);
+	MemoryContext context = CurrentMemoryContext;
+	volatile bool ok = true;
+
+	if (target == InvalidXLogRecPtr || RecoveryInProgress())
+		return true;
+	PG_TRY();
+	{
+		XLogFlush(target);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(context);
+		edata = CopyErrorData();
+		FlushErrorState();
+		strlcpy(msg, edata->message, msg_size);
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+/* Acquires our slot, creating it (reserving WAL from now on) the first time. */
+void
+ss_acquire_slot(void)
+{
+	if (MyReplicationSlot != NULL)
+		return;
+	if (SearchNamedReplicationSlot(SS_SLOT_NAME, true) == NULL)
+	{
+		ReplicationSlotCreate(SS_SLOT_NAME, false, RS_PERSISTENT, false);
+		ReplicationSlotReserveWal();
+		ReplicationSlotMarkDirty();
+		ReplicationSlotSave();
+		ReplicationSlotsComputeRequiredLSN();
+		ereport(LOG, (errmsg("slipstream: created replication slot \"%s\" to keep the WAL the "
+							 "engine has not yet made durable", SS_SLOT_NAME)));
+		return;
+	}
+	ReplicationSlotAcquire(SS_SLOT_NAME, true);
+}
+
+/*
+ * Makes the engine durable and moves the slot up to a WAL position A such that every change
+ * whose record starts below A has been applied (and is now synced): A is the insert position
+ * read first, lowered to the start position of any change still in flight.
+ */
+void
+ss_advance_horizon(void)
+{
+	XLogRecPtr	horizon = GetXLogInsertRecPtr();
+	int			nslots = ss_proc_slots();
+
+	pg_memory_barrier();
+	for (int i = 0; i < nslots; i++)
+	{
+		uint64		v = pg_atomic_read_u64(&ss_shared->inflight[i]);
+
+		if (v != 0 && v < horizon)
+			horizon = v;
+	}
+	SS_CHECK(ss_sync_all(), "syncing the engine");
+	ss_acquire_slot();
+	if (horizon <= MyReplicationSlot->data.restart_lsn)
+		return;
+	SpinLockAcquire(&MyReplicationSlot->mutex);
+	MyReplicationSlot->data.restart_lsn = horizon;
+	SpinLockRelease(&MyReplicationSlot->mutex);
+	ReplicationSlotMarkDirty();
+	/* Saved before WAL below it may be recycled, so the slot on disk never points at a gap. */
+	ReplicationSlotSave();
+	ReplicationSlotsComputeRequiredLSN();
+	pg_atomic_write_u64(&ss_shared->durable_horizon, horizon);
+}
