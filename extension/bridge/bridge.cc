@@ -81,12 +81,18 @@ Options ToOptions(const SsOptions* o) {
 
 }  // namespace
 
+// An iterator, and the code of a failure (an exception) in one of its moves: the iteration
+// then reports that failure instead of ending quietly.
 struct SsIterator {
   std::unique_ptr<Iterator> it;
+  SsCode failed = SS_OK;
 };
 
+// A batch, and the code of a failure while it was built: writing it then fails as a whole, so
+// no part of it is written.
 struct SsBatch {
   WriteBatch batch;
+  SsCode failed = SS_OK;
 };
 
 extern "C" {
@@ -202,15 +208,24 @@ SsBatch* ss_batch_new(void) {
 
 void ss_batch_put(SsBatch* batch, uint32_t keyspace, const void* key, size_t key_len,
                   const void* value, size_t value_len) {
-  batch->batch.Put(keyspace, std::string_view(static_cast<const char*>(key), key_len),
-                   std::string_view(static_cast<const char*>(value), value_len));
+  if (batch->failed != SS_OK) return;
+  batch->failed = Guard([&] {
+    batch->batch.Put(keyspace, std::string_view(static_cast<const char*>(key), key_len),
+                     std::string_view(static_cast<const char*>(value), value_len));
+    return SS_OK;
+  });
 }
 
 void ss_batch_delete(SsBatch* batch, uint32_t keyspace, const void* key, size_t key_len) {
-  batch->batch.Delete(keyspace, std::string_view(static_cast<const char*>(key), key_len));
+  if (batch->failed != SS_OK) return;
+  batch->failed = Guard([&] {
+    batch->batch.Delete(keyspace, std::string_view(static_cast<const char*>(key), key_len));
+    return SS_OK;
+  });
 }
 
 SsCode ss_batch_write(SsBatch* batch) {
+  if (batch->failed != SS_OK) return batch->failed;  // the message is still ss_last_error()
   return Guard([&] { return Code(g_engine->Write(batch->batch)); });
 }
 
@@ -294,23 +309,23 @@ SsIterator* ss_iter_new(uint32_t keyspace) {
 }
 
 void ss_iter_seek(SsIterator* it, const void* key, size_t key_len) {
-  try {
+  if (it->failed != SS_OK) return;
+  it->failed = Guard([&] {
     it->it->Seek(std::string_view(static_cast<const char*>(key), key_len));
-  } catch (...) {
-    g_last_error = "iterator seek failed";
-  }
+    return SS_OK;
+  });
 }
 
 void ss_iter_next(SsIterator* it) {
-  try {
+  if (it->failed != SS_OK) return;
+  it->failed = Guard([&] {
     it->it->Next();
-  } catch (...) {
-    g_last_error = "iterator step failed";
-  }
+    return SS_OK;
+  });
 }
 
 bool ss_iter_valid(SsIterator* it) {
-  return it->it->Valid();
+  return it->failed == SS_OK && it->it->Valid();
 }
 
 void ss_iter_key(SsIterator* it, const char** key, size_t* key_len) {
@@ -326,8 +341,8 @@ void ss_iter_value(SsIterator* it, const char** value, size_t* value_len) {
 }
 
 SsCode ss_iter_status(SsIterator* it) {
-  Status s = it->it->status();
-  return s.ok() ? SS_OK : Fail(s);
+  if (it->failed != SS_OK) return it->failed;
+  return Guard([&] { return Code(it->it->status()); });
 }
 
 void ss_iter_free(SsIterator* it) {

@@ -120,7 +120,10 @@ extern SsCode ss_delete(uint32_t keyspace, const void *key, size_t key_len);
 extern SsCode ss_get(uint32_t keyspace, const void *key, size_t key_len, const char **value,
 					 size_t *value_len);
 
-/* Atomic batches of puts and deletes. */
+/*
+ * Atomic batches of puts and deletes. A put or delete that fails (out of memory) makes
+ * ss_batch_write fail without writing any of the batch.
+ */
 extern SsBatch *ss_batch_new(void);
 extern void ss_batch_put(SsBatch *batch, uint32_t keyspace, const void *key, size_t key_len,
 						 const void *value, size_t value_len);
@@ -145,7 +148,7 @@ extern void ss_iter_next(SsIterator *it);
 extern bool ss_iter_valid(SsIterator *it);
 extern void ss_iter_key(SsIterator *it, const char **key, size_t *key_len);
 extern void ss_iter_value(SsIterator *it, const char **value, size_t *value_len);
-/* SS_OK unless the iteration stopped on corruption or an I/O error. */
+/* SS_OK unless the iteration stopped on corruption, an I/O error or a failed move. */
 extern SsCode ss_iter_status(SsIterator *it);
 extern void ss_iter_free(SsIterator *it);
 
