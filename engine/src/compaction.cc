@@ -3,7 +3,7 @@
 #include "compaction.h"
 
 #include "coding.h"
-#include "log_writer.h"
+#include "slipstream/engine/log_writer.h"
 
 namespace slipstream::engine {
 

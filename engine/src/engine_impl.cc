@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "log_scanner.h"
+#include "slipstream/engine/log_scanner.h"
 #include "options_internal.h"
 
 namespace slipstream::engine {

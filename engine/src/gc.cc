@@ -2,7 +2,7 @@
 // never scans the log to find work), then relocate its still-live values to the head of the
 // large log with conditional puts.
 #include "engine_impl.h"
-#include "log_scanner.h"
+#include "slipstream/engine/log_scanner.h"
 
 namespace slipstream::engine {
 

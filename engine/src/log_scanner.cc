@@ -1,6 +1,6 @@
 // Tailwind's Algorithm 1: walk entries by their lengths, chain the header checksums, and accept
 // records only up to the last checksum entry that matches the chain.
-#include "log_scanner.h"
+#include "slipstream/engine/log_scanner.h"
 
 #include <cstring>
 

@@ -12,7 +12,7 @@
 #include "clock.h"
 #include "coding.h"
 #include "crc32c.h"
-#include "log_writer.h"
+#include "slipstream/engine/log_writer.h"
 
 namespace slipstream::engine {
 

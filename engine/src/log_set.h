@@ -14,7 +14,7 @@
 
 #include "background_signal.h"
 #include "device.h"
-#include "log_format.h"
+#include "slipstream/engine/log_format.h"
 #include "node.h"
 #include "segment_table.h"
 #include "shared_state.h"

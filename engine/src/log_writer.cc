@@ -1,5 +1,5 @@
 // Log segment appends: data records, and the Tailwind checksum after each append.
-#include "log_writer.h"
+#include "slipstream/engine/log_writer.h"
 
 #include <cstring>
 

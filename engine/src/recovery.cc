@@ -12,8 +12,8 @@
 #include "coding.h"
 #include "crc32c.h"
 #include "engine_impl.h"
-#include "log_scanner.h"
-#include "log_writer.h"
+#include "slipstream/engine/log_scanner.h"
+#include "slipstream/engine/log_writer.h"
 
 namespace slipstream::engine {
 

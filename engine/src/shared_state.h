@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "format.h"
-#include "log_writer.h"
+#include "slipstream/engine/log_writer.h"
 #include "shm_sync.h"
 
 namespace slipstream::engine {

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "crc32c.h"
-#include "log_format.h"
-#include "log_scanner.h"
-#include "log_writer.h"
+#include "slipstream/engine/log_format.h"
+#include "slipstream/engine/log_scanner.h"
+#include "slipstream/engine/log_writer.h"
 
 namespace slipstream::engine {
 namespace {

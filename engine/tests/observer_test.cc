@@ -10,7 +10,7 @@
 
 #include "coding.h"
 #include "format.h"
-#include "log_scanner.h"
+#include "slipstream/engine/log_scanner.h"
 #include "test_util.h"
 
 namespace slipstream::engine::test {

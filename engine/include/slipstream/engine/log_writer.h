@@ -8,7 +8,7 @@
 #include <initializer_list>
 #include <string_view>
 
-#include "log_format.h"
+#include "slipstream/engine/log_format.h"
 
 namespace slipstream::engine {
 

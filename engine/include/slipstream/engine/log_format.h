@@ -1,4 +1,5 @@
-// The log segment format shared by the L0 recovery log, the medium log and the large log.
+// The log segment format shared by the L0 recovery log, the medium log, the large log and
+// replication (a backup buffer is formatted as a log segment), hence public.
 //
 // A segment starts with a 64-byte header, then entries. A data entry is a 16-byte header
 // (type and length, payload CRC32C, LSN) and its payload. After every append (one record or a

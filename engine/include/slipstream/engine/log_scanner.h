@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "log_format.h"
+#include "slipstream/engine/log_format.h"
 
 namespace slipstream::engine {
 
