@@ -16,10 +16,10 @@ bool ReadHeader(const char* base, size_t size, LogSegmentHeader* h) {
   std::memcpy(h, base, sizeof(*h));
   return h->magic == kLogMagic &&
          h->header_crc == crc32c::Value(h, offsetof(LogSegmentHeader, header_crc)) &&
-         h->kind >= 1 && h->kind <= 3;
+         h->kind >= 1 && h->kind <= 4;
 }
 
-bool IsDataType(uint8_t t) { return t >= 2 && t <= 7; }
+bool IsDataType(uint8_t t) { return t >= 2 && t <= 8; }
 
 }  // namespace
 

@@ -14,7 +14,8 @@
 
 namespace slipstream::engine {
 
-enum class LogKind : uint32_t { kL0 = 1, kMedium = 2, kLarge = 3 };
+// kWal: a replication buffer holding a stream of PostgreSQL WAL (replication/).
+enum class LogKind : uint32_t { kL0 = 1, kMedium = 2, kLarge = 3, kWal = 4 };
 
 enum class LogRecordType : uint8_t {
   kChecksum = 1,        // not a data record: a 4-byte chained checksum follows the type word
@@ -24,6 +25,7 @@ enum class LogRecordType : uint8_t {
   kKeyspaceDrop = 5,    // u32 id
   kNext = 6,            // u32 next segment, u64 next sequence: the log continues there
   kValue = 7,           // medium/large log: varint ikey length, ikey, u8 flags, u32 raw size, bytes
+  kWal = 8,             // replicated WAL: the bytes from the WAL position in the record's LSN
 };
 
 constexpr uint64_t kLogMagic = 0x3130474f4c50534cull;  // "LSPLOG01"

@@ -1,0 +1,88 @@
+// BackupLink: the primary's connection to one backup. It says hello, opens buffers by RPC,
+// appends to them with one-sided WRITEs only (the records, then their checksum as its own
+// fenced WRITE, so that on every backend the checksum is placed after what it covers), and
+// closes or flushes them by RPC. It learns placement from the checksum WRITEs' completions.
+//
+// Not thread-safe: one thread (the shipper) drives a link.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "slipstream/rdma/transport.h"
+#include "slipstream/replication/wire.h"
+
+namespace slipstream::replication {
+
+struct LinkOptions {
+  std::string address;  // the backup's "HOST:PORT"
+  rdma::TransportOptions transport;
+  uint64_t system_id = 0;
+  uint64_t version = 1;  // this primary's version for the backup
+  std::string primary;   // this primary's name
+  int rpc_timeout_ms = 5000;
+};
+
+class ControlPort;
+
+class BackupLink {
+ public:
+  // Connects, authenticates and says hello; a refusal (stale version, wrong cluster, no
+  // buffers) is InvalidArgument or WouldBlock with the backup's reason.
+  static Status Connect(const LinkOptions& options, std::unique_ptr<BackupLink>* link);
+  ~BackupLink();
+
+  uint32_t buffer_size() const { return buffer_size_; }
+  uint32_t buffers() const { return buffers_; }
+  const std::string& address() const { return options_.address; }
+
+  // Opens a buffer for segment `sequence` of `stream` (WouldBlock: the backup has none free).
+  Status Open(uint32_t stream, uint64_t sequence, uint64_t start, uint32_t* buffer);
+
+  // Writes image[from, checksum_at) and then, fenced, the checksum entry at
+  // image[checksum_at, to) into the buffer at the same offsets. `image` is the primary's copy
+  // of the whole buffer. Placement of [0, to) is reported by placed() once it completes.
+  Status Append(uint32_t buffer, const char* image, uint32_t from, uint32_t checksum_at,
+                uint32_t to);
+
+  // Bytes of the buffer known to be placed (every append up to there completed).
+  uint32_t placed(uint32_t buffer) const;
+
+  // Processes completions for up to timeout_ms (0: what is there).
+  Status Poll(int timeout_ms);
+
+  // Closes a buffer whose valid prefix ends at `length` (after it is placed); the backup makes
+  // it durable and frees it.
+  Status Close(uint32_t buffer, uint32_t length);
+
+  // Asks the backup to make the buffer durable up to at least `length`; returns how far it is.
+  Status Flush(uint32_t buffer, uint32_t length, uint32_t* durable);
+
+  // The error that ended the link, or OK.
+  Status state() const;
+
+ private:
+  struct OpenBuffer {
+    rdma::RemoteRegion remote;
+    rdma::LocalRegion staging;  // the bytes WRITEs read from (registered on this connection)
+    uint32_t posted = 0;        // bytes up to the end of the last posted append
+    uint32_t placed = 0;
+  };
+
+  explicit BackupLink(const LinkOptions& options);
+  // Sends a request and waits for its reply (an Error reply becomes a status).
+  Status Call(const Message& request, Message* reply);
+  void OnCompletion(const rdma::Completion& c);
+
+  LinkOptions options_;
+  std::unique_ptr<rdma::Connection> connection_;
+  std::unique_ptr<ControlPort> port_;
+  uint32_t buffer_size_ = 0;
+  uint32_t buffers_ = 0;
+  std::map<uint32_t, OpenBuffer> open_;
+  Status failed_;
+};
+
+}  // namespace slipstream::replication

@@ -1,0 +1,58 @@
+// BackupStore: where a backup makes the buffers it received durable. The backup server hands
+// it valid prefixes only (found by the Tailwind scan); what the store does with them is its
+// business: FileBackupStore keeps buffer images as files (tests, tools), the PostgreSQL
+// backup writes the WAL they carry into its pg_wal.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "slipstream/replication/wire.h"
+
+namespace slipstream::replication {
+
+// Identifies one buffer's contents: a segment of a primary's stream.
+struct SegmentId {
+  std::string primary;
+  uint32_t stream = 0;
+  uint64_t sequence = 0;
+  uint64_t start = 0;  // stream position of the segment's first record (WAL: an LSN)
+};
+
+class BackupStore {
+ public:
+  virtual ~BackupStore() = default;
+
+  // Makes image[0, to) of a segment durable, of which [0, from) already is: `to` ends a valid
+  // prefix, and `from` is the `to` of the previous call for the segment (0 at first).
+  // `closed`: no more bytes will follow.
+  virtual Status Persist(const SegmentId& segment, const char* image, uint32_t from, uint32_t to,
+                         bool closed) = 0;
+
+  // The highest version seen for a primary (0: none), and recording a higher one durably.
+  virtual Status LoadVersion(const std::string& primary, uint64_t* version) = 0;
+  virtual Status SaveVersion(const std::string& primary, uint64_t version) = 0;
+};
+
+// Keeps each segment as the file DIR/PRIMARY/STREAM-SEQUENCE (the image prefix, fsynced) and
+// each primary's version in DIR/PRIMARY/VERSION.
+class FileBackupStore : public BackupStore {
+ public:
+  explicit FileBackupStore(std::string directory) : directory_(std::move(directory)) {}
+
+  Status Persist(const SegmentId& segment, const char* image, uint32_t from, uint32_t to,
+                 bool closed) override;
+  Status LoadVersion(const std::string& primary, uint64_t* version) override;
+  Status SaveVersion(const std::string& primary, uint64_t version) override;
+
+  // The path of a segment's file.
+  std::string SegmentPath(const SegmentId& segment) const;
+  // Every segment file of a primary's stream, by sequence.
+  std::vector<std::string> SegmentFiles(const std::string& primary, uint32_t stream) const;
+
+ private:
+  std::string directory_;
+};
+
+}  // namespace slipstream::replication

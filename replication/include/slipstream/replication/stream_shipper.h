@@ -1,0 +1,92 @@
+// StreamShipper: the primary's writer of one stream (the WAL) to several backups. It formats
+// the stream into segments the size of a backup buffer (engine log segments: a header, then
+// records carrying stream positions, each append followed by its chained checksum), writes
+// every append to every live backup with one-sided WRITEs, and tells how far the stream is
+// placed, or durable, on how many backups. A backup whose link fails is dropped from the
+// count; the stream goes on on the others.
+//
+// Not thread-safe: the shipper's one thread drives it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "slipstream/engine/log_writer.h"
+#include "slipstream/replication/backup_link.h"
+
+namespace slipstream::replication {
+
+class StreamShipper {
+ public:
+  // Every link must offer buffers of one size. The first segment is `first_sequence`, and the
+  // stream starts at position `start` (for WAL, an LSN).
+  StreamShipper(uint32_t stream, uint64_t first_sequence, uint64_t start,
+                std::vector<BackupLink*> links);
+
+  // Appends the stream bytes from position `position` (which must be end()) as one round:
+  // one record (more when it crosses buffers) and one checksum per buffer it touches.
+  Status Append(uint64_t position, std::string_view bytes);
+
+  // The position after the last appended byte.
+  uint64_t end() const { return end_; }
+
+  // Processes completions for up to timeout_ms.
+  Status Poll(int timeout_ms);
+
+  // The highest position placed on at least `count` backups (the start if none).
+  uint64_t Placed(int count) const;
+  // Polls until Placed(count) >= position (Timeout, or Unavailable when fewer than `count`
+  // backups are left).
+  Status WaitPlaced(uint64_t position, int count, int timeout_ms);
+
+  // Makes everything appended durable on every live backup, and returns the position durable
+  // on at least `count` of them.
+  Status Flush(int count, int timeout_ms, uint64_t* durable);
+
+  // Backups still receiving.
+  int live() const;
+  // Why each dropped backup was dropped (its address and the error).
+  std::vector<std::string> failures() const;
+
+ private:
+  struct Target {
+    BackupLink* link;
+    uint32_t buffer = 0;
+    bool has_buffer = false;
+    Status failed;
+    uint64_t placed = 0;   // stream position placed (in closed buffers and the open one)
+    uint64_t durable = 0;  // stream position durable
+  };
+  // Where an append ends in the buffer, and the stream position it completes.
+  struct Mark {
+    uint32_t offset;
+    uint64_t position;
+  };
+
+  // Closes the current segment on every live backup (once all of it is placed) and starts
+  // the next.
+  Status Rotate(int timeout_ms);
+  Status StartSegment();
+  // Updates each target's placed position from its link.
+  void Refresh();
+  // The position of the last append that ends at or before `offset` of the open buffer.
+  uint64_t PositionAt(uint32_t offset) const;
+  void Drop(Target* t, const Status& why);
+  uint64_t KthHighest(int count, uint64_t Target::*field) const;
+
+  uint32_t stream_;
+  uint32_t size_;
+  uint64_t sequence_;
+  uint64_t start_;  // of the stream
+  uint64_t segment_start_;
+  uint64_t end_;
+  std::string image_;
+  engine::LogCursor cursor_;
+  std::vector<Mark> marks_;
+  std::vector<Target> targets_;
+  bool started_ = false;
+};
+
+}  // namespace slipstream::replication

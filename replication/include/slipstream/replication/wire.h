@@ -1,0 +1,101 @@
+// The control messages between a primary and a backup (Tailwind's open and close RPCs, and
+// the flush and hello that slipstream adds). They travel as transport SENDs; the data itself
+// travels only as one-sided WRITEs into the buffers these messages hand out.
+//
+// Every message is a 12-byte header (magic, type, payload length) and a payload of
+// little-endian fields. Decode accepts exactly the encoding of one message and nothing else:
+// anything malformed is InvalidArgument, and the receiver drops the peer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "slipstream/rdma/status.h"
+
+namespace slipstream::replication {
+
+using rdma::Status;
+
+constexpr uint32_t kWireMagic = 0x50525353;  // "SSRP"
+constexpr uint32_t kMaxMessage = 512;        // bytes of a whole message, header included
+constexpr size_t kMaxNameLength = 63;        // primary names
+
+// What a buffer holds.
+enum class StreamId : uint32_t {
+  kWal = 1,          // PostgreSQL WAL, on the commit path
+  kEngineL0 = 2,     // the engine's L0 recovery log, byte for byte (off the commit path)
+  kEngineLarge = 3,  // the engine's large-value log, byte for byte
+};
+bool IsValidStream(uint32_t stream);
+const char* StreamName(uint32_t stream);
+
+// Why a backup refused a request.
+enum class ErrorCode : uint32_t {
+  kBadRequest = 1,     // a well-formed message that makes no sense now (e.g. OPEN before HELLO)
+  kWrongCluster = 2,   // the primary is not of the cluster this backup copies
+  kStaleVersion = 3,   // the primary's version is older than one the backup has seen
+  kNoBuffer = 4,       // every buffer of this primary is open: close one and retry
+  kUnknownBuffer = 5,  // not a buffer this primary holds open
+  kBadLength = 6,      // a close or flush length that is not the end of a valid prefix
+  kStorage = 7,        // the backup could not make the data durable
+};
+
+// The primary introduces itself; `version` orders primaries of the same name (a rejoining
+// stale one is refused).
+struct Hello {
+  uint64_t system_id;
+  uint64_t version;
+  std::string primary;
+};
+struct HelloOk {
+  uint64_t version;      // the highest version the backup has seen for this primary
+  uint32_t buffer_size;  // every buffer's length
+  uint32_t buffers;      // buffers the primary may hold open at once
+};
+// Asks for a buffer for segment `sequence` of a stream, starting at stream position `start`.
+struct Open {
+  uint32_t stream;
+  uint64_t sequence;
+  uint64_t start;
+};
+struct OpenOk {
+  uint32_t buffer;
+  uint64_t addr;  // the buffer as an rdma::RemoteRegion
+  uint64_t length;
+  uint64_t rkey;
+};
+// The buffer is full at `length` (a valid prefix): make it durable and free it.
+struct Close {
+  uint32_t buffer;
+  uint32_t length;
+};
+struct CloseOk {
+  uint32_t buffer;
+};
+// Make the buffer's valid prefix up to `length` durable now (remote_flush).
+struct Flush {
+  uint32_t buffer;
+  uint32_t length;
+};
+struct FlushOk {
+  uint32_t buffer;
+  uint32_t durable;  // bytes of the buffer now durable
+};
+struct Error {
+  uint32_t code;  // ErrorCode
+  std::string message;
+};
+
+using Message = std::variant<Hello, HelloOk, Open, OpenOk, Close, CloseOk, Flush, FlushOk, Error>;
+
+// The bytes of a message (at most kMaxMessage; longer names are refused by Decode).
+std::string Encode(const Message& message);
+// Parses exactly one message; InvalidArgument for anything else.
+Status Decode(std::string_view bytes, Message* message);
+
+// A primary name: 1..63 of [A-Za-z0-9_.-] (it names a directory on the backup).
+bool IsValidName(std::string_view name);
+
+}  // namespace slipstream::replication

@@ -1,0 +1,190 @@
+// BackupLink: see backup_link.h.
+#include "slipstream/replication/backup_link.h"
+
+#include <cstring>
+
+#include "control_port.h"
+
+namespace slipstream::replication {
+
+namespace {
+
+// A refusal from the backup as a status the caller can act on.
+Status FromError(const Error& e) {
+  std::string text = "backup refused: " + e.message;
+  switch (ErrorCode(e.code)) {
+    case ErrorCode::kNoBuffer: return Status::WouldBlock(text);
+    case ErrorCode::kStorage: return Status::IOError(text);
+    default: return Status::InvalidArgument(text);
+  }
+}
+
+}  // namespace
+
+BackupLink::BackupLink(const LinkOptions& options) : options_(options) {}
+
+BackupLink::~BackupLink() {
+  if (connection_) {
+    for (auto& [id, b] : open_) connection_->FreeRegion(b.staging);
+    port_.reset();
+    connection_->Disconnect();
+  }
+}
+
+Status BackupLink::Connect(const LinkOptions& options, std::unique_ptr<BackupLink>* link) {
+  if (!IsValidName(options.primary)) {
+    return Status::InvalidArgument("primary name must be 1..63 of [A-Za-z0-9_.-]");
+  }
+  std::unique_ptr<BackupLink> l(new BackupLink(options));
+  Status s = rdma::Connect(options.transport, options.address, &l->connection_);
+  if (!s.ok()) return s;
+  l->port_ = std::make_unique<ControlPort>(l->connection_.get());
+  s = l->port_->Init();
+  Message reply;
+  if (s.ok()) s = l->Call(Hello{options.system_id, options.version, options.primary}, &reply);
+  if (!s.ok()) return s;
+  const auto* ok = std::get_if<HelloOk>(&reply);
+  if (ok == nullptr) return Status::InvalidArgument("backup answered HELLO with something else");
+  l->buffer_size_ = ok->buffer_size;
+  l->buffers_ = ok->buffers;
+  *link = std::move(l);
+  return Status::OK();
+}
+
+Status BackupLink::Call(const Message& request, Message* reply) {
+  if (!failed_.ok()) return failed_;
+  auto other = [this](const rdma::Completion& c) { OnCompletion(c); };
+  Status s = port_->Send(request, other);
+  if (s.ok()) s = port_->Receive(options_.rpc_timeout_ms, reply, other);
+  if (!s.ok()) {
+    failed_ = s;
+    return s;
+  }
+  if (const auto* e = std::get_if<Error>(reply)) return FromError(*e);
+  return Status::OK();
+}
+
+Status BackupLink::Open(uint32_t stream, uint64_t sequence, uint64_t start, uint32_t* buffer) {
+  Message reply;
+  Status s = Call(replication::Open{stream, sequence, start}, &reply);
+  if (!s.ok()) return s;
+  const auto* ok = std::get_if<OpenOk>(&reply);
+  if (ok == nullptr || ok->length != buffer_size_ || open_.count(ok->buffer)) {
+    failed_ = Status::InvalidArgument("backup answered OPEN with something unusable");
+    return failed_;
+  }
+  OpenBuffer b;
+  b.remote = rdma::RemoteRegion{ok->addr, ok->length, ok->rkey};
+  s = connection_->AllocateRegion(buffer_size_, rdma::kLocalOnly, &b.staging);
+  if (!s.ok()) return s;
+  open_[ok->buffer] = b;
+  *buffer = ok->buffer;
+  return Status::OK();
+}
+
+// The id of a checksum WRITE carries the buffer and the end it completes.
+Status BackupLink::Append(uint32_t buffer, const char* image, uint32_t from, uint32_t checksum_at,
+                          uint32_t to) {
+  if (!failed_.ok()) return failed_;
+  auto it = open_.find(buffer);
+  if (it == open_.end()) return Status::InvalidArgument("append to a buffer that is not open");
+  OpenBuffer& b = it->second;
+  if (from != b.posted || from > checksum_at || checksum_at >= to || to > buffer_size_) {
+    return Status::InvalidArgument("append out of order or out of the buffer");
+  }
+  std::memcpy(b.staging.addr + from, image + from, to - from);
+  rdma::Sge data{b.staging.addr + from, checksum_at - from, b.staging.lkey};
+  rdma::Sge sum{b.staging.addr + checksum_at, to - checksum_at, b.staging.lkey};
+  rdma::WorkRequest wr[2];
+  size_t n = 0;
+  if (checksum_at > from) {
+    wr[n].wr_id = (uint64_t(buffer) << 32) | from;
+    wr[n].opcode = rdma::Opcode::kWrite;
+    wr[n].sg_list = &data;
+    wr[n].num_sge = 1;
+    wr[n].remote_addr = b.remote.addr + from;
+    wr[n].rkey = b.remote.rkey;
+    wr[n].signaled = false;  // errors still complete; the checksum's completion covers it
+    n++;
+  }
+  wr[n].wr_id = (uint64_t(buffer) << 32) | to;
+  wr[n].opcode = rdma::Opcode::kWrite;
+  wr[n].sg_list = &sum;
+  wr[n].num_sge = 1;
+  wr[n].remote_addr = b.remote.addr + checksum_at;
+  wr[n].rkey = b.remote.rkey;
+  wr[n].fence = true;
+  n++;
+  Status s = connection_->Post(wr, n);
+  while (s.code() == Status::Code::kWouldBlock) {  // too many in flight: let some complete
+    Status p = Poll(1);
+    if (!p.ok()) return p;
+    s = connection_->Post(wr, n);
+  }
+  if (!s.ok()) {
+    failed_ = s;
+    return s;
+  }
+  b.posted = to;
+  return Status::OK();
+}
+
+void BackupLink::OnCompletion(const rdma::Completion& c) {
+  if (c.status != rdma::WcStatus::kSuccess) {
+    if (failed_.ok()) failed_ = Status::Disconnected("a WRITE to the backup failed");
+    return;
+  }
+  auto it = open_.find(uint32_t(c.wr_id >> 32));
+  if (it != open_.end()) it->second.placed = std::max(it->second.placed, uint32_t(c.wr_id));
+}
+
+uint32_t BackupLink::placed(uint32_t buffer) const {
+  auto it = open_.find(buffer);
+  return it == open_.end() ? 0 : it->second.placed;
+}
+
+Status BackupLink::Poll(int timeout_ms) {
+  if (!failed_.ok()) return failed_;
+  Status s = port_->Poll(timeout_ms, [this](const rdma::Completion& c) { OnCompletion(c); });
+  if (!s.ok() && failed_.ok()) failed_ = s;
+  Message unexpected;
+  if (failed_.ok() && port_->Next(&unexpected)) {
+    failed_ = Status::InvalidArgument("backup sent a message nobody asked for");
+  }
+  return failed_;
+}
+
+Status BackupLink::Close(uint32_t buffer, uint32_t length) {
+  auto it = open_.find(buffer);
+  if (it == open_.end()) return Status::InvalidArgument("close of a buffer that is not open");
+  Message reply;
+  Status s = Call(replication::Close{buffer, length}, &reply);
+  if (!s.ok()) return s;
+  if (!std::holds_alternative<CloseOk>(reply)) {
+    failed_ = Status::InvalidArgument("backup answered CLOSE with something else");
+    return failed_;
+  }
+  connection_->FreeRegion(it->second.staging);
+  open_.erase(it);
+  return Status::OK();
+}
+
+Status BackupLink::Flush(uint32_t buffer, uint32_t length, uint32_t* durable) {
+  Message reply;
+  Status s = Call(replication::Flush{buffer, length}, &reply);
+  if (!s.ok()) return s;
+  const auto* ok = std::get_if<FlushOk>(&reply);
+  if (ok == nullptr || ok->buffer != buffer) {
+    failed_ = Status::InvalidArgument("backup answered FLUSH with something else");
+    return failed_;
+  }
+  *durable = ok->durable;
+  return Status::OK();
+}
+
+Status BackupLink::state() const {
+  if (!failed_.ok()) return failed_;
+  return connection_->state();
+}
+
+}  // namespace slipstream::replication

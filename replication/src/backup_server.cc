@@ -1,0 +1,367 @@
+// BackupServer and its per-primary sessions: see backup_server.h.
+#include "slipstream/replication/backup_server.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "buffer_scan.h"
+#include "control_port.h"
+
+namespace slipstream::replication {
+
+// One primary's connection: its buffers, and the thread that answers its control messages.
+class BackupServer::Session {
+ public:
+  Session(BackupServer* server, std::unique_ptr<rdma::Connection> connection)
+      : server_(server), connection_(std::move(connection)), port_(connection_.get()) {}
+  ~Session() { Join(); }
+
+  void Start() { thread_ = std::thread(&Session::Run, this); }
+  // Asks the session to end; Fence() also waits for it.
+  void RequestStop() { stop_.store(true); }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  bool finished() const { return finished_.load(); }
+  std::string primary() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return primary_;
+  }
+  // The open buffers, scanned now.
+  void AppendStatus(std::vector<BufferStatus>* out);
+
+ private:
+  struct Buffer {
+    rdma::LocalRegion region;
+    bool open = false;
+    SegmentId segment;
+    uint32_t durable = 0;
+  };
+
+  void Run();
+  // Answers one message; an error means a protocol violation (the peer is dropped).
+  Status Handle(const Message& message);
+  Status OnHello(const Hello& hello);
+  Status OnOpen(const Open& open);
+  Status OnClose(const Close& close);
+  Status OnFlush(const Flush& flush);
+  Status Reply(const Message& message) { return port_.Send(message, nullptr); }
+  Status Refuse(ErrorCode code, const std::string& why) {
+    return Reply(Error{uint32_t(code), why});
+  }
+  // Persists the valid prefix of an open buffer beyond what is durable.
+  Status PersistPrefix(Buffer* b, bool closed, uint32_t* valid);
+  // Ends the session: no more writes land, open buffers are persisted, regions freed.
+  void Shutdown();
+
+  BackupServer* server_;
+  std::unique_ptr<rdma::Connection> connection_;
+  ControlPort port_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> finished_{false};
+  std::mutex mu_;  // primary_ and buffers_, read by status calls from other threads
+  std::string primary_;
+  std::vector<Buffer> buffers_;
+};
+
+void BackupServer::Session::Run() {
+  Status s = port_.Init();
+  while (s.ok() && !stop_.load()) {
+    s = port_.Poll(50, nullptr);
+    Message m;
+    while (s.ok() && port_.Next(&m)) s = Handle(m);
+  }
+  if (!s.ok() && !stop_.load() && s.code() != Status::Code::kDisconnected) {
+    server_->RecordError("primary " + primary() + ": " + s.ToString());
+  }
+  Shutdown();
+  finished_.store(true);
+}
+
+Status BackupServer::Session::Handle(const Message& message) {
+  if (const auto* m = std::get_if<Hello>(&message)) return OnHello(*m);
+  if (primary().empty()) return Status::InvalidArgument("a request before HELLO");
+  if (const auto* m = std::get_if<Open>(&message)) return OnOpen(*m);
+  if (const auto* m = std::get_if<Close>(&message)) return OnClose(*m);
+  if (const auto* m = std::get_if<Flush>(&message)) return OnFlush(*m);
+  return Status::InvalidArgument("a message a primary does not send");
+}
+
+// Checks cluster and version, then registers this primary's share of pre-zeroed buffers.
+Status BackupServer::Session::OnHello(const Hello& hello) {
+  if (!primary().empty()) return Status::InvalidArgument("a second HELLO");
+  const BackupOptions& o = server_->options_;
+  if (o.system_id != 0 && hello.system_id != o.system_id) {
+    return Refuse(ErrorCode::kWrongCluster, "this backup copies the cluster with system identifier " +
+                                                std::to_string(o.system_id) + ", not " +
+                                                std::to_string(hello.system_id));
+  }
+  uint64_t seen = 0;
+  {
+    std::lock_guard<std::mutex> lock(server_->version_mu_);
+    Status s = server_->store_->LoadVersion(hello.primary, &seen);
+    if (!s.ok()) return Refuse(ErrorCode::kStorage, s.ToString());
+    if (hello.version < seen) {
+      return Refuse(ErrorCode::kStaleVersion, "primary " + hello.primary + " has version " +
+                                                  std::to_string(hello.version) +
+                                                  " but this backup has seen version " +
+                                                  std::to_string(seen) + ": reseed it");
+    }
+    if (hello.version > seen) {
+      s = server_->store_->SaveVersion(hello.primary, hello.version);
+      if (!s.ok()) return Refuse(ErrorCode::kStorage, s.ToString());
+      seen = hello.version;
+    }
+  }
+  // An older session of the same primary (a link that dropped and came back) ends first.
+  server_->EndSessions(hello.primary, this);
+  uint32_t granted = server_->TakeBuffers(o.buffers_per_primary);
+  if (granted == 0) return Refuse(ErrorCode::kNoBuffer, "the backup has no free buffers");
+  std::vector<Buffer> buffers(granted);
+  uint32_t allocated = 0;
+  Status s;
+  for (; allocated < granted; allocated++) {
+    s = connection_->AllocateRegion(o.buffer_size, rdma::kRemoteWrite, &buffers[allocated].region);
+    if (!s.ok()) break;
+  }
+  if (!s.ok()) {
+    for (uint32_t i = 0; i < allocated; i++) connection_->FreeRegion(buffers[i].region);
+    server_->ReturnBuffers(granted);
+    return Refuse(ErrorCode::kNoBuffer, "cannot register buffers: " + s.ToString());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    primary_ = hello.primary;
+    buffers_ = std::move(buffers);
+  }
+  return Reply(HelloOk{seen, o.buffer_size, granted});
+}
+
+Status BackupServer::Session::OnOpen(const Open& open) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint32_t i = 0; i < buffers_.size(); i++) {
+    Buffer& b = buffers_[i];
+    if (b.open) continue;
+    b.open = true;
+    b.durable = 0;
+    b.segment = SegmentId{primary_, open.stream, open.sequence, open.start};
+    rdma::RemoteRegion r = connection_->Describe(b.region);
+    return Reply(OpenOk{i, r.addr, r.length, r.rkey});
+  }
+  return Refuse(ErrorCode::kNoBuffer, "all " + std::to_string(buffers_.size()) +
+                                          " buffers of primary " + primary_ + " are open");
+}
+
+Status BackupServer::Session::PersistPrefix(Buffer* b, bool closed, uint32_t* valid) {
+  *valid = ValidPrefix(b->region.addr, uint32_t(b->region.length), b->segment.stream,
+                       b->segment.sequence);
+  if (*valid <= b->durable && !closed) return Status::OK();
+  Status s = server_->store_->Persist(b->segment, b->region.addr, b->durable,
+                                      std::max(*valid, b->durable), closed);
+  if (s.ok()) b->durable = std::max(*valid, b->durable);
+  return s;
+}
+
+// The length must be exactly the valid prefix: a primary never closes at anything else.
+Status BackupServer::Session::OnClose(const Close& close) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (close.buffer >= buffers_.size() || !buffers_[close.buffer].open) {
+    return Refuse(ErrorCode::kUnknownBuffer, "buffer " + std::to_string(close.buffer) + " is not open");
+  }
+  Buffer& b = buffers_[close.buffer];
+  uint32_t valid = ValidPrefix(b.region.addr, uint32_t(b.region.length), b.segment.stream,
+                               b.segment.sequence);
+  if (valid != close.length) {
+    return Refuse(ErrorCode::kBadLength, "close at " + std::to_string(close.length) +
+                                             " but the valid prefix ends at " + std::to_string(valid));
+  }
+  Status s = PersistPrefix(&b, true, &valid);
+  if (!s.ok()) return Refuse(ErrorCode::kStorage, s.ToString());
+  std::memset(b.region.addr, 0, b.region.length);  // pre-zeroed for its next use
+  b.open = false;
+  return Reply(CloseOk{close.buffer});
+}
+
+Status BackupServer::Session::OnFlush(const Flush& flush) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (flush.buffer >= buffers_.size() || !buffers_[flush.buffer].open) {
+    return Refuse(ErrorCode::kUnknownBuffer, "buffer " + std::to_string(flush.buffer) + " is not open");
+  }
+  Buffer& b = buffers_[flush.buffer];
+  uint32_t valid;
+  Status s = PersistPrefix(&b, false, &valid);
+  if (!s.ok()) return Refuse(ErrorCode::kStorage, s.ToString());
+  if (valid < flush.length) {
+    return Refuse(ErrorCode::kBadLength, "flush to " + std::to_string(flush.length) +
+                                             " but the valid prefix ends at " + std::to_string(valid));
+  }
+  return Reply(FlushOk{flush.buffer, b.durable});
+}
+
+void BackupServer::Session::Shutdown() {
+  connection_->Disconnect();  // no WRITE lands after this
+  std::vector<std::string> errors;
+  uint32_t returned;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Buffer& b : buffers_) {
+      if (b.open) {
+        uint32_t valid;
+        Status s = PersistPrefix(&b, false, &valid);
+        if (!s.ok()) errors.push_back("primary " + primary_ + ": " + s.ToString());
+      }
+      connection_->FreeRegion(b.region);
+    }
+    returned = uint32_t(buffers_.size());
+    buffers_.clear();
+  }
+  // The server's lock is taken only without the session's (Buffers() nests them the other way).
+  for (const std::string& e : errors) server_->RecordError(e);
+  server_->ReturnBuffers(returned);
+}
+
+void BackupServer::Session::AppendStatus(std::vector<BufferStatus>* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint32_t i = 0; i < buffers_.size(); i++) {
+    const Buffer& b = buffers_[i];
+    if (!b.open) continue;
+    uint32_t valid = ValidPrefix(b.region.addr, uint32_t(b.region.length), b.segment.stream,
+                                 b.segment.sequence);
+    out->push_back(BufferStatus{primary_, i, b.segment.stream, b.segment.sequence,
+                                b.segment.start, valid, b.durable});
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+BackupServer::BackupServer(const BackupOptions& options, BackupStore* store)
+    : options_(options), store_(store) {}
+
+BackupServer::~BackupServer() { Stop(); }
+
+Status BackupServer::Start() {
+  if (options_.buffers == 0 || options_.buffers_per_primary == 0) {
+    return Status::InvalidArgument("a backup needs at least one buffer");
+  }
+  if (options_.buffer_size < 64 * 1024 || options_.buffer_size > (1u << 30) ||
+      (options_.buffer_size & (options_.buffer_size - 1)) != 0) {
+    return Status::InvalidArgument("buffer_size must be a power of two from 64 kB to 1 GB");
+  }
+  free_buffers_ = options_.buffers;
+  Status s = rdma::Listen(options_.transport, options_.address, &listener_);
+  if (!s.ok()) return s;
+  acceptor_ = std::thread(&BackupServer::AcceptLoop, this);
+  return Status::OK();
+}
+
+void BackupServer::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (acceptor_.joinable()) acceptor_.join();
+  std::vector<std::shared_ptr<Session>> sessions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions.swap(sessions_);
+  }
+  for (auto& s : sessions) s->RequestStop();
+  for (auto& s : sessions) s->Join();
+  listener_.reset();
+}
+
+std::string BackupServer::address() const { return listener_ ? listener_->address() : ""; }
+
+void BackupServer::AcceptLoop() {
+  while (!stopping_.load()) {
+    std::unique_ptr<rdma::Connection> connection;
+    Status s = listener_->Accept(100, &connection);
+    std::vector<std::shared_ptr<Session>> finished;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = sessions_.begin(); it != sessions_.end();) {
+        if ((*it)->finished()) {
+          finished.push_back(std::move(*it));
+          it = sessions_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (s.ok()) {
+        auto session = std::make_shared<Session>(this, std::move(connection));
+        session->Start();
+        sessions_.push_back(std::move(session));
+      }
+    }
+    for (auto& f : finished) f->Join();  // outside the lock
+    if (!s.ok() && s.code() != Status::Code::kTimeout && !stopping_.load()) {
+      RecordError("accept: " + s.ToString());
+    }
+  }
+}
+
+Status BackupServer::Fence(const std::string& primary) {
+  if (EndSessions(primary, nullptr) == 0) {
+    return Status::InvalidArgument("no session of primary " + primary);
+  }
+  return Status::OK();
+}
+
+// Ends every live session of `primary` but `keep`, and waits until each has persisted its
+// open buffers and freed its regions.
+size_t BackupServer::EndSessions(const std::string& primary, const Session* keep) {
+  std::vector<std::shared_ptr<Session>> targets;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& s : sessions_) {
+      if (s.get() != keep && !s->finished() && s->primary() == primary) targets.push_back(s);
+    }
+  }
+  for (auto& s : targets) s->RequestStop();
+  for (auto& s : targets) {
+    while (!s->finished()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return targets.size();
+}
+
+std::vector<BufferStatus> BackupServer::Buffers() {
+  std::vector<BufferStatus> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& s : sessions_) {
+    if (!s->finished()) s->AppendStatus(&out);
+  }
+  return out;
+}
+
+std::vector<std::string> BackupServer::Primaries() {
+  std::vector<std::string> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& s : sessions_) {
+    std::string p = s->finished() ? std::string() : s->primary();
+    if (!p.empty()) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<std::string> BackupServer::Errors() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return errors_;
+}
+
+void BackupServer::RecordError(const std::string& error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (errors_.size() == 32) errors_.erase(errors_.begin());
+  errors_.push_back(error);
+}
+
+uint32_t BackupServer::TakeBuffers(uint32_t want) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint32_t got = std::min(want, free_buffers_);
+  free_buffers_ -= got;
+  return got;
+}
+
+void BackupServer::ReturnBuffers(uint32_t count) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_buffers_ += count;
+}
+
+}  // namespace slipstream::replication

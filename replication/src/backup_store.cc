@@ -1,0 +1,118 @@
+// FileBackupStore: see backup_store.h.
+#include "slipstream/replication/backup_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstring>
+#include <filesystem>
+
+namespace slipstream::replication {
+
+namespace {
+
+Status Errno(const std::string& what) {
+  return Status::IOError(what + ": " + std::strerror(errno));
+}
+
+// Writes all of [data, data + n) at `offset`.
+Status WriteAll(int fd, const char* data, size_t n, off_t offset, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = pwrite(fd, data, n, offset);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return Errno("write " + path);
+    data += w;
+    n -= size_t(w);
+    offset += w;
+  }
+  return Status::OK();
+}
+
+// fsyncs a directory so that a file created or renamed in it survives a crash.
+Status SyncDirectory(const std::string& dir) {
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno("open " + dir);
+  int rc = fsync(fd);
+  close(fd);
+  return rc == 0 ? Status::OK() : Errno("fsync " + dir);
+}
+
+}  // namespace
+
+std::string FileBackupStore::SegmentPath(const SegmentId& segment) const {
+  char name[64];
+  std::snprintf(name, sizeof(name), "%s-%016" PRIx64, StreamName(segment.stream), segment.sequence);
+  return directory_ + "/" + segment.primary + "/" + name;
+}
+
+std::vector<std::string> FileBackupStore::SegmentFiles(const std::string& primary,
+                                                       uint32_t stream) const {
+  std::vector<std::string> files;
+  std::error_code ec;
+  std::string prefix = std::string(StreamName(stream)) + "-";
+  for (const auto& entry : std::filesystem::directory_iterator(directory_ + "/" + primary, ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) files.push_back(entry.path().string());
+  }
+  std::sort(files.begin(), files.end());  // fixed-width hex sequences sort by number
+  return files;
+}
+
+// Writes the new part at its offset, then fsyncs the file and, the first time, the directory.
+Status FileBackupStore::Persist(const SegmentId& segment, const char* image, uint32_t from,
+                                uint32_t to, bool closed) {
+  (void)closed;
+  std::string dir = directory_ + "/" + segment.primary;
+  std::error_code ec;
+  bool fresh = !std::filesystem::exists(dir, ec);
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IOError("create " + dir + ": " + ec.message());
+  std::string path = SegmentPath(segment);
+  bool existed = std::filesystem::exists(path, ec);
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno("open " + path);
+  Status s = WriteAll(fd, image + from, to - from, off_t(from), path);
+  if (s.ok() && fsync(fd) != 0) s = Errno("fsync " + path);
+  close(fd);
+  if (s.ok() && !existed) s = SyncDirectory(dir);
+  if (s.ok() && fresh) s = SyncDirectory(directory_);
+  return s;
+}
+
+Status FileBackupStore::LoadVersion(const std::string& primary, uint64_t* version) {
+  *version = 0;
+  std::string path = directory_ + "/" + primary + "/VERSION";
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? Status::OK() : Errno("open " + path);
+  char buf[32] = {};
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) return Status::IOError(path + " is empty or unreadable");
+  char* end = nullptr;
+  *version = std::strtoull(buf, &end, 10);
+  if (end == buf) return Status::IOError(path + " does not hold a number");
+  return Status::OK();
+}
+
+// Write to a temporary, fsync, rename, fsync the directory: a crash leaves the old or the new.
+Status FileBackupStore::SaveVersion(const std::string& primary, uint64_t version) {
+  std::string dir = directory_ + "/" + primary;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IOError("create " + dir + ": " + ec.message());
+  std::string tmp = dir + "/VERSION.tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno("open " + tmp);
+  std::string text = std::to_string(version) + "\n";
+  Status s = WriteAll(fd, text.data(), text.size(), 0, tmp);
+  if (s.ok() && fsync(fd) != 0) s = Errno("fsync " + tmp);
+  close(fd);
+  if (s.ok() && rename(tmp.c_str(), (dir + "/VERSION").c_str()) != 0) s = Errno("rename " + tmp);
+  if (s.ok()) s = SyncDirectory(dir);
+  return s;
+}
+
+}  // namespace slipstream::replication
