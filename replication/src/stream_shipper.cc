@@ -64,6 +64,7 @@ Status StreamShipper::StartSegment() {
                           &cursor_);
   marks_.clear();
   marks_.push_back(Mark{0, segment_start_});
+  shipped_ = 0;  // the header goes out with the first append
   for (Target& t : targets_) {
     if (!t.failed.ok()) continue;
     t.has_buffer = false;
@@ -120,7 +121,7 @@ Status StreamShipper::Append(uint64_t position, std::string_view bytes) {
       continue;
     }
     size_t n = std::min<size_t>({bytes.size(), room - overhead, engine::kMaxRecordPayload});
-    uint32_t from = cursor_.pos;
+    uint32_t from = shipped_;
     engine::AppendRecord(image_.data(), &cursor_, engine::LogRecordType::kWal, end_,
                          {bytes.substr(0, n)});
     uint32_t checksum_at = cursor_.pos;
@@ -128,6 +129,7 @@ Status StreamShipper::Append(uint64_t position, std::string_view bytes) {
     end_ += n;
     bytes.remove_prefix(n);
     marks_.push_back(Mark{cursor_.pos, end_});
+    shipped_ = cursor_.pos;
     for (Target& t : targets_) {
       if (!t.failed.ok()) continue;
       Status s = t.link->Append(t.buffer, image_.data(), from, checksum_at, cursor_.pos);

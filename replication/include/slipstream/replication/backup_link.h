@@ -63,6 +63,9 @@ class BackupLink {
   // The error that ended the link, or OK.
   Status state() const;
 
+  // The transport connection, for tests that inject faults into it.
+  rdma::Connection* connection_for_testing() { return connection_.get(); }
+
  private:
   struct OpenBuffer {
     rdma::RemoteRegion remote;

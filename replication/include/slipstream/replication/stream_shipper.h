@@ -84,6 +84,7 @@ class StreamShipper {
   uint64_t end_;
   std::string image_;
   engine::LogCursor cursor_;
+  uint32_t shipped_ = 0;  // bytes of the segment written to the backups
   std::vector<Mark> marks_;
   std::vector<Target> targets_;
   bool started_ = false;
