@@ -10,7 +10,9 @@ namespace {
 
 constexpr size_t kAlign = 4096;
 
-size_t AlignUp(size_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
+size_t AlignUp(size_t n) {
+  return (n + kAlign - 1) & ~(kAlign - 1);
+}
 
 }  // namespace
 

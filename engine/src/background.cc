@@ -56,8 +56,8 @@ void EngineImpl::RecordBackgroundError(const Status& s) {
 // in use, medium values go back in place at the configured (or the last) level.
 CompactionSpec EngineImpl::SpecFor(const Version& v, uint32_t dest) {
   bool dest_is_last = levels_.DeepestLevel(v) <= dest;
-  bool in_place = options_.medium_inplace_level == 0 ? dest_is_last
-                                                     : options_.medium_inplace_level <= dest;
+  bool in_place =
+      options_.medium_inplace_level == 0 ? dest_is_last : options_.medium_inplace_level <= dest;
   return CompactionSpec{levels_.NewTreeId(), dest, dest_is_last, in_place};
 }
 
@@ -88,8 +88,8 @@ Status EngineImpl::CompactLevelLocked(uint32_t level) {
   if (level < 1 || level >= options_.max_levels || v.levels[level].tree_id == 0) {
     return Status::OK();
   }
-  Compaction compaction(options_, SpecFor(v, level + 1), &device_, &segments_, &keyspaces_,
-                        &logs_, observer_);
+  Compaction compaction(options_, SpecFor(v, level + 1), &device_, &segments_, &keyspaces_, &logs_,
+                        observer_);
   auto newer = NewTreeSource(Trees(), v.levels[level]);
   auto older = NewTreeSource(Trees(), v.levels[level + 1]);
   return RunCompactionLocked(v, newer.get(), older.get(), &compaction, false, level,
@@ -292,8 +292,8 @@ Status EngineImpl::CompactAll() {
     bool switched;
     {
       SharedLock w(&shared_->write_mu);
-      switched = memtables_.Get(levels_.Latest().active_memtable).entries() == 0 ||
-                 SwitchMemtable(true);
+      switched =
+          memtables_.Get(levels_.Latest().active_memtable).entries() == 0 || SwitchMemtable(true);
     }
     if (switched) break;
     if (attempt > 10000) return Status::Busy("memtable still pinned by open iterators");

@@ -198,8 +198,8 @@ bool TreeMayContain(const TreeContext& ctx, const LevelDesc& desc, uint64_t hash
   return BloomTest(ctx.device->Segment(seg) + (block % per_segment) * kBloomBlockBytes, hash);
 }
 
-Status TreeGet(const TreeContext& ctx, const LevelDesc& desc, std::string_view ikey,
-               bool* found, LeafEntry* entry) {
+Status TreeGet(const TreeContext& ctx, const LevelDesc& desc, std::string_view ikey, bool* found,
+               LeafEntry* entry) {
   *found = false;
   NodeView node;
   Status s = ctx.OpenNode(desc.root, desc.tree_id, &node);

@@ -85,8 +85,8 @@ struct TreeContext {
 bool TreeMayContain(const TreeContext& ctx, const LevelDesc& desc, uint64_t hash);
 
 // Point lookup of an internal key. The entry's views point into the device mapping.
-Status TreeGet(const TreeContext& ctx, const LevelDesc& desc, std::string_view ikey,
-               bool* found, LeafEntry* entry);
+Status TreeGet(const TreeContext& ctx, const LevelDesc& desc, std::string_view ikey, bool* found,
+               LeafEntry* entry);
 
 // Ordered iteration over one tree.
 class TreeIterator {

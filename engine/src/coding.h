@@ -8,8 +8,12 @@
 
 namespace slipstream::engine {
 
-inline void EncodeFixed32(char* dst, uint32_t v) { std::memcpy(dst, &v, 4); }
-inline void EncodeFixed64(char* dst, uint64_t v) { std::memcpy(dst, &v, 8); }
+inline void EncodeFixed32(char* dst, uint32_t v) {
+  std::memcpy(dst, &v, 4);
+}
+inline void EncodeFixed64(char* dst, uint64_t v) {
+  std::memcpy(dst, &v, 8);
+}
 inline uint32_t DecodeFixed32(const char* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
@@ -26,8 +30,12 @@ inline uint16_t DecodeFixed16(const char* p) {
   return v;
 }
 
-inline void PutFixed32(std::string* dst, uint32_t v) { dst->append(reinterpret_cast<char*>(&v), 4); }
-inline void PutFixed64(std::string* dst, uint64_t v) { dst->append(reinterpret_cast<char*>(&v), 8); }
+inline void PutFixed32(std::string* dst, uint32_t v) {
+  dst->append(reinterpret_cast<char*>(&v), 4);
+}
+inline void PutFixed64(std::string* dst, uint64_t v) {
+  dst->append(reinterpret_cast<char*>(&v), 8);
+}
 
 // Writes a varint32 at dst and returns the byte after it.
 inline char* EncodeVarint32(char* dst, uint32_t v) {

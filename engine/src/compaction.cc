@@ -76,9 +76,12 @@ class EmptySource : public MergeSource {
 
 CompactionSegmentKind ObservedKind(SegmentKind kind) {
   switch (kind) {
-    case SegmentKind::kIndex: return CompactionSegmentKind::kIndex;
-    case SegmentKind::kBloom: return CompactionSegmentKind::kBloom;
-    default: return CompactionSegmentKind::kMedium;
+    case SegmentKind::kIndex:
+      return CompactionSegmentKind::kIndex;
+    case SegmentKind::kBloom:
+      return CompactionSegmentKind::kBloom;
+    default:
+      return CompactionSegmentKind::kMedium;
   }
 }
 
@@ -92,11 +95,13 @@ std::unique_ptr<MergeSource> NewTreeSource(const TreeContext& trees, const Level
   return std::make_unique<TreeSource>(trees, level);
 }
 
-std::unique_ptr<MergeSource> NewEmptySource() { return std::make_unique<EmptySource>(); }
+std::unique_ptr<MergeSource> NewEmptySource() {
+  return std::make_unique<EmptySource>();
+}
 
 Compaction::Compaction(const Options& options, const CompactionSpec& spec, Device* device,
-                       SegmentTable* segments, const KeyspaceTable* keyspaces,
-                       const LogSet* values, EngineObserver* observer)
+                       SegmentTable* segments, const KeyspaceTable* keyspaces, const LogSet* values,
+                       EngineObserver* observer)
     : options_(options),
       spec_(spec),
       device_(device),
@@ -109,14 +114,16 @@ Compaction::Compaction(const Options& options, const CompactionSpec& spec, Devic
                this, spec.tree_id) {}
 
 Status Compaction::NewSegment(SegmentKind kind, uint32_t* segment) {
-  Status s = segments_->Allocate(kind, kind == SegmentKind::kMediumLog ? 0 : spec_.tree_id, segment);
+  Status s =
+      segments_->Allocate(kind, kind == SegmentKind::kMediumLog ? 0 : spec_.tree_id, segment);
   if (s.ok()) segment_kinds_[*segment] = kind;
   return s;
 }
 
 Status Compaction::WriteSegment(uint32_t segment, const char* data, uint32_t length) {
   bytes_written_ += length;
-  Status s = device_->Write({WriteRequest{uint64_t(segment) * options_.segment_size, data, length}}, false);
+  Status s = device_->Write({WriteRequest{uint64_t(segment) * options_.segment_size, data, length}},
+                            false);
   if (s.ok() && observer_ != nullptr) {
     observer_->OnCompactionSegment(CompactionSegmentEvent{spec_.tree_id, spec_.dest,
                                                           ObservedKind(segment_kinds_[segment]),

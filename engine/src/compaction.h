@@ -49,10 +49,10 @@ std::unique_ptr<MergeSource> NewEmptySource();
 
 // What one compaction does, decided by the engine before it runs.
 struct CompactionSpec {
-  uint32_t tree_id;          // of the output tree; also the compaction's id for observers
-  uint32_t dest;             // level the output is installed at
-  bool drop_tombstones;      // the output is the deepest level
-  bool medium_in_place;      // medium values go back into the leaves
+  uint32_t tree_id;      // of the output tree; also the compaction's id for observers
+  uint32_t dest;         // level the output is installed at
+  bool drop_tombstones;  // the output is the deepest level
+  bool medium_in_place;  // medium values go back into the leaves
 };
 
 class Compaction : private SegmentSink {

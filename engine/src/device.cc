@@ -1,6 +1,5 @@
 // Device file I/O: a reserved shared read-only mapping for reads, io_uring for writes.
 #include "device.h"
-#include "process.h"
 
 #include <fcntl.h>
 #include <liburing.h>
@@ -12,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+
+#include "process.h"
 
 namespace slipstream::engine {
 

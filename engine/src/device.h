@@ -30,9 +30,7 @@ class Device {
   uint64_t max_segments() const { return max_size_ / segment_size_; }
 
   // Read-only view of a segment (valid only below the file size).
-  const char* Segment(uint32_t segment) const {
-    return map_ + uint64_t(segment) * segment_size_;
-  }
+  const char* Segment(uint32_t segment) const { return map_ + uint64_t(segment) * segment_size_; }
   const char* At(uint64_t offset) const { return map_ + offset; }
 
   // Current file size in segments.

@@ -6,20 +6,27 @@
 #include <filesystem>
 #include <thread>
 
-#include "slipstream/engine/log_scanner.h"
 #include "options_internal.h"
+#include "slipstream/engine/log_scanner.h"
 
 namespace slipstream::engine {
 
 const char* SegmentKindName(SegmentKind kind) {
   switch (kind) {
-    case SegmentKind::kFree: return "free";
-    case SegmentKind::kL0Log: return "L0 log";
-    case SegmentKind::kMediumLog: return "medium log";
-    case SegmentKind::kLargeLog: return "large log";
-    case SegmentKind::kIndex: return "index";
-    case SegmentKind::kBloom: return "bloom";
-    case SegmentKind::kReserved: return "reserved";
+    case SegmentKind::kFree:
+      return "free";
+    case SegmentKind::kL0Log:
+      return "L0 log";
+    case SegmentKind::kMediumLog:
+      return "medium log";
+    case SegmentKind::kLargeLog:
+      return "large log";
+    case SegmentKind::kIndex:
+      return "index";
+    case SegmentKind::kBloom:
+      return "bloom";
+    case SegmentKind::kReserved:
+      return "reserved";
   }
   return "unknown";
 }
@@ -76,8 +83,9 @@ Status EngineImpl::OpenOrAttach() {
       return Status::IOError("engine recovery failed in the process that opened it first");
     }
     if (shared_->magic != kArenaMagic || shared_->version != kArenaVersion ||
-        shared_->segment_size != options_.segment_size || shared_->node_size != options_.node_size ||
-        shared_->l0_size != options_.l0_size || shared_->max_levels != options_.max_levels ||
+        shared_->segment_size != options_.segment_size ||
+        shared_->node_size != options_.node_size || shared_->l0_size != options_.l0_size ||
+        shared_->max_levels != options_.max_levels ||
         shared_->memtables.count != options_.memtables ||
         shared_->max_segments != options_.max_device_size / options_.segment_size) {
       return Status::InvalidArgument("options differ from those the arena was opened with");
@@ -120,18 +128,20 @@ void EngineImpl::FormatArena() {
 }
 
 TreeContext EngineImpl::Trees() const {
-  return TreeContext{&device_, &segments_.info(0), segments_.count(),
+  return TreeContext{&device_,           &segments_.info(0),    segments_.count(),
                      options_.node_size, options_.segment_size, options_.verify_checksums};
 }
 
-Status EngineImpl::Sync(Lsn lsn) { return logs_.Sync(lsn); }
+Status EngineImpl::Sync(Lsn lsn) {
+  return logs_.Sync(lsn);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Reads
 
 // Memtables (newest first), then each level whose bloom filter admits the key.
-Status EngineImpl::FindEntry(const Version& v, std::string_view ikey, uint64_t max_lsn,
-                             bool* found, LeafEntry* entry) {
+Status EngineImpl::FindEntry(const Version& v, std::string_view ikey, uint64_t max_lsn, bool* found,
+                             LeafEntry* entry) {
   *found = false;
   for (int m : {v.active_memtable, v.immutable_memtable}) {
     if (m < 0) continue;
@@ -155,7 +165,8 @@ Status EngineImpl::Get(KeyspaceId ks, std::string_view key, std::string* value) 
   if (!keyspaces_.IsLive(ks)) {
     return Status::InvalidArgument("keyspace " + std::to_string(ks) + " is not live");
   }
-  if (key.size() > options_.max_key_size) return Status::InvalidArgument("key exceeds max_key_size");
+  if (key.size() > options_.max_key_size)
+    return Status::InvalidArgument("key exceeds max_key_size");
   std::string ikey = MakeInternalKey(ks, key);
   EpochPin pin(&shared_->epochs);
   Version v = levels_.Current();

@@ -76,7 +76,6 @@ class EngineImpl final : public Engine {
   const Options& options() const override { return options_; }
 
  private:
-
   // The B+-trees' view of the device.
   TreeContext Trees() const;
 
@@ -92,7 +91,8 @@ class EngineImpl final : public Engine {
   // which would otherwise wait for themselves).
   Status WriteOps(std::vector<WriteOp>& ops, Lsn* lsn, bool may_stall = true);
   Status PrepareOp(WriteOp* op, size_t* l0_bytes, size_t* large_bytes, uint64_t* mem_bytes);
-  Status EnsureMemtableRoom(uint64_t mem_bytes, std::unique_lock<SharedMutex>* lock, bool may_stall);
+  Status EnsureMemtableRoom(uint64_t mem_bytes, std::unique_lock<SharedMutex>* lock,
+                            bool may_stall);
   Status ApplyOp(WriteOp* op, Lsn lsn, bool* large_touched);
   Status MakeL0LogRoom(std::unique_lock<SharedMutex>* lock);
   void AppendKeyspaceRecord(LogRecordType type, KeyspaceId id, uint64_t tag, Lsn* lsn);

@@ -37,8 +37,8 @@ struct ValuePtr {
     EncodeFixed32(dst + 12, value_size);
   }
   static ValuePtr DecodeFrom(const char* p) {
-    return ValuePtr{{DecodeFixed32(p), DecodeFixed32(p + 4)}, DecodeFixed32(p + 8),
-                    DecodeFixed32(p + 12)};
+    return ValuePtr{
+        {DecodeFixed32(p), DecodeFixed32(p + 4)}, DecodeFixed32(p + 8), DecodeFixed32(p + 12)};
   }
 };
 
@@ -50,7 +50,9 @@ enum class ValueKind : uint8_t {
   kTombstone = 4,  // deleted
 };
 
-inline bool IsValidValueKind(uint8_t k) { return k >= 1 && k <= 4; }
+inline bool IsValidValueKind(uint8_t k) {
+  return k >= 1 && k <= 4;
+}
 
 // Size classes of hybrid placement (by key plus value bytes).
 enum class SizeClass : uint8_t { kSmall, kMedium, kLarge };
@@ -87,8 +89,12 @@ inline KeyspaceId KeyspaceOf(std::string_view ikey) {
   return (KeyspaceId(p[0]) << 24) | (KeyspaceId(p[1]) << 16) | (KeyspaceId(p[2]) << 8) | p[3];
 }
 
-inline std::string_view UserKeyOf(std::string_view ikey) { return ikey.substr(kKeyspacePrefix); }
+inline std::string_view UserKeyOf(std::string_view ikey) {
+  return ikey.substr(kKeyspacePrefix);
+}
 
-inline int CompareKeys(std::string_view a, std::string_view b) { return a.compare(b); }
+inline int CompareKeys(std::string_view a, std::string_view b) {
+  return a.compare(b);
+}
 
 }  // namespace slipstream::engine

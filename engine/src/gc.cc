@@ -76,8 +76,8 @@ Status EngineImpl::CollectGarbage(uint32_t segment) {
     op.keyspace = ks;
     op.key = UserKeyOf(ikey);
     op.value = rec.payload;
-    op.relocate_from = ValuePtr{{segment, rec.offset}, RecordSpace(rec.payload.size()),
-                                DecodeFixed32(p + key_size + 1)};
+    op.relocate_from = ValuePtr{
+        {segment, rec.offset}, RecordSpace(rec.payload.size()), DecodeFixed32(p + key_size + 1)};
     batch_bytes += rec.payload.size() + 64;
     relocated += rec.payload.size();
     batch.push_back(std::move(op));

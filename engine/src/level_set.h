@@ -19,8 +19,8 @@ class LogSet;
 
 // What the manifest holds besides the level set's own state, for recovery to go on from.
 struct ManifestTail {
-  Lsn snapshot_lsn = 0;                // every LSN up to it was assigned before the manifest
-  uint64_t first_large_sequence = 0;   // oldest large-log segment uncompacted values may use
+  Lsn snapshot_lsn = 0;               // every LSN up to it was assigned before the manifest
+  uint64_t first_large_sequence = 0;  // oldest large-log segment uncompacted values may use
 };
 
 class LevelSet {
@@ -52,7 +52,9 @@ class LevelSet {
 
   Lsn compacted_lsn() const { return shared_->compacted_lsn; }
   // Every record up to `lsn` is now in the levels.
-  void AdvanceCompactedLsn(Lsn lsn) { shared_->compacted_lsn = std::max(shared_->compacted_lsn, lsn); }
+  void AdvanceCompactedLsn(Lsn lsn) {
+    shared_->compacted_lsn = std::max(shared_->compacted_lsn, lsn);
+  }
   Lsn large_accounted_lsn() const { return shared_->large_accounted_lsn; }
   void set_large_accounted_lsn(Lsn lsn) { shared_->large_accounted_lsn = lsn; }
   uint64_t manifest_number() const { return shared_->manifest_number; }

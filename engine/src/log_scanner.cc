@@ -19,7 +19,9 @@ bool ReadHeader(const char* base, size_t size, LogSegmentHeader* h) {
          h->kind >= 1 && h->kind <= 4;
 }
 
-bool IsDataType(uint8_t t) { return t >= 2 && t <= 8; }
+bool IsDataType(uint8_t t) {
+  return t >= 2 && t <= 8;
+}
 
 }  // namespace
 

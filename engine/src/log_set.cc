@@ -185,8 +185,8 @@ Status LogSet::WriteOut(bool sync, Lsn wait_for) {
   uint64_t bytes = 0;
   for (const WriteRequest& r : requests) bytes += r.length;
   // Every captured record was appended before the snapshot above, so the barrier covers it.
-  Status s = requests.empty() || !options_.persist_barrier ? Status::OK()
-                                                            : options_.persist_barrier();
+  Status s =
+      requests.empty() || !options_.persist_barrier ? Status::OK() : options_.persist_barrier();
   if (s.ok() && observer_ != nullptr) {
     for (size_t i = 0; i < jobs.size(); i++) {
       const SharedLogBuffer& b = *jobs[i].buffer;
@@ -274,8 +274,7 @@ Status LogSet::ReadValue(std::string_view ikey, const LeafEntry& entry, std::str
   const char* limit = payload + length;
   uint32_t key_size;
   const char* p = DecodeVarint32(payload, limit, &key_size);
-  if (!p || uint64_t(limit - p) < uint64_t(key_size) + 5 ||
-      std::string_view(p, key_size) != ikey) {
+  if (!p || uint64_t(limit - p) < uint64_t(key_size) + 5 || std::string_view(p, key_size) != ikey) {
     return Status::Corruption("value record belongs to another key");
   }
   p += key_size;

@@ -14,10 +14,10 @@
 
 #include "background_signal.h"
 #include "device.h"
-#include "slipstream/engine/log_format.h"
 #include "node.h"
 #include "segment_table.h"
 #include "shared_state.h"
+#include "slipstream/engine/log_format.h"
 #include "slipstream/engine/observer.h"
 #include "slipstream/engine/options.h"
 

@@ -105,8 +105,8 @@ Status LevelSet::ReadManifest(std::string* image) const {
 
 Status LevelSet::LoadManifest(const std::string& image, SegmentTable* segments,
                               KeyspaceTable* keyspaces, LogSet* logs, ManifestTail* tail) {
-  if (image.size() < 4 ||
-      crc32c::Value(image.data(), image.size() - 4) != DecodeFixed32(image.data() + image.size() - 4)) {
+  if (image.size() < 4 || crc32c::Value(image.data(), image.size() - 4) !=
+                              DecodeFixed32(image.data() + image.size() - 4)) {
     return Status::Corruption("MANIFEST checksum mismatch");
   }
   ManifestReader r(std::string_view(image.data(), image.size() - 4));
@@ -119,8 +119,9 @@ Status LevelSet::LoadManifest(const std::string& image, SegmentTable* segments,
   }
   if (segment_size != options_.segment_size || node_size != options_.node_size ||
       max_levels != options_.max_levels) {
-    return Status::InvalidArgument("segment_size, node_size and max_levels must match the "
-                                   "values the engine was created with");
+    return Status::InvalidArgument(
+        "segment_size, node_size and max_levels must match the "
+        "values the engine was created with");
   }
   uint32_t next_tree_id = 0, next_keyspace_id = 0;
   uint64_t l0_next_sequence = 0, large_next_sequence = 0;

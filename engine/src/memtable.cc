@@ -13,7 +13,8 @@ Status MemNodeEntry(const MemNode* node, LeafEntry* entry) {
   if (entry->kind == ValueKind::kInline) {
     entry->inline_value = node->value();
   } else if (entry->kind != ValueKind::kTombstone) {
-    if (node->value_size != ValuePtr::kEncodedSize) return Status::Corruption("bad memtable pointer");
+    if (node->value_size != ValuePtr::kEncodedSize)
+      return Status::Corruption("bad memtable pointer");
     entry->ptr = ValuePtr::DecodeFrom(node->value().data());
   }
   return Status::OK();
@@ -71,8 +72,7 @@ int MemTable::RandomHeight() const {
 
 // Builds the node fully, then links it bottom-up with release stores so readers never see a
 // half-initialised node.
-void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind,
-                      std::string_view value) {
+void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::string_view value) {
   int height = RandomHeight();
   size_t size = sizeof(MemNode) + (height - 1) * 4 + ikey.size() + value.size();
   uint64_t off = header_->used.load(std::memory_order_relaxed);

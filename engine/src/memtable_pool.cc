@@ -3,8 +3,7 @@
 
 namespace slipstream::engine {
 
-void MemtablePool::Format(uint64_t first, uint64_t stride, uint64_t header_bytes,
-                          uint32_t count) {
+void MemtablePool::Format(uint64_t first, uint64_t stride, uint64_t header_bytes, uint32_t count) {
   shared_->count = count;
   for (uint32_t i = 0; i < count; i++) {
     shared_->offset[i] = first + i * stride;

@@ -24,7 +24,9 @@ class MemtablePool {
   void Format(uint64_t first, uint64_t stride, uint64_t header_bytes, uint32_t count);
 
   uint32_t count() const { return shared_->count; }
-  MemTable Get(int slot) const { return MemTable(Header(slot), arena_ + Header(slot)->data_offset); }
+  MemTable Get(int slot) const {
+    return MemTable(Header(slot), arena_ + Header(slot)->data_offset);
+  }
   MemtableHeader* Header(int slot) const {
     return reinterpret_cast<MemtableHeader*>(arena_ + shared_->offset[slot]);
   }

@@ -94,14 +94,16 @@ Status NodeView::Leaf(int i, LeafEntry* e) const {
   uint32_t key_size, value_size = 0;
   p = DecodeVarint32(p, limit, &key_size);
   if (p && e->kind == ValueKind::kInline) p = DecodeVarint32(p, limit, &value_size);
-  if (!p || uint64_t(limit - p) < uint64_t(key_size)) return Status::Corruption("leaf key out of node");
+  if (!p || uint64_t(limit - p) < uint64_t(key_size))
+    return Status::Corruption("leaf key out of node");
   e->key = std::string_view(p, key_size);
   p += key_size;
   if (e->kind == ValueKind::kInline) {
     if (uint64_t(limit - p) < value_size) return Status::Corruption("leaf value out of node");
     e->inline_value = std::string_view(p, value_size);
   } else if (e->kind != ValueKind::kTombstone) {
-    if (limit - p < ptrdiff_t(ValuePtr::kEncodedSize)) return Status::Corruption("leaf pointer out of node");
+    if (limit - p < ptrdiff_t(ValuePtr::kEncodedSize))
+      return Status::Corruption("leaf pointer out of node");
     e->ptr = ValuePtr::DecodeFrom(p);
   }
   return Status::OK();

@@ -16,8 +16,8 @@
 
 namespace slipstream::engine {
 
-constexpr uint32_t kLeafMagic = 0x4641454c;   // "LEAF"
-constexpr uint32_t kIndexMagic = 0x58444e49;  // "INDX"
+constexpr uint32_t kLeafMagic = 0x4641454c;      // "LEAF"
+constexpr uint32_t kIndexMagic = 0x58444e49;     // "INDX"
 constexpr uint32_t kBloomDirMagic = 0x52494442;  // "BDIR"
 constexpr size_t kNodeHeaderSize = 32;
 

@@ -20,10 +20,10 @@ static_assert(kMaxMemtables == SS_SETTINGS_MAX_MEMTABLES, "memtables' bound is s
 // A host may offer a narrower range (or another default) than the engine accepts, never a
 // wider one: every value a host accepts must open the engine.
 #define SS_SETTING(NAME, FIELD, KIND, UNIT, DEFAULT, MIN, MAX, CONTEXT, DESCRIPTION)
-#define SS_SETTING_HOST(NAME, FIELD, KIND, UNIT, DEFAULT, MIN, MAX, HOST_DEFAULT, HOST_MIN,    \
-                        HOST_MAX, CONTEXT, DESCRIPTION)                                        \
+#define SS_SETTING_HOST(NAME, FIELD, KIND, UNIT, DEFAULT, MIN, MAX, HOST_DEFAULT, HOST_MIN,   \
+                        HOST_MAX, CONTEXT, DESCRIPTION)                                       \
   static_assert((HOST_MIN) >= (MIN) && (HOST_MAX) <= (MAX) && (HOST_DEFAULT) >= (HOST_MIN) && \
-                    (HOST_DEFAULT) <= (HOST_MAX),                                              \
+                    (HOST_DEFAULT) <= (HOST_MAX),                                             \
                 "the host range of " NAME " must lie inside the engine's");
 #include "slipstream/engine/settings.def"
 

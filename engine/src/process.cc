@@ -13,7 +13,9 @@ namespace {
 std::atomic<pid_t> cached_pid{0};
 
 // Runs in the child of every fork(): the cached id is the parent's.
-void RefreshAfterFork() { cached_pid.store(getpid(), std::memory_order_relaxed); }
+void RefreshAfterFork() {
+  cached_pid.store(getpid(), std::memory_order_relaxed);
+}
 
 // Registers the fork handler once, before the first cached value is handed out.
 pid_t Initialise() {

@@ -79,10 +79,14 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
     size_t i = 0;
     while (i < todo.size()) {
       auto [sequence, segment] = todo[i++];
-      ScannedSegment ss{segment, sequence, ScanLogSegment(device_.Segment(segment), options_.segment_size)};
-      if (ss.scan.header_ok && (ss.scan.header.sequence != sequence ||
-                                ss.scan.header.kind != uint32_t(kind == SegmentKind::kL0Log ? LogKind::kL0 : LogKind::kLarge))) {
-        return Status::Corruption("log segment " + std::to_string(segment) + " has a foreign header");
+      ScannedSegment ss{segment, sequence,
+                        ScanLogSegment(device_.Segment(segment), options_.segment_size)};
+      if (ss.scan.header_ok &&
+          (ss.scan.header.sequence != sequence ||
+           ss.scan.header.kind !=
+               uint32_t(kind == SegmentKind::kL0Log ? LogKind::kL0 : LogKind::kLarge))) {
+        return Status::Corruption("log segment " + std::to_string(segment) +
+                                  " has a foreign header");
       }
       chain->push_back(ss);
       if (i < todo.size()) continue;
@@ -94,7 +98,8 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
           return Status::Corruption("NEXT record points outside the device");
         }
         SegmentInfo& info = segments_.info(next);
-        if (info.kind != uint8_t(SegmentKind::kFree) && !(info.kind == uint8_t(kind) && info.sequence == next_seq)) {
+        if (info.kind != uint8_t(SegmentKind::kFree) &&
+            !(info.kind == uint8_t(kind) && info.sequence == next_seq)) {
           return Status::Corruption("NEXT record points into a segment in use");
         }
         info = SegmentInfo{};
@@ -116,7 +121,8 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
   for (size_t k = 0; k + 1 < l0_chain.size(); k++) {
     if (l0_chain[k].scan.stopped_at_damage) {
       return Status::Corruption("sealed L0 log segment " + std::to_string(l0_chain[k].segment) +
-                                " is damaged at offset " + std::to_string(l0_chain[k].scan.valid_end));
+                                " is damaged at offset " +
+                                std::to_string(l0_chain[k].scan.valid_end));
     }
   }
 
@@ -136,14 +142,16 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
     // A sealed segment the manifest describes: check the record in place.
     if (p.where.segment == 0 || p.where.segment >= segments_.count() ||
         segments_.info(p.where.segment).kind != uint8_t(SegmentKind::kLargeLog) ||
-        uint64_t(p.where.offset) + p.record_bytes > options_.segment_size || p.record_bytes < kRecordHeaderSize) {
+        uint64_t(p.where.offset) + p.record_bytes > options_.segment_size ||
+        p.record_bytes < kRecordHeaderSize) {
       return false;
     }
     const char* rec = device_.Segment(p.where.segment) + p.where.offset;
     RecordHeader h;
     std::memcpy(&h, rec, sizeof(h));
     return (h.type_and_length >> 8) == p.record_bytes - kRecordHeaderSize &&
-           crc32c::Value(rec + kRecordHeaderSize, p.record_bytes - kRecordHeaderSize) == h.payload_crc;
+           crc32c::Value(rec + kRecordHeaderSize, p.record_bytes - kRecordHeaderSize) ==
+               h.payload_crc;
   };
 
   // Walks the L0 log batch by batch, up to the first batch whose large value did not survive
@@ -180,16 +188,19 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
           op.ikey.assign(p, key_size);
           p += key_size;
           if (op.type == WriteOp::kPut) {
-            if (p == limit || !IsValidValueKind(uint8_t(*p))) return Status::Corruption("L0 log record with a bad kind");
+            if (p == limit || !IsValidValueKind(uint8_t(*p)))
+              return Status::Corruption("L0 log record with a bad kind");
             auto kind = ValueKind(uint8_t(*p++));
             op.value = std::string_view(p, size_t(limit - p));
             if (kind == ValueKind::kLargePtr) {
-              if (op.value.size() != ValuePtr::kEncodedSize) return Status::Corruption("bad large pointer");
+              if (op.value.size() != ValuePtr::kEncodedSize)
+                return Status::Corruption("bad large pointer");
               op.relocate_from = ValuePtr::DecodeFrom(p);
               op.type = WriteOp::kRelocate;  // marks "value is a large pointer" during replay
               // A compacted record's value may long be gone (overwritten, collected, its
               // segment reused): only records still to be applied need theirs.
-              if (!apply && rec.lsn > manifest_compacted_lsn) valid = large_pointer_valid(op.relocate_from);
+              if (!apply && rec.lsn > manifest_compacted_lsn)
+                valid = large_pointer_valid(op.relocate_from);
             }
           }
           op.keyspace = rec.lsn > manifest_compacted_lsn ? 1 : 0;  // 1: must be applied
@@ -205,7 +216,8 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
         if (!apply) {
           for (const WriteOp& op : batch) {
             if (op.keyspace == 1 && op.type == WriteOp::kRelocate) {
-              referenced.insert((uint64_t(op.relocate_from.where.segment) << 32) | op.relocate_from.where.offset);
+              referenced.insert((uint64_t(op.relocate_from.where.segment) << 32) |
+                                op.relocate_from.where.offset);
             }
           }
           continue;
@@ -213,13 +225,15 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
         for (size_t r = first; r < j; r++) {
           const ScannedRecord& rec = recs[r];
           last_lsn = std::max(last_lsn, rec.lsn);
-          if (rec.type == LogRecordType::kKeyspaceCreate || rec.type == LogRecordType::kKeyspaceDrop) {
+          if (rec.type == LogRecordType::kKeyspaceCreate ||
+              rec.type == LogRecordType::kKeyspaceDrop) {
             if (rec.payload.size() < 4) return Status::Corruption("bad keyspace record");
             uint32_t id = DecodeFixed32(rec.payload.data());
             KeyspaceSlot* slot = keyspaces_.Insert(id);
             if (slot == nullptr) return Status::Corruption("keyspace table full during replay");
             if (rec.type == LogRecordType::kKeyspaceCreate && rec.payload.size() == 12) {
-              if (slot->state.load() == KeyspaceSlot::kEmpty || slot->state.load() == KeyspaceSlot::kDeleted) {
+              if (slot->state.load() == KeyspaceSlot::kEmpty ||
+                  slot->state.load() == KeyspaceSlot::kDeleted) {
                 slot->tag = DecodeFixed64(rec.payload.data() + 4);
                 slot->state.store(KeyspaceSlot::kLive);
               }
@@ -234,9 +248,9 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
           if (rec.type != LogRecordType::kPut && rec.type != LogRecordType::kDelete) continue;
           WriteOp& op = batch[b++];
           if (op.keyspace == 0) continue;  // already in the levels
-          ValueKind kind = op.type == WriteOp::kDelete ? ValueKind::kTombstone
+          ValueKind kind = op.type == WriteOp::kDelete     ? ValueKind::kTombstone
                            : op.type == WriteOp::kRelocate ? ValueKind::kLargePtr
-                                                            : ValueKind::kInline;
+                                                           : ValueKind::kInline;
           uint64_t need = MemTable::EntrySpace(op.ikey.size(), op.value.size());
           while (true) {
             MemTable active = memtables_.Get(levels_.Latest().active_memtable);
@@ -293,7 +307,8 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
   // Resume appending: the L0 log at the cut or the end of its last segment; later segments
   // of a cut log are freed.
   if (cut_segment < l0_chain.size()) {
-    for (size_t k = cut_segment + 1; k < l0_chain.size(); k++) segments_.info(l0_chain[k].segment) = SegmentInfo{};
+    for (size_t k = cut_segment + 1; k < l0_chain.size(); k++)
+      segments_.info(l0_chain[k].segment) = SegmentInfo{};
     l0_chain.resize(cut_segment + 1);
     l0_chain.back().scan.valid_end = cut_offset;
     // The chain value at cut_offset is rebuilt by rescanning just that prefix.
@@ -309,8 +324,8 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
     logs_.set_next_sequence(kind, max_seq);
     if (chain.empty()) {
       uint32_t seg;
-      s = segments_.Allocate(kind == LogKind::kL0 ? SegmentKind::kL0Log : SegmentKind::kLargeLog,
-                             0, &seg);
+      s = segments_.Allocate(kind == LogKind::kL0 ? SegmentKind::kL0Log : SegmentKind::kLargeLog, 0,
+                             &seg);
       if (!s.ok()) return s;
       uint64_t seq = logs_.next_sequence(kind);
       segments_.info(seg).sequence = seq;
@@ -323,7 +338,8 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
     if (!s.ok()) return s;
   }
   // After Resume the active segment of each log is its chain's tail (or a fresh segment).
-  uint64_t first_l0 = l0_chain.empty() ? logs_.active_sequence(LogKind::kL0) : l0_chain.front().sequence;
+  uint64_t first_l0 =
+      l0_chain.empty() ? logs_.active_sequence(LogKind::kL0) : l0_chain.front().sequence;
   // The replayed memtable may point into any scanned large segment.
   uint64_t first_large =
       large_chain.empty() ? logs_.active_sequence(LogKind::kLarge) : large_chain.front().sequence;

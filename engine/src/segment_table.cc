@@ -52,7 +52,8 @@ uint64_t SegmentTable::Free(uint32_t segment) {
   SharedLock lock(&shared_->alloc_mu);
   SegmentInfo& info = Table()[segment];
   uint64_t log_bytes = 0;
-  if (info.kind == uint8_t(SegmentKind::kLargeLog) || info.kind == uint8_t(SegmentKind::kMediumLog)) {
+  if (info.kind == uint8_t(SegmentKind::kLargeLog) ||
+      info.kind == uint8_t(SegmentKind::kMediumLog)) {
     log_bytes = info.bytes_written;
   }
   info = SegmentInfo{};

@@ -40,7 +40,9 @@ class SegmentTable {
   uint64_t Free(uint32_t segment);
 
  private:
-  SegmentInfo* Table() const { return reinterpret_cast<SegmentInfo*>(arena_ + shared_->table_offset); }
+  SegmentInfo* Table() const {
+    return reinterpret_cast<SegmentInfo*>(arena_ + shared_->table_offset);
+  }
 
   char* arena_;
   SharedSegments* shared_;

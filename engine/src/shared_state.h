@@ -10,13 +10,13 @@
 #include <cstdint>
 
 #include "format.h"
-#include "slipstream/engine/log_writer.h"
 #include "shm_sync.h"
+#include "slipstream/engine/log_writer.h"
 
 namespace slipstream::engine {
 
 constexpr uint64_t kArenaMagic = 0x414e455241535353ull;  // "SSSARENA"
-constexpr uint32_t kArenaVersion = 2;  // 2: the header split into per-owner parts
+constexpr uint32_t kArenaVersion = 2;                    // 2: the header split into per-owner parts
 constexpr int kMaxLevels = 12;
 constexpr int kMaxReaders = 1024;
 constexpr int kL0LogBuffers = 4;
@@ -25,7 +25,12 @@ constexpr uint32_t kKeyspaceSlots = 1u << 16;
 constexpr int kRetireSlots = 8192;
 constexpr int kMaxMemtables = 8;
 
-enum ArenaState : uint32_t { kArenaZero = 0, kArenaInitializing = 1, kArenaReady = 2, kArenaFailed = 3 };
+enum ArenaState : uint32_t {
+  kArenaZero = 0,
+  kArenaInitializing = 1,
+  kArenaReady = 2,
+  kArenaFailed = 3
+};
 
 // One segment image of a log, kept in shared memory while it is appended to and until it has
 // been written out to the device.
@@ -57,8 +62,8 @@ struct SegmentInfo {
   uint8_t kind;  // SegmentKind
   uint8_t level;
   uint16_t flags;
-  uint32_t owner;     // tree id for index and bloom segments
-  uint64_t sequence;  // position in its log's chain (log segments)
+  uint32_t owner;          // tree id for index and bloom segments
+  uint64_t sequence;       // position in its log's chain (log segments)
   uint64_t bytes_written;  // record bytes appended (log segments)
   uint64_t invalid_bytes;  // record bytes no longer referenced (medium and large logs)
 };
@@ -79,7 +84,7 @@ struct LevelDesc {
 // What a reader needs to see one consistent state: memtables and level trees.
 struct Version {
   int32_t active_memtable;
-  int32_t immutable_memtable;  // -1 if none
+  int32_t immutable_memtable;          // -1 if none
   uint64_t active_first_log_sequence;  // L0 log segment holding the active memtable's first record
   // Large-log segments from which the active (immutable) memtable's values may live: recovery
   // re-derives the accounting of every large segment from the oldest uncompacted one on.
@@ -141,7 +146,7 @@ struct SharedCounters {
 
 // The log layer's part (LogSet): both logs, LSN assignment and what is durable.
 struct SharedLogs {
-  SharedMutex flush_mu;  // one log write-out at a time (group commit)
+  SharedMutex flush_mu;                     // one log write-out at a time (group commit)
   std::atomic<uint64_t> last_flush_micros;  // CLOCK_MONOTONIC, shared by all processes
   std::atomic<uint64_t> last_lsn;           // assigned under the write mutex
   std::atomic<uint64_t> durable_lsn;
@@ -151,8 +156,8 @@ struct SharedLogs {
 
 // The segment allocator's part (SegmentTable).
 struct SharedSegments {
-  SharedMutex alloc_mu;      // the segment table
-  uint64_t table_offset;     // arena offset of SegmentInfo[max_segments]
+  SharedMutex alloc_mu;   // the segment table
+  uint64_t table_offset;  // arena offset of SegmentInfo[max_segments]
   uint64_t max_segments;
   uint64_t device_segments;  // segments the device file currently holds
   uint32_t alloc_hint;
@@ -213,7 +218,7 @@ struct SharedState {
   SharedCondVar bg_cv;
   std::atomic<uint32_t> bg_pending;
   std::atomic<uint32_t> reclaim_pending;  // a dropped keyspace may still hold data in the levels
-  std::atomic<uint32_t> bg_failed;  // a background compaction failed: writers get the error
+  std::atomic<uint32_t> bg_failed;        // a background compaction failed: writers get the error
   char bg_error[256];
 
   SharedLogs logs;

@@ -30,7 +30,9 @@ bool SharedMutex::TryLock() {
   return rc == 0;
 }
 
-void SharedMutex::Unlock() { pthread_mutex_unlock(&mu_); }
+void SharedMutex::Unlock() {
+  pthread_mutex_unlock(&mu_);
+}
 
 // Sets up a process-shared condition variable on the monotonic clock.
 void SharedCondVar::Init() {
@@ -55,6 +57,8 @@ void SharedCondVar::WaitFor(SharedMutex* mu, int timeout_ms) {
   if (pthread_cond_timedwait(&cv_, &mu->mu_, &ts) == EOWNERDEAD) pthread_mutex_consistent(&mu->mu_);
 }
 
-void SharedCondVar::NotifyAll() { pthread_cond_broadcast(&cv_); }
+void SharedCondVar::NotifyAll() {
+  pthread_cond_broadcast(&cv_);
+}
 
 }  // namespace slipstream::engine

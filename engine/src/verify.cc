@@ -46,7 +46,8 @@ class TreeChecker {
       if ((i > 0 && key <= prev) || key < low || (high && key >= *high)) {
         return Fail("keys out of order in segment " + std::to_string(p.segment));
       }
-      if (i == 0 && !low.empty() && key != low) return Fail("pivot does not match child's first key");
+      if (i == 0 && !low.empty() && key != low)
+        return Fail("pivot does not match child's first key");
       prev.assign(key);
       if (node.is_leaf()) {
         s = CheckLeafEntry(node, i);
@@ -121,7 +122,8 @@ Status EngineImpl::Verify() {
       if (!prev.empty() && n->key() < prev) return Status::Corruption("memtable out of order");
       prev.assign(n->key());
       if (n->value_kind() == ValueKind::kLargePtr) {
-        if (n->value_size != ValuePtr::kEncodedSize) return Status::Corruption("bad memtable pointer");
+        if (n->value_size != ValuePtr::kEncodedSize)
+          return Status::Corruption("bad memtable pointer");
         ValuePtr p = ValuePtr::DecodeFrom(n->value().data());
         LeafEntry e{n->key(), ValueKind::kLargePtr, {}, p};
         std::string value;
@@ -137,16 +139,19 @@ Status EngineImpl::Verify() {
   for (uint64_t seg = 1; seg < segments_.count(); seg++) {
     const SegmentInfo& info = segments_.info(seg);
     if (info.kind == uint8_t(SegmentKind::kFree) || (info.flags & kSegmentRetired)) continue;
-    std::string where = "segment " + std::to_string(seg) + " (" + SegmentKindName(SegmentKind(info.kind)) + ")";
+    std::string where =
+        "segment " + std::to_string(seg) + " (" + SegmentKindName(SegmentKind(info.kind)) + ")";
     switch (SegmentKind(info.kind)) {
       case SegmentKind::kIndex:
       case SegmentKind::kBloom:
-        if (!live_trees.count(info.owner)) return Status::Corruption(where + " belongs to no level");
+        if (!live_trees.count(info.owner))
+          return Status::Corruption(where + " belongs to no level");
         tree_segments[info.owner]++;
         break;
       case SegmentKind::kMediumLog:
       case SegmentKind::kLargeLog: {
-        if (info.invalid_bytes > info.bytes_written) return Status::Corruption(where + " has more invalid than written bytes");
+        if (info.invalid_bytes > info.bytes_written)
+          return Status::Corruption(where + " has more invalid than written bytes");
         uint64_t live = info.bytes_written - info.invalid_bytes;
         uint64_t refs = referenced.count(uint32_t(seg)) ? referenced[uint32_t(seg)] : 0;
         if (live != refs) {
@@ -164,13 +169,15 @@ Status EngineImpl::Verify() {
     }
   }
   if (!referenced.empty()) {
-    return Status::Corruption("a value pointer lands in segment " + std::to_string(referenced.begin()->first) +
+    return Status::Corruption("a value pointer lands in segment " +
+                              std::to_string(referenced.begin()->first) +
                               ", which is not an allocated log segment");
   }
   for (auto [tree, level] : live_trees) {
     if (tree_segments[tree] != v.levels[level].segments) {
-      return Status::Corruption("level " + std::to_string(level) + " owns " + std::to_string(tree_segments[tree]) +
-                                " segments, its descriptor says " + std::to_string(v.levels[level].segments));
+      return Status::Corruption(
+          "level " + std::to_string(level) + " owns " + std::to_string(tree_segments[tree]) +
+          " segments, its descriptor says " + std::to_string(v.levels[level].segments));
     }
   }
   return Status::OK();

@@ -148,8 +148,9 @@ Status EngineImpl::PrepareOp(WriteOp* op, size_t* l0_bytes, size_t* large_bytes,
   op->ikey = MakeInternalKey(op->keyspace, op->key);
   size_t key_part = VarintLength(uint32_t(op->ikey.size())) + op->ikey.size();
   size_t mem_value = 0;
-  bool large = op->type == WriteOp::kRelocate ||
-               (op->type == WriteOp::kPut && op->key.size() + op->value.size() >= options_.large_threshold);
+  bool large =
+      op->type == WriteOp::kRelocate ||
+      (op->type == WriteOp::kPut && op->key.size() + op->value.size() >= options_.large_threshold);
   if (op->type == WriteOp::kRelocate) {
     op->encoded.assign(op->value);
   } else if (large) {
@@ -277,7 +278,8 @@ Status EngineImpl::ApplyOp(WriteOp* op, Lsn lsn, bool* large_touched) {
   char kind_byte;
   char ptr_buf[ValuePtr::kEncodedSize];
   char varint[5];
-  std::string_view key_len(varint, size_t(EncodeVarint32(varint, uint32_t(op->ikey.size())) - varint));
+  std::string_view key_len(varint,
+                           size_t(EncodeVarint32(varint, uint32_t(op->ikey.size())) - varint));
   MemTable active = memtables_.Get(levels_.Latest().active_memtable);
   if (!op->encoded.empty()) {
     if (!logs_.HasRoom(LogKind::kLarge, RecordSpace(op->encoded.size()) + kChecksumEntrySize)) {

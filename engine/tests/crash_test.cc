@@ -85,7 +85,9 @@ Unit UnitOf(uint64_t u) {
 }
 
 // Identifies the put that wrote a value: unit * 16 + position; -1 means absent.
-int64_t PutId(uint64_t u, size_t j) { return int64_t(u * 16 + j); }
+int64_t PutId(uint64_t u, size_t j) {
+  return int64_t(u * 16 + j);
+}
 
 std::string ValueOf(int key, uint64_t u, size_t j, size_t size) {
   std::string v = KeyOf(key) + "#" + std::to_string(u) + "#" + std::to_string(j) + "#";
@@ -168,14 +170,16 @@ std::string ReadState(Engine* e, KeyspaceId ks, Model* out) {
   for (int k = 0; k < kKeys; k++) {
     Status s = e->Get(ks, KeyOf(k), &got);
     if (s.IsNotFound()) {
-      if ((*out)[k] != -1) return "Get(" + KeyOf(k) + ") NotFound but the scan has " + Describe((*out)[k]);
+      if ((*out)[k] != -1)
+        return "Get(" + KeyOf(k) + ") NotFound but the scan has " + Describe((*out)[k]);
       continue;
     }
     if (!s.ok()) return "Get(" + KeyOf(k) + "): " + s.ToString();
     int64_t id = ParseValue(k, got, &why);
     if (id < 0) return "Get: " + why;
     if (id != (*out)[k]) {
-      return "Get(" + KeyOf(k) + ") has " + Describe(id) + " but the scan has " + Describe((*out)[k]);
+      return "Get(" + KeyOf(k) + ") has " + Describe(id) + " but the scan has " +
+             Describe((*out)[k]);
     }
   }
   return "";
@@ -244,12 +248,14 @@ int ChildMain(const Options& options, const Arena& arena, uint64_t start, const 
   ctl->stage.store(kStageCheck);
   Model recovered;
   std::string problem = ReadState(e.get(), ks, &recovered);
-  if (!problem.empty()) return ChildFail(ctl, kExitRecoveredState, "recovered state: %s", problem.c_str());
+  if (!problem.empty())
+    return ChildFail(ctl, kExitRecoveredState, "recovered state: %s", problem.c_str());
   for (int k = 0; k < kKeys; k++) {
     if (recovered[k] != expected[k]) {
       return ChildFail(ctl, kExitRecoveredState,
                        "second recovery differs from the parent's: %s has %s, expected %s",
-                       KeyOf(k).c_str(), Describe(recovered[k]).c_str(), Describe(expected[k]).c_str());
+                       KeyOf(k).c_str(), Describe(recovered[k]).c_str(),
+                       Describe(expected[k]).c_str());
     }
   }
 
@@ -285,17 +291,20 @@ int ChildMain(const Options& options, const Arena& arena, uint64_t start, const 
       s = e->Put(ks, KeyOf(op.key), ValueOf(op.key, u, 0, op.size), &lsn);
     }
     if (!s.ok()) {
-      code = ChildFail(ctl, kExitWrite, "unit %llu: %s", (unsigned long long)u, s.ToString().c_str());
+      code =
+          ChildFail(ctl, kExitWrite, "unit %llu: %s", (unsigned long long)u, s.ToString().c_str());
       break;
     }
     bool last = u + 1 == start + kMaxUnitsPerRound;
     if (u + 1 >= next_sync || last) {
       s = e->Sync(lsn);
       if (!s.ok()) {
-        code = ChildFail(ctl, kExitSync, "Sync after unit %llu: %s", (unsigned long long)u, s.ToString().c_str());
+        code = ChildFail(ctl, kExitSync, "Sync after unit %llu: %s", (unsigned long long)u,
+                         s.ToString().c_str());
         break;
       }
-      if (!Send(fd, kReportAcked, u + 1)) code = ChildFail(ctl, kExitPipe, "pipe: %s", strerror(errno));
+      if (!Send(fd, kReportAcked, u + 1))
+        code = ChildFail(ctl, kExitPipe, "pipe: %s", strerror(errno));
       next_sync = u + 1 + 1 + rng() % 24;
     }
   }
@@ -310,8 +319,8 @@ int ChildMain(const Options& options, const Arena& arena, uint64_t start, const 
 class SharedControl {
  public:
   SharedControl() {
-    void* p = mmap(nullptr, sizeof(Control), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                   -1, 0);
+    void* p =
+        mmap(nullptr, sizeof(Control), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) std::abort();
     ctl_ = new (p) Control();
     Clear();
@@ -399,7 +408,8 @@ TEST(Crash, SigkillKeepsEverySyncedWriteAndBatchesAtomic) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kill_after_ms);
     while (true) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      deadline - std::chrono::steady_clock::now()).count();
+                      deadline - std::chrono::steady_clock::now())
+                      .count();
       if (left <= 0) break;
       pollfd p{fds[0], POLLIN, 0};
       poll(&p, 1, int(std::min<int64_t>(left, 5)));
@@ -412,8 +422,9 @@ TEST(Crash, SigkillKeepsEverySyncedWriteAndBatchesAtomic) {
     Drain(fds[0], &buffer, &keyspace_reported, &acked);  // up to EOF: the child is gone
     close(fds[0]);
     ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
-        << "the child ended on its own (exit code " << (WIFEXITED(status) ? WEXITSTATUS(status) : -1)
-        << ", stage " << ctl->stage.load() << "): " << ctl->message;
+        << "the child ended on its own (exit code "
+        << (WIFEXITED(status) ? WEXITSTATUS(status) : -1) << ", stage " << ctl->stage.load()
+        << "): " << ctl->message;
     killed_in_stage[std::clamp(ctl->stage.load(), 0, int(kStageDone))]++;
     uint64_t issued = std::max(ctl->issued.load(), start);
     keyspace_acked = keyspace_acked || keyspace_reported;
@@ -504,8 +515,8 @@ TEST(Crash, SigkillKeepsEverySyncedWriteAndBatchesAtomic) {
   Model recovered;
   ASSERT_EQ(ReadState(e.get(), ks, &recovered), "");
   for (int k = 0; k < kKeys; k++) {
-    ASSERT_EQ(recovered[k], model[k]) << KeyOf(k) << ": " << Describe(recovered[k]) << " vs "
-                                      << Describe(model[k]);
+    ASSERT_EQ(recovered[k], model[k])
+        << KeyOf(k) << ": " << Describe(recovered[k]) << " vs " << Describe(model[k]);
   }
   Status v = e->Verify();
   ASSERT_TRUE(v.ok()) << v.ToString();

@@ -125,7 +125,8 @@ TEST(Engine, CompactionBeforeAnyFlushSurvivesACrash) {
     ASSERT_TRUE(s.ok() || s.IsNotFound()) << k << " " << s.ToString();
   }
   // Writing on reuses the recovered log tails; the accounting must still add up.
-  for (int j = 0; j < 3000; j++, i++) ASSERT_TRUE(t->Put(ks, "after" + std::to_string(j), Value(3000, i)).ok());
+  for (int j = 0; j < 3000; j++, i++)
+    ASSERT_TRUE(t->Put(ks, "after" + std::to_string(j), Value(3000, i)).ok());
   ASSERT_TRUE(t->CompactAll().ok());
   v = t->Verify();
   ASSERT_TRUE(v.ok()) << v.ToString();

@@ -44,8 +44,8 @@ struct Control {
 class SharedControl {
  public:
   SharedControl() {
-    void* p = mmap(nullptr, sizeof(Control), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                   -1, 0);
+    void* p =
+        mmap(nullptr, sizeof(Control), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) std::abort();
     ctl_ = new (p) Control();
     for (auto& p2 : ctl_->progress) p2.store(0);
@@ -155,7 +155,8 @@ bool WaitWhileProgressing(Child* c, const std::atomic<uint64_t>* progress, int n
     if (p != last) {
       last = p;
       last_change = std::chrono::steady_clock::now();
-    } else if (std::chrono::steady_clock::now() - last_change > std::chrono::seconds(no_progress_s)) {
+    } else if (std::chrono::steady_clock::now() - last_change >
+               std::chrono::seconds(no_progress_s)) {
       return false;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -223,7 +224,9 @@ std::string ValueOf(const std::string& key, uint64_t version, size_t size) {
   return v;
 }
 
-bool InBatch(int i) { return (i / kBatchLen) % 7 == 3; }
+bool InBatch(int i) {
+  return (i / kBatchLen) % 7 == 3;
+}
 
 // The final state of writer `w` after all its operations (or after `ops` of them).
 void ApplyWriter(int w, int ops, std::map<std::string, std::string>* model) {
@@ -250,8 +253,8 @@ int64_t CheckValue(std::string_view key, std::string_view value, std::string* wh
     return -1;
   }
   if (value.size() < k.size() + 3 || value.substr(0, k.size()) != k || value[k.size()] != '#') {
-    *why = "value of " + k + " does not start with its key: '" +
-           std::string(value.substr(0, 40)) + "'";
+    *why = "value of " + k + " does not start with its key: '" + std::string(value.substr(0, 40)) +
+           "'";
     return -1;
   }
   size_t end = value.find('#', k.size() + 1);
@@ -301,11 +304,13 @@ int WriterMain(const Options& options, const Arena& arena, KeyspaceId ks, int w,
     if (m == model.end()) {
       if (!s.IsNotFound()) {
         return Fail(ctl, slot, kExitReadBack, "writer %d op %d: Get(%s) after delete: %s", w, i,
-                    key.c_str(), s.ok() ? ("found " + got.substr(0, 30)).c_str() : s.ToString().c_str());
+                    key.c_str(),
+                    s.ok() ? ("found " + got.substr(0, 30)).c_str() : s.ToString().c_str());
       }
     } else if (!s.ok() || got != m->second) {
       return Fail(ctl, slot, kExitReadBack, "writer %d op %d: Get(%s) after put: %s", w, i,
-                  key.c_str(), s.ok() ? ("wrong value " + got.substr(0, 30)).c_str() : s.ToString().c_str());
+                  key.c_str(),
+                  s.ok() ? ("wrong value " + got.substr(0, 30)).c_str() : s.ToString().c_str());
     }
     return kExitOk;
   };
@@ -328,7 +333,8 @@ int WriterMain(const Options& options, const Arena& arena, KeyspaceId ks, int w,
         keys.push_back(key);
       }
       Status s = e->Write(batch, &lsn);
-      if (!s.ok()) return Fail(ctl, slot, kExitWrite, "writer %d batch at %d: %s", w, i, s.ToString().c_str());
+      if (!s.ok())
+        return Fail(ctl, slot, kExitWrite, "writer %d batch at %d: %s", w, i, s.ToString().c_str());
       for (const std::string& key : keys) {
         if (int rc = read_back(key, i)) return rc;
       }
@@ -345,7 +351,8 @@ int WriterMain(const Options& options, const Arena& arena, KeyspaceId ks, int w,
         s = e->Put(ks, key, v, &lsn);
         model[key] = v;
       }
-      if (!s.ok()) return Fail(ctl, slot, kExitWrite, "writer %d op %d: %s", w, i, s.ToString().c_str());
+      if (!s.ok())
+        return Fail(ctl, slot, kExitWrite, "writer %d op %d: %s", w, i, s.ToString().c_str());
       if (i % 5 == 0) {
         if (int rc = read_back(key, i)) return rc;
       }
@@ -358,7 +365,8 @@ int WriterMain(const Options& options, const Arena& arena, KeyspaceId ks, int w,
     ctl->progress[slot].store(uint64_t(i));
   }
   Status s = e->Sync(lsn);
-  if (!s.ok()) return Fail(ctl, slot, kExitSync, "writer %d final Sync: %s", w, s.ToString().c_str());
+  if (!s.ok())
+    return Fail(ctl, slot, kExitSync, "writer %d final Sync: %s", w, s.ToString().c_str());
   return kExitOk;
 }
 
@@ -410,7 +418,8 @@ int ReaderMain(const Options& options, const Arena& arena, KeyspaceId ks, int r,
     for (; it->Valid(); it->Next(), entries++) {
       std::string key(it->key());
       if (first && key < start) {
-        return Fail(ctl, slot, kExitSeek, "reader %d: Seek(%s) landed on %s", r, start.c_str(), key.c_str());
+        return Fail(ctl, slot, kExitSeek, "reader %d: Seek(%s) landed on %s", r, start.c_str(),
+                    key.c_str());
       }
       if (!first && key <= prev) {
         return Fail(ctl, slot, kExitScanOrder, "reader %d scan %llu: key %s after %s", r,
@@ -435,7 +444,9 @@ int ReaderMain(const Options& options, const Arena& arena, KeyspaceId ks, int r,
       std::string key = WriterKey(int(rng() % kWriters), int(rng() % kKeysPerWriter));
       Status s = e->Get(ks, key, &got);
       if (s.IsNotFound()) continue;
-      if (!s.ok()) return Fail(ctl, slot, kExitGet, "reader %d Get(%s): %s", r, key.c_str(), s.ToString().c_str());
+      if (!s.ok())
+        return Fail(ctl, slot, kExitGet, "reader %d Get(%s): %s", r, key.c_str(),
+                    s.ToString().c_str());
       int64_t version = CheckValue(key, got, &why);
       if (version < 0) return Fail(ctl, slot, kExitGet, "reader %d Get: %s", r, why.c_str());
       if (int rc = seen(key, version, "Get")) return rc;
@@ -457,7 +468,8 @@ void CheckAgainstModel(Engine* e, KeyspaceId ks, const std::map<std::string, std
       Status s = e->Get(ks, key, &got);
       auto m = model.find(key);
       if (m == model.end()) {
-        ASSERT_TRUE(s.IsNotFound()) << key << ": " << (s.ok() ? "found " + got.substr(0, 30) : s.ToString());
+        ASSERT_TRUE(s.IsNotFound())
+            << key << ": " << (s.ok() ? "found " + got.substr(0, 30) : s.ToString());
       } else {
         ASSERT_TRUE(s.ok()) << key << ": " << s.ToString();
         ASSERT_EQ(got, m->second) << key;
@@ -492,7 +504,8 @@ TEST(MultiProcess, WritersReadersAndBackgroundWorker) {
   }
   {
     int s = slot++;
-    others.push_back(Spawn(s, "background", [&, s] { return BackgroundMain(o, arena, ctl.get(), s); }));
+    others.push_back(
+        Spawn(s, "background", [&, s] { return BackgroundMain(o, arena, ctl.get(), s); }));
   }
   for (int r = 0; r < 2; r++, slot++) {
     int s = slot;
@@ -527,7 +540,8 @@ TEST(MultiProcess, WritersReadersAndBackgroundWorker) {
   }
   ASSERT_TRUE(blocked.empty()) << blocked << "(stalls " << t->GetStats().stall_count
                                << ", background rounds with work " << ctl->progress[kWriters].load()
-                               << ")\n" << failures;
+                               << ")\n"
+                               << failures;
   ASSERT_FALSE(hung) << "a child hung and was killed\n" << failures;
   ASSERT_TRUE(failures.empty()) << failures;
   printf("background rounds with work: %llu, reader rounds: %llu and %llu\n",
@@ -599,7 +613,8 @@ void FillForSnapshot(Engine* e, KeyspaceId ks, std::map<std::string, std::string
 // (its message in ctl->message[slot]); after a failure it goes on with the rest, but calls
 // CompactAll no more (so a Busy CompactAll costs its wait once). With a null engine it only
 // computes the model.
-int Churn(Engine* e, KeyspaceId ks, std::map<std::string, std::string>* model, Control* ctl, int slot) {
+int Churn(Engine* e, KeyspaceId ks, std::map<std::string, std::string>* model, Control* ctl,
+          int slot) {
   int failed = kExitOk;
   for (int gen = 2; gen < 4; gen++) {
     for (int n = 0; n < kSnapKeys; n++) {
@@ -620,12 +635,15 @@ int Churn(Engine* e, KeyspaceId ks, std::map<std::string, std::string>* model, C
         if (e) s = e->Put(ks, nk, v);
         (*model)[nk] = v;
       }
-      if (!s.ok()) return Fail(ctl, slot, kExitWrite, "churn gen %d key %d: %s", gen, n, s.ToString().c_str());
+      if (!s.ok())
+        return Fail(ctl, slot, kExitWrite, "churn gen %d key %d: %s", gen, n, s.ToString().c_str());
     }
     if (!e) continue;
     if (failed == kExitOk) {
       Status s = e->CompactAll();
-      if (!s.ok()) failed = Fail(ctl, slot, kExitCompact, "CompactAll (gen %d): %s", gen, s.ToString().c_str());
+      if (!s.ok())
+        failed =
+            Fail(ctl, slot, kExitCompact, "CompactAll (gen %d): %s", gen, s.ToString().c_str());
     }
     Status s = e->RunGC();
     if (!s.ok()) return Fail(ctl, slot, kExitCompact, "RunGC: %s", s.ToString().c_str());
@@ -686,7 +704,8 @@ TEST(MultiProcess, IteratorSnapshotSurvivesOtherProcessWrites) {
   ASSERT_FALSE(hung) << "churn child hung";
   // A failed churn (e.g. CompactAll refused) is reported; the snapshot is checked regardless.
   EXPECT_EQ(Outcome(c, ctl.get()), "");
-  ASSERT_TRUE(WIFEXITED(c.status) && (WEXITSTATUS(c.status) == 0 || WEXITSTATUS(c.status) == kExitCompact))
+  ASSERT_TRUE(WIFEXITED(c.status) &&
+              (WEXITSTATUS(c.status) == 0 || WEXITSTATUS(c.status) == kExitCompact))
       << Outcome(c, ctl.get());
   // The parent recomputes what the child did (the child's copy of `after` died with it).
   ASSERT_EQ(Churn(nullptr, ks, &after, ctl.get(), 1), 0);
@@ -803,7 +822,8 @@ TEST(MultiProcess, WritersProgressWhileOtherProcessHoldsIterator) {
   // ~4 MiB of small entries: four times l0_size, so memtables must switch several times.
   constexpr int kPuts = 50000;
   SharedControl ctl;
-  Child bg = Spawn(0, "background", [&] { return BackgroundMain(t.options, t.arena, ctl.get(), 0); });
+  Child bg =
+      Spawn(0, "background", [&] { return BackgroundMain(t.options, t.arena, ctl.get(), 0); });
   Child writer = Spawn(1, "writer", [&]() -> int {
     std::unique_ptr<Engine> e;
     if (int rc = OpenChildEngine(t.options, t.arena, ctl.get(), 1, &e)) return rc;
@@ -835,8 +855,9 @@ TEST(MultiProcess, WritersProgressWhileOtherProcessHoldsIterator) {
   bool still_stuck = stuck && !WaitWhileProgressing(&writer, &ctl->progress[1], kNoProgressLimitS);
   EXPECT_FALSE(still_stuck) << "the writer is still blocked " << kNoProgressLimitS
                             << " s after the iterator was released, at put "
-                            << ctl->progress[1].load() << " (background rounds with work: "
-                            << ctl->progress[0].load() << ", stalls " << t->GetStats().stall_count
+                            << ctl->progress[1].load()
+                            << " (background rounds with work: " << ctl->progress[0].load()
+                            << ", stalls " << t->GetStats().stall_count
                             << "): the background worker itself may be blocked";
   bool hung = false;
   if (still_stuck) {
@@ -970,9 +991,8 @@ void RunCounters(Options (*make)(const std::string&), size_t value_size) {
   Child background =
       Spawn(bg_slot, "background", [&] { return BackgroundMain(o, arena, ctl.get(), bg_slot); });
   int scan_slot = bg_slot + 1;
-  Child scanner = Spawn(scan_slot, "scanner", [&] {
-    return ScannerMain(o, arena, ks, ctl.get(), scan_slot);
-  });
+  Child scanner =
+      Spawn(scan_slot, "scanner", [&] { return ScannerMain(o, arena, ks, ctl.get(), scan_slot); });
   bool hung = false;
   for (Child& c : writers) Reap(&c, 120, &hung);
   ctl->stop.store(1);
@@ -1008,9 +1028,13 @@ Options TableLikeOptions(const std::string& dir) {
   return o;
 }
 
-TEST(MultiProcess, ReadModifyWriteCountersSurviveCompactions) { RunCounters(TinyMemtableOptions, 400); }
+TEST(MultiProcess, ReadModifyWriteCountersSurviveCompactions) {
+  RunCounters(TinyMemtableOptions, 400);
+}
 
-TEST(MultiProcess, ReadModifyWriteMediumRowsLikeTheTableAm) { RunCounters(TableLikeOptions, 120); }
+TEST(MultiProcess, ReadModifyWriteMediumRowsLikeTheTableAm) {
+  RunCounters(TableLikeOptions, 120);
+}
 
 }  // namespace
 }  // namespace slipstream::engine::test

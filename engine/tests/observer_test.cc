@@ -71,7 +71,7 @@ class LogMirror : public EngineObserver {
 TEST(Observer, LogWritesRebuildTheLogsByteForByte) {
   TestEngine t([](const std::string& dir) {
     Options o = SmallOptions(dir);
-    o.l0_size = 8u << 20;       // no memtable switch: every L0 segment stays in use
+    o.l0_size = 8u << 20;      // no memtable switch: every L0 segment stays in use
     o.compress_large = false;  // the large log spans several segments
     return o;
   });
@@ -128,7 +128,8 @@ TEST(Observer, LogWritesRebuildTheLogsByteForByte) {
     for (const ScannedRecord& r : scan.records) {
       if (r.type != LogRecordType::kPut) continue;
       uint32_t key_size = 0;
-      const char* p = DecodeVarint32(r.payload.data(), r.payload.data() + r.payload.size(), &key_size);
+      const char* p =
+          DecodeVarint32(r.payload.data(), r.payload.data() + r.payload.size(), &key_size);
       ASSERT_NE(p, nullptr);
       keys.insert(std::string(p + kKeyspacePrefix, key_size - kKeyspacePrefix));
       if (ValueKind(uint8_t(p[key_size])) == ValueKind::kLargePtr) {
@@ -246,7 +247,8 @@ TEST(Observer, ACompactionThatFailsIsReportedAbandoned) {
   for (const std::string& p : recorder->problems_) ADD_FAILURE() << p;
   int abandoned = 0;
   for (const auto& [id, c] : recorder->compactions_) {
-    EXPECT_TRUE(c.installed != c.abandoned) << "compaction " << id << " ended " << (c.installed ? "twice" : "never");
+    EXPECT_TRUE(c.installed != c.abandoned)
+        << "compaction " << id << " ended " << (c.installed ? "twice" : "never");
     abandoned += c.abandoned;
   }
   EXPECT_GE(abandoned, 1);

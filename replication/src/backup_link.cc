@@ -13,9 +13,12 @@ namespace {
 Status FromError(const Error& e) {
   std::string text = "backup refused: " + e.message;
   switch (ErrorCode(e.code)) {
-    case ErrorCode::kNoBuffer: return Status::WouldBlock(text);
-    case ErrorCode::kStorage: return Status::IOError(text);
-    default: return Status::InvalidArgument(text);
+    case ErrorCode::kNoBuffer:
+      return Status::WouldBlock(text);
+    case ErrorCode::kStorage:
+      return Status::IOError(text);
+    default:
+      return Status::InvalidArgument(text);
   }
 }
 

@@ -93,9 +93,9 @@ Status BackupServer::Session::OnHello(const Hello& hello) {
   if (!primary().empty()) return Status::InvalidArgument("a second HELLO");
   const BackupOptions& o = server_->options_;
   if (o.system_id != 0 && hello.system_id != o.system_id) {
-    return Refuse(ErrorCode::kWrongCluster, "this backup copies the cluster with system identifier " +
-                                                std::to_string(o.system_id) + ", not " +
-                                                std::to_string(hello.system_id));
+    return Refuse(ErrorCode::kWrongCluster,
+                  "this backup copies the cluster with system identifier " +
+                      std::to_string(o.system_id) + ", not " + std::to_string(hello.system_id));
   }
   uint64_t seen = 0;
   {
@@ -167,14 +167,16 @@ Status BackupServer::Session::PersistPrefix(Buffer* b, bool closed, uint32_t* va
 Status BackupServer::Session::OnClose(const Close& close) {
   std::lock_guard<std::mutex> lock(mu_);
   if (close.buffer >= buffers_.size() || !buffers_[close.buffer].open) {
-    return Refuse(ErrorCode::kUnknownBuffer, "buffer " + std::to_string(close.buffer) + " is not open");
+    return Refuse(ErrorCode::kUnknownBuffer,
+                  "buffer " + std::to_string(close.buffer) + " is not open");
   }
   Buffer& b = buffers_[close.buffer];
-  uint32_t valid = ValidPrefix(b.region.addr, uint32_t(b.region.length), b.segment.stream,
-                               b.segment.sequence);
+  uint32_t valid =
+      ValidPrefix(b.region.addr, uint32_t(b.region.length), b.segment.stream, b.segment.sequence);
   if (valid != close.length) {
     return Refuse(ErrorCode::kBadLength, "close at " + std::to_string(close.length) +
-                                             " but the valid prefix ends at " + std::to_string(valid));
+                                             " but the valid prefix ends at " +
+                                             std::to_string(valid));
   }
   Status s = PersistPrefix(&b, true, &valid);
   if (!s.ok()) return Refuse(ErrorCode::kStorage, s.ToString());
@@ -186,7 +188,8 @@ Status BackupServer::Session::OnClose(const Close& close) {
 Status BackupServer::Session::OnFlush(const Flush& flush) {
   std::lock_guard<std::mutex> lock(mu_);
   if (flush.buffer >= buffers_.size() || !buffers_[flush.buffer].open) {
-    return Refuse(ErrorCode::kUnknownBuffer, "buffer " + std::to_string(flush.buffer) + " is not open");
+    return Refuse(ErrorCode::kUnknownBuffer,
+                  "buffer " + std::to_string(flush.buffer) + " is not open");
   }
   Buffer& b = buffers_[flush.buffer];
   uint32_t valid;
@@ -194,7 +197,8 @@ Status BackupServer::Session::OnFlush(const Flush& flush) {
   if (!s.ok()) return Refuse(ErrorCode::kStorage, s.ToString());
   if (valid < flush.length) {
     return Refuse(ErrorCode::kBadLength, "flush to " + std::to_string(flush.length) +
-                                             " but the valid prefix ends at " + std::to_string(valid));
+                                             " but the valid prefix ends at " +
+                                             std::to_string(valid));
   }
   return Reply(FlushOk{flush.buffer, b.durable});
 }
@@ -226,10 +230,10 @@ void BackupServer::Session::AppendStatus(std::vector<BufferStatus>* out) {
   for (uint32_t i = 0; i < buffers_.size(); i++) {
     const Buffer& b = buffers_[i];
     if (!b.open) continue;
-    uint32_t valid = ValidPrefix(b.region.addr, uint32_t(b.region.length), b.segment.stream,
-                                 b.segment.sequence);
-    out->push_back(BufferStatus{primary_, i, b.segment.stream, b.segment.sequence,
-                                b.segment.start, valid, b.durable});
+    uint32_t valid =
+        ValidPrefix(b.region.addr, uint32_t(b.region.length), b.segment.stream, b.segment.sequence);
+    out->push_back(BufferStatus{primary_, i, b.segment.stream, b.segment.sequence, b.segment.start,
+                                valid, b.durable});
   }
 }
 
@@ -238,7 +242,9 @@ void BackupServer::Session::AppendStatus(std::vector<BufferStatus>* out) {
 BackupServer::BackupServer(const BackupOptions& options, BackupStore* store)
     : options_(options), store_(store) {}
 
-BackupServer::~BackupServer() { Stop(); }
+BackupServer::~BackupServer() {
+  Stop();
+}
 
 Status BackupServer::Start() {
   if (options_.buffers == 0 || options_.buffers_per_primary == 0) {
@@ -268,7 +274,9 @@ void BackupServer::Stop() {
   listener_.reset();
 }
 
-std::string BackupServer::address() const { return listener_ ? listener_->address() : ""; }
+std::string BackupServer::address() const {
+  return listener_ ? listener_->address() : "";
+}
 
 void BackupServer::AcceptLoop() {
   while (!stopping_.load()) {

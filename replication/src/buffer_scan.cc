@@ -5,9 +5,12 @@ namespace slipstream::replication {
 
 engine::LogKind KindOfStream(uint32_t stream) {
   switch (StreamId(stream)) {
-    case StreamId::kWal: return engine::LogKind::kWal;
-    case StreamId::kEngineL0: return engine::LogKind::kL0;
-    case StreamId::kEngineLarge: return engine::LogKind::kLarge;
+    case StreamId::kWal:
+      return engine::LogKind::kWal;
+    case StreamId::kEngineL0:
+      return engine::LogKind::kL0;
+    case StreamId::kEngineLarge:
+      return engine::LogKind::kLarge;
   }
   return engine::LogKind::kWal;
 }

@@ -20,8 +20,8 @@ Status ControlPort::Init() {
 Status ControlPort::PostRecv(uint32_t slot) {
   rdma::RecvRequest r;
   r.wr_id = kRecvTag | slot;
-  r.sge = rdma::Sge{slots_.addr + size_t(kSendSlots + slot) * kMaxMessage, kMaxMessage,
-                    slots_.lkey};
+  r.sge =
+      rdma::Sge{slots_.addr + size_t(kSendSlots + slot) * kMaxMessage, kMaxMessage, slots_.lkey};
   return connection_->PostRecv(&r, 1);
 }
 

@@ -177,7 +177,9 @@ uint64_t StreamShipper::KthHighest(int count, uint64_t Target::*field) const {
   return values[size_t(count - 1)];
 }
 
-uint64_t StreamShipper::Placed(int count) const { return KthHighest(count, &Target::placed); }
+uint64_t StreamShipper::Placed(int count) const {
+  return KthHighest(count, &Target::placed);
+}
 
 Status StreamShipper::WaitPlaced(uint64_t position, int count, int timeout_ms) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -204,7 +206,8 @@ Status StreamShipper::Flush(int count, int timeout_ms, uint64_t* durable) {
     t.durable = std::max(t.durable, PositionAt(done));
   }
   *durable = KthHighest(count, &Target::durable);
-  return live() >= count ? Status::OK() : Status::Unavailable("fewer backups than required are left");
+  return live() >= count ? Status::OK()
+                         : Status::Unavailable("fewer backups than required are left");
 }
 
 }  // namespace slipstream::replication

@@ -78,13 +78,18 @@ class Reader {
 
 }  // namespace
 
-bool IsValidStream(uint32_t stream) { return stream >= 1 && stream <= 3; }
+bool IsValidStream(uint32_t stream) {
+  return stream >= 1 && stream <= 3;
+}
 
 const char* StreamName(uint32_t stream) {
   switch (StreamId(stream)) {
-    case StreamId::kWal: return "wal";
-    case StreamId::kEngineL0: return "engine_l0";
-    case StreamId::kEngineLarge: return "engine_large";
+    case StreamId::kWal:
+      return "wal";
+    case StreamId::kEngineL0:
+      return "engine_l0";
+    case StreamId::kEngineLarge:
+      return "engine_large";
   }
   return "unknown";
 }
@@ -150,7 +155,9 @@ std::string Encode(const Message& message) {
 }
 
 Status Decode(std::string_view bytes, Message* message) {
-  auto bad = [](const char* why) { return Status::InvalidArgument(std::string("bad message: ") + why); };
+  auto bad = [](const char* why) {
+    return Status::InvalidArgument(std::string("bad message: ") + why);
+  };
   if (bytes.size() < 12 || bytes.size() > kMaxMessage) return bad("size");
   uint32_t head[3];
   std::memcpy(head, bytes.data(), sizeof(head));

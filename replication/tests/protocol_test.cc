@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -131,7 +131,8 @@ TEST_P(Protocol, AppendsArePlacedAndClosedBuffersPersisted) {
   while (stream.size() < 5 * kBufferSize) {  // several buffers
     std::string chunk = RandomBytes(rng, 1 + rng() % 3000);
     Status a = shipper.Append(1000 + stream.size(), chunk);
-    ASSERT_TRUE(a.ok()) << a.ToString() << " " << (shipper.failures().empty() ? "" : shipper.failures()[0]);
+    ASSERT_TRUE(a.ok()) << a.ToString() << " "
+                        << (shipper.failures().empty() ? "" : shipper.failures()[0]);
     stream += chunk;
     if (rng() % 4 == 0) {
       ASSERT_TRUE(shipper.WaitPlaced(shipper.end(), 1, 5000).ok());

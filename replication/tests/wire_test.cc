@@ -1,10 +1,10 @@
 // The control messages: every message round-trips, and anything that is not exactly one
 // well-formed message is refused (never crashes, never half-parses).
+#include "slipstream/replication/wire.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
-
-#include "slipstream/replication/wire.h"
 
 namespace slipstream::replication {
 namespace {
@@ -70,9 +70,15 @@ TEST(Wire, MutationsNeverHalfParse) {
     int edits = 1 + int(rng() % 4);
     for (int e = 0; e < edits; e++) {
       switch (rng() % 3) {
-        case 0: bytes[rng() % bytes.size()] ^= char(1 << (rng() % 8)); break;
-        case 1: bytes.resize(rng() % (bytes.size() + 1)); break;
-        default: bytes.push_back(char(rng())); break;
+        case 0:
+          bytes[rng() % bytes.size()] ^= char(1 << (rng() % 8));
+          break;
+        case 1:
+          bytes.resize(rng() % (bytes.size() + 1));
+          break;
+        default:
+          bytes.push_back(char(rng()));
+          break;
       }
       if (bytes.empty()) bytes.push_back(0);
     }

@@ -57,6 +57,8 @@ struct RecordHeader {
 };
 static_assert(sizeof(RecordHeader) == kRecordHeaderSize);
 
-inline uint32_t NonZero(uint32_t crc) { return crc == 0 ? 1 : crc; }
+inline uint32_t NonZero(uint32_t crc) {
+  return crc == 0 ? 1 : crc;
+}
 
 }  // namespace slipstream::engine

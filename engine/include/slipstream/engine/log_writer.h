@@ -22,7 +22,9 @@ void StartLogSegment(char* base, uint32_t segment_size, LogKind kind, uint64_t s
                      uint32_t segment, uint64_t nonce, LogCursor* cursor);
 
 // Bytes a data record with `payload` bytes takes in a segment.
-inline uint32_t RecordSpace(size_t payload) { return uint32_t(kRecordHeaderSize + payload); }
+inline uint32_t RecordSpace(size_t payload) {
+  return uint32_t(kRecordHeaderSize + payload);
+}
 
 // Appends one data record whose payload is the concatenation of `parts`; returns its offset.
 // The caller has checked that it fits. No checksum is appended.

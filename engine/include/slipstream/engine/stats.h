@@ -7,10 +7,10 @@
 namespace slipstream::engine {
 
 struct LevelStats {
-  uint32_t level = 0;      // 1..max_levels
-  uint64_t bytes = 0;      // key-value bytes stored at this level (in place or by pointer)
-  uint64_t segments = 0;   // index, leaf and bloom segments owned by the level
-  uint64_t entries = 0;    // entries, tombstones included
+  uint32_t level = 0;     // 1..max_levels
+  uint64_t bytes = 0;     // key-value bytes stored at this level (in place or by pointer)
+  uint64_t segments = 0;  // index, leaf and bloom segments owned by the level
+  uint64_t entries = 0;   // entries, tombstones included
   uint64_t small_entries = 0;
   uint64_t medium_entries = 0;  // in place or pointing into the medium log
   uint64_t large_entries = 0;

@@ -25,11 +25,11 @@ namespace slipstream::replication {
 
 struct BackupOptions {
   std::string address = "127.0.0.1:0";  // where primaries connect ("HOST:PORT"; 0: any port)
-  rdma::TransportOptions transport;      // the shared secret lives here
-  uint64_t system_id = 0;                // only primaries of this cluster are served (0: any)
-  uint32_t buffers = 16;                 // buffers in all, over every primary
-  uint32_t buffers_per_primary = 4;      // buffers one primary may hold open at once
-  uint32_t buffer_size = 8u << 20;       // bytes per buffer
+  rdma::TransportOptions transport;     // the shared secret lives here
+  uint64_t system_id = 0;               // only primaries of this cluster are served (0: any)
+  uint32_t buffers = 16;                // buffers in all, over every primary
+  uint32_t buffers_per_primary = 4;     // buffers one primary may hold open at once
+  uint32_t buffer_size = 8u << 20;      // bytes per buffer
 };
 
 // One buffer as the status view shows it.
