@@ -49,3 +49,51 @@ CREATE FUNCTION row_versions(rel regclass)
 RETURNS TABLE(ctid tid, xmin xid, xmax xid, infomask integer, infomask2 integer, next_ctid tid)
 AS 'MODULE_PATHNAME', 'slipstream_row_versions' LANGUAGE C VOLATILE;
 REVOKE ALL ON FUNCTION row_versions(regclass) FROM PUBLIC;
+
+-- Replication (docs/replication.md): on a backup, serve_backup; on a primary, add_backup.
+CREATE FUNCTION serve_backup(listen text, secret text, buffers integer DEFAULT 16,
+                             buffer_size text DEFAULT '8MB')
+RETURNS text
+AS 'MODULE_PATHNAME', 'slipstream_serve_backup' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION serve_backup(text, text, integer, text) IS 'makes this node a backup: primaries connect to LISTEN with SECRET; returns the address served';
+
+CREATE FUNCTION stop_serving()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'slipstream_stop_serving' LANGUAGE C VOLATILE;
+
+CREATE FUNCTION add_backup(name text, address text, transport text DEFAULT 'tcp', secret text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'slipstream_add_backup' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION add_backup(text, text, text, text) IS 'ships this primary''s WAL to a backup from now on';
+
+CREATE FUNCTION drop_backup(name text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'slipstream_drop_backup' LANGUAGE C VOLATILE STRICT;
+
+CREATE FUNCTION replication_status()
+RETURNS TABLE(name text, address text, transport text, state text, sent_lsn pg_lsn,
+              placed_lsn pg_lsn, durable_lsn pg_lsn, placed_lag bigint,
+              last_ok timestamptz, error text)
+AS 'MODULE_PATHNAME', 'slipstream_replication_status' LANGUAGE C VOLATILE;
+
+CREATE FUNCTION backup_buffer_status()
+RETURNS TABLE(primary_name text, buffer integer, stream text, sequence bigint,
+              start_lsn pg_lsn, valid_bytes bigint, durable_bytes bigint)
+AS 'MODULE_PATHNAME', 'slipstream_backup_buffers' LANGUAGE C VOLATILE;
+
+CREATE VIEW replication AS SELECT * FROM replication_status();
+CREATE VIEW backup_buffers AS SELECT * FROM backup_buffer_status();
+
+DO $$
+DECLARE f text;
+BEGIN
+  FOREACH f IN ARRAY ARRAY['serve_backup(text, text, integer, text)', 'stop_serving()',
+                           'add_backup(text, text, text, text)', 'drop_backup(text)',
+                           'replication_status()', 'backup_buffer_status()'] LOOP
+    EXECUTE format('REVOKE ALL ON FUNCTION slipstream.%s FROM PUBLIC', f);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION slipstream.%s TO slipstream_admin', f);
+  END LOOP;
+END
+$$;
+REVOKE ALL ON replication, backup_buffers FROM PUBLIC;
+GRANT SELECT ON replication, backup_buffers TO slipstream_admin;

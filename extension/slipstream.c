@@ -4,6 +4,7 @@
  * per-transaction cleanup. The table access method itself is in tableam/.
  */
 #include "slipstream.h"
+#include "replication/repl.h"
 
 #include "access/xact.h"
 #include "access/xlog.h"
@@ -26,6 +27,7 @@ request_shmem(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	ss_shmem_request();
+	ss_repl_shmem_request();
 }
 
 /* shmem_startup_hook: create or attach our shared structures. */
@@ -35,15 +37,23 @@ startup_shmem(void)
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 	ss_shmem_startup();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	ss_repl_shmem_startup();
+	LWLockRelease(AddinShmemInitLock);
 }
 
-/* A change interrupted by an error is no longer in flight (the horizon must not stick). */
+/*
+ * A change interrupted by an error is no longer in flight (the horizon must not stick); a
+ * commit waits for the backups in the remote commit modes (replication/commit_wait.c).
+ */
 static void
 on_xact_end(XactEvent event, void *arg)
 {
 	if ((event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT) && ss_shared != NULL &&
 		MyProc != NULL)
 		ss_change_done();
+	if (event == XACT_EVENT_COMMIT)
+		ss_repl_commit_wait();
 }
 
 /* Same for subtransactions rolled back by an error. */
@@ -79,6 +89,7 @@ _PG_init(void)
 	shmem_startup_hook = startup_shmem;
 	ss_register_rmgr();
 	ss_register_worker();
+	ss_register_repl_workers();
 	RegisterXactCallback(on_xact_end, NULL);
 	RegisterSubXactCallback(on_subxact_end, NULL);
 }

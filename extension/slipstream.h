@@ -106,6 +106,8 @@ ss_tag(Oid dbid, Oid relfilenode)
 #include "admin/settings.def"
 
 extern void ss_define_settings(void);
+/* ERROR unless the user is a superuser or a member of slipstream_admin (admin/functions.c). */
+extern void ss_require_admin(const char *what);
 /* The engine options from the GUCs. */
 extern void ss_fill_options(SsOptions *options);
 

@@ -62,8 +62,8 @@ open_slipstream_table(Oid relid, LOCKMODE lockmode)
 }
 
 /* Configuration needs superuser or membership in slipstream_admin. */
-static void
-require_admin(const char *what)
+void
+ss_require_admin(const char *what)
 {
 	Oid			admin = get_role_oid("slipstream_admin", true);
 
@@ -296,7 +296,7 @@ slipstream_compact(PG_FUNCTION_ARGS)
 	Relation	rel;
 
 	require_arg(fcinfo, 0, "the table");
-	require_admin("force a compaction");
+	ss_require_admin("force a compaction");
 	rel = open_slipstream_table(PG_GETARG_OID(0), AccessShareLock);
 	ss_engine_ready();
 	SS_CHECK(ss_compact_all(), "compacting");

@@ -4,6 +4,7 @@
  * and the engine options made of them.
  */
 #include "slipstream.h"
+#include "replication/repl.h"
 
 #include "miscadmin.h"
 #include "utils/guc.h"
@@ -60,6 +61,7 @@ ss_define_settings(void)
 	SS_DEFINE_GUC_##KIND(NAME, ss_##FIELD, DEFAULT, MIN, MAX, CONTEXT, UNIT, DESCRIPTION, \
 						 LONG_DESCRIPTION);
 #include "admin/settings.def"
+	ss_repl_define_settings();
 	MarkGUCPrefixReserved("slipstream");
 
 	if (guc_small_threshold >= guc_large_threshold)

@@ -1,0 +1,366 @@
+/*
+ * replication/functions.c: the SQL functions that configure and show replication: on a
+ * backup, serve_backup / stop_serving and the backup_buffers view; on a primary, add_backup /
+ * drop_backup and the replication view. Configuring needs superuser or slipstream_admin;
+ * every argument is checked before anything changes, so an error leaves nothing half done.
+ * Secrets are never shown.
+ */
+#include "slipstream.h"
+#include "replication/repl.h"
+
+#include "access/xlog.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/pg_lsn.h"
+#include "utils/timestamp.h"
+
+PG_FUNCTION_INFO_V1(slipstream_serve_backup);
+PG_FUNCTION_INFO_V1(slipstream_stop_serving);
+PG_FUNCTION_INFO_V1(slipstream_add_backup);
+PG_FUNCTION_INFO_V1(slipstream_drop_backup);
+PG_FUNCTION_INFO_V1(slipstream_replication_status);
+PG_FUNCTION_INFO_V1(slipstream_backup_buffers);
+
+/* The text argument `n`, refused if NULL. */
+static char *
+text_arg(FunctionCallInfo fcinfo, int n, const char *name)
+{
+	if (PG_ARGISNULL(n))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+	return text_to_cstring(PG_GETARG_TEXT_PP(n));
+}
+
+/* Checks "HOST:PORT" (a port from 1 to 65535, port 0 only where `any_port`). */
+static void
+check_address(const char *address, bool any_port)
+{
+	const char *colon = strrchr(address, ':');
+	char	   *end;
+	long		port;
+
+	if (strlen(address) >= SS_REPL_TEXT || colon == NULL || colon == address)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid address \"%s\"", address),
+				 errhint("Give HOST:PORT, e.g. '127.0.0.1:7400'.")));
+	errno = 0;
+	port = strtol(colon + 1, &end, 10);
+	if (errno != 0 || *end != '\0' || end == colon + 1 || port < (any_port ? 0 : 1) || port > 65535)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid port in address \"%s\"", address),
+				 errhint("The port must be a number from %d to 65535.", any_port ? 0 : 1)));
+}
+
+/* Checks a shared secret: not empty, and short enough to keep. */
+static void
+check_secret(const char *secret)
+{
+	if (secret[0] == '\0' || strlen(secret) >= SS_REPL_TEXT)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the secret must be 1 to %d bytes long", SS_REPL_TEXT - 1),
+				 errhint("Primary and backup must be given the same secret.")));
+}
+
+/* Checks a backup or primary name. */
+static void
+check_name(const char *name)
+{
+	if (!ss_repl_valid_name(name))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_NAME),
+				 errmsg("invalid backup name \"%s\"", name),
+				 errhint("Use 1 to 63 letters, digits, '_', '-' or '.'.")));
+}
+
+/*
+ * serve_backup(listen, secret, buffers, buffer_size): makes this node a backup and waits until
+ * the backup worker serves (returns the address it listens on) or fails (ERROR, and the
+ * configuration is left as it was before).
+ */
+Datum
+slipstream_serve_backup(PG_FUNCTION_ARGS)
+{
+	char	   *listen = text_arg(fcinfo, 0, "listen");
+	char	   *secret = text_arg(fcinfo, 1, "secret");
+	int32		buffers = PG_ARGISNULL(2) ? 16 : PG_GETARG_INT32(2);
+	char	   *size_text = PG_ARGISNULL(3) ? "8MB" : text_to_cstring(PG_GETARG_TEXT_PP(3));
+	int64		buffer_size;
+	SsServeConfig before;
+	uint32		generation;
+	char		bound[SS_REPL_TEXT] = "";
+	char		error[SS_REPL_ERROR_SIZE] = "";
+	bool		ok = false;
+
+	ss_require_admin("configure a backup");
+	check_address(listen, true);
+	check_secret(secret);
+	if (buffers < 1 || buffers > 1024)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("buffers must be from 1 to 1024, not %d", buffers),
+				 errhint("Each primary uses up to 4 buffers at once; give a few per primary.")));
+	buffer_size = DatumGetInt64(DirectFunctionCall1(pg_size_bytes, CStringGetTextDatum(size_text)));
+	if (buffer_size < 64 * 1024 || buffer_size > 1024 * 1024 * 1024 ||
+		(buffer_size & (buffer_size - 1)) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("buffer_size must be a power of two from 64kB to 1GB, not %s", size_text),
+				 errhint("The default, '8MB', is what Tailwind uses.")));
+	if ((int64) buffers * buffer_size > (INT64CONST(16) << 30))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("buffers x buffer_size must be at most 16GB"),
+				 errhint("The buffers are memory the backup must be able to flush.")));
+
+	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
+	before = ss_repl->serve;
+	strlcpy(ss_repl->serve.listen, listen, sizeof(ss_repl->serve.listen));
+	strlcpy(ss_repl->serve.secret, secret, sizeof(ss_repl->serve.secret));
+	ss_repl->serve.buffers = (uint32) buffers;
+	ss_repl->serve.buffer_size = (uint32) buffer_size;
+	ss_repl->serve.requested = true;
+	generation = ++ss_repl->serve.generation;
+	LWLockRelease(ss_repl->lock);
+	ss_repl_wake(ss_repl->backup_worker_pgprocno);
+
+	for (int waited = 0; waited < 10000; waited += 10)
+	{
+		bool		done;
+
+		LWLockAcquire(ss_repl->lock, LW_SHARED);
+		done = ss_repl->serve.running_generation == generation;
+		ok = ss_repl->serve.serving;
+		strlcpy(bound, ss_repl->serve.bound, sizeof(bound));
+		strlcpy(error, ss_repl->serve.error, sizeof(error));
+		LWLockRelease(ss_repl->lock);
+		if (done)
+			break;
+		strlcpy(error, "the slipstream backup server worker did not answer within 10 s", sizeof(error));
+		ok = false;
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(10000);
+	}
+	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
+	if (!ok)
+	{
+		before.generation = ++ss_repl->serve.generation;
+		before.running_generation = ss_repl->serve.running_generation;
+		ss_repl->serve = before;	/* back to what it was */
+	}
+	else
+		ss_repl_save_config();
+	LWLockRelease(ss_repl->lock);
+	ss_repl_wake(ss_repl->backup_worker_pgprocno);
+	if (!ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("cannot serve as a backup at %s: %s", listen, error),
+				 errhint("Check that the address is free and local to this host.")));
+	PG_RETURN_TEXT_P(cstring_to_text(bound));
+}
+
+/* stop_serving(): this node stops being a backup (open buffers are persisted first). */
+Datum
+slipstream_stop_serving(PG_FUNCTION_ARGS)
+{
+	bool		was;
+
+	ss_require_admin("configure a backup");
+	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
+	was = ss_repl->serve.requested;
+	ss_repl->serve.requested = false;
+	ss_repl->serve.generation++;
+	ss_repl_save_config();
+	LWLockRelease(ss_repl->lock);
+	ss_repl_wake(ss_repl->backup_worker_pgprocno);
+	PG_RETURN_BOOL(was);
+}
+
+/* add_backup(name, address, transport, secret): WAL is shipped to it from now on. */
+Datum
+slipstream_add_backup(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_arg(fcinfo, 0, "name");
+	char	   *address = text_arg(fcinfo, 1, "address");
+	char	   *transport = text_arg(fcinfo, 2, "transport");
+	char	   *secret = text_arg(fcinfo, 3, "secret");
+	int			free_slot = -1;
+
+	ss_require_admin("configure replication");
+	check_name(name);
+	check_address(address, false);
+	if (strcmp(transport, "tcp") != 0 && strcmp(transport, "shm") != 0 &&
+		strcmp(transport, "verbs") != 0 && strcmp(transport, "auto") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown transport \"%s\"", transport),
+				 errhint("Use 'tcp', 'shm' (same host), 'verbs' (RDMA NICs) or 'auto'.")));
+	check_secret(secret);
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("backups can only be added on a primary"),
+				 errhint("This server is in recovery.")));
+
+	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < SS_MAX_BACKUPS; i++)
+	{
+		if (ss_repl->backups[i].in_use && strcmp(ss_repl->backups[i].name, name) == 0)
+		{
+			LWLockRelease(ss_repl->lock);
+			ereport(ERROR,
+					(errcode(ERRCODE_DUPLICATE_OBJECT),
+					 errmsg("backup \"%s\" already exists", name),
+					 errhint("Drop it first with slipstream.drop_backup('%s').", name)));
+		}
+		if (!ss_repl->backups[i].in_use && free_slot < 0)
+			free_slot = i;
+	}
+	if (free_slot < 0)
+	{
+		LWLockRelease(ss_repl->lock);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("a primary can have at most %d backups", SS_MAX_BACKUPS),
+				 errhint("Drop a backup first.")));
+	}
+	{
+		SsBackupSlot *slot = &ss_repl->backups[free_slot];
+		uint32		generation = slot->generation + 1;
+
+		memset(slot, 0, sizeof(*slot));
+		strlcpy(slot->name, name, sizeof(slot->name));
+		strlcpy(slot->address, address, sizeof(slot->address));
+		strlcpy(slot->transport, transport, sizeof(slot->transport));
+		strlcpy(slot->secret, secret, sizeof(slot->secret));
+		/* Later than any version this primary gave before: a stale rejoin is refused. */
+		slot->version = (uint64) GetCurrentTimestamp();
+		slot->generation = generation;
+		slot->state = SS_BACKUP_CONNECTING;
+		slot->in_use = true;
+	}
+	PG_TRY();
+	{
+		ss_repl_save_config();
+	}
+	PG_CATCH();
+	{
+		ss_repl->backups[free_slot].in_use = false;
+		LWLockRelease(ss_repl->lock);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	LWLockRelease(ss_repl->lock);
+	ss_repl_wake(ss_repl->shipper_pgprocno);
+	PG_RETURN_VOID();
+}
+
+/* drop_backup(name): WAL is no longer shipped to it, and commits no longer wait for it. */
+Datum
+slipstream_drop_backup(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_arg(fcinfo, 0, "name");
+	bool		found = false;
+
+	ss_require_admin("configure replication");
+	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
+	for (int i = 0; i < SS_MAX_BACKUPS; i++)
+	{
+		if (ss_repl->backups[i].in_use && strcmp(ss_repl->backups[i].name, name) == 0)
+		{
+			ss_repl->backups[i].in_use = false;
+			ss_repl->backups[i].generation++;
+			found = true;
+		}
+	}
+	if (found)
+		ss_repl_save_config();
+	LWLockRelease(ss_repl->lock);
+	if (!found)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("backup \"%s\" does not exist", name),
+				 errhint("See SELECT name FROM slipstream.replication.")));
+	ss_repl_wake(ss_repl->shipper_pgprocno);
+	PG_RETURN_VOID();
+}
+
+/* One row per configured backup, like pg_stat_replication (no secrets). */
+Datum
+slipstream_replication_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	SsBackupSlot copy[SS_MAX_BACKUPS];
+	XLogRecPtr	flush = RecoveryInProgress() ? InvalidXLogRecPtr : GetFlushRecPtr(NULL);
+
+	InitMaterializedSRF(fcinfo, 0);
+	LWLockAcquire(ss_repl->lock, LW_SHARED);
+	memcpy(copy, ss_repl->backups, sizeof(copy));
+	LWLockRelease(ss_repl->lock);
+	for (int i = 0; i < SS_MAX_BACKUPS; i++)
+	{
+		Datum		values[10];
+		bool		nulls[10] = {0};
+		SsBackupSlot *b = &copy[i];
+
+		if (!b->in_use)
+			continue;
+		values[0] = CStringGetTextDatum(b->name);
+		values[1] = CStringGetTextDatum(b->address);
+		values[2] = CStringGetTextDatum(b->transport);
+		values[3] = CStringGetTextDatum(ss_backup_state_name(b->state));
+		values[4] = LSNGetDatum(b->sent_lsn);
+		values[5] = LSNGetDatum(b->placed_lsn);
+		values[6] = LSNGetDatum(b->durable_lsn);
+		if (flush != InvalidXLogRecPtr && b->placed_lsn != InvalidXLogRecPtr)
+			values[7] = Int64GetDatum(flush > b->placed_lsn ? (int64) (flush - b->placed_lsn) : 0);
+		else
+			nulls[7] = true;
+		if (b->last_ok != 0)
+			values[8] = TimestampTzGetDatum(b->last_ok);
+		else
+			nulls[8] = true;
+		if (b->error[0] != '\0')
+			values[9] = CStringGetTextDatum(b->error);
+		else
+			nulls[9] = true;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/* On a backup: the buffers primaries hold open, with their valid and durable bytes. */
+Datum
+slipstream_backup_buffers(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	SsBufferRow rows[SS_MAX_BUFFER_ROWS];
+	int			n;
+
+	InitMaterializedSRF(fcinfo, 0);
+	LWLockAcquire(ss_repl->lock, LW_SHARED);
+	n = ss_repl->serve.nrows;
+	memcpy(rows, ss_repl->serve.rows, sizeof(SsBufferRow) * n);
+	LWLockRelease(ss_repl->lock);
+	for (int i = 0; i < n; i++)
+	{
+		Datum		values[7];
+		bool		nulls[7] = {0};
+
+		values[0] = CStringGetTextDatum(rows[i].primary);
+		values[1] = Int32GetDatum((int32) rows[i].buffer);
+		values[2] = CStringGetTextDatum(rows[i].stream == 1 ? "wal" : rows[i].stream == 2 ? "engine_l0" : "engine_large");
+		values[3] = Int64GetDatum((int64) rows[i].sequence);
+		values[4] = LSNGetDatum(rows[i].start);
+		values[5] = Int64GetDatum((int64) rows[i].valid);
+		values[6] = Int64GetDatum((int64) rows[i].durable);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}

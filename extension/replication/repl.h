@@ -1,0 +1,113 @@
+/*
+ * replication/repl.h: slipstream replication inside PostgreSQL (docs/replication.md).
+ *
+ * On a primary, the shipper worker (shipper.c) streams the WAL to every configured backup with
+ * Tailwind's one-sided writes, and committing backends wait in their commit callback
+ * (commit_wait.c) until the WAL of their commit is placed (remote_memory) or durable
+ * (remote_flush) on slipstream.min_sync_backups backups. On a backup, the backup worker
+ * (backup_worker.c) serves primaries from a bounded pool of buffers. Both are configured by
+ * SQL functions (functions.c) whose settings live in shared memory and in the file
+ * $PGDATA/slipstream_replication.conf (repl_shmem.c), so they survive restarts.
+ */
+#ifndef SLIPSTREAM_REPL_H
+#define SLIPSTREAM_REPL_H
+
+#include "postgres.h"
+
+#include "access/xlogdefs.h"
+#include "datatype/timestamp.h"
+#include "port/atomics.h"
+#include "storage/lwlock.h"
+
+#include "bridge/repl_bridge.h"
+
+#define SS_MAX_BACKUPS 8
+#define SS_MAX_BUFFER_ROWS 64
+#define SS_REPL_TEXT 128
+
+/* What a configured backup is doing. */
+typedef enum SsBackupState
+{
+	SS_BACKUP_CONNECTING = 0,	/* not connected yet, or reconnecting */
+	SS_BACKUP_STREAMING,		/* WAL is being placed */
+	SS_BACKUP_LOST				/* failed for longer than slipstream.backup_timeout */
+} SsBackupState;
+
+/* One backup of this primary. */
+typedef struct SsBackupSlot
+{
+	bool		in_use;
+	char		name[64];
+	char		address[SS_REPL_TEXT];
+	char		transport[16];
+	char		secret[SS_REPL_TEXT];	/* never shown */
+	uint64		version;		/* this primary's version for it (stale rejoins are refused) */
+	uint32		generation;		/* bumped by add/drop: the shipper reconnects */
+	SsBackupState state;
+	XLogRecPtr	start_lsn;		/* where the current connection started shipping */
+	XLogRecPtr	sent_lsn;
+	XLogRecPtr	placed_lsn;
+	XLogRecPtr	durable_lsn;
+	TimestampTz last_ok;		/* last time it answered */
+	char		error[SS_REPL_ERROR_SIZE];
+} SsBackupSlot;
+
+/* The backup role of this node. */
+typedef struct SsServeConfig
+{
+	bool		requested;		/* serve_backup() was called (and not stopped) */
+	uint32		generation;		/* bumped by serve_backup/stop_serving */
+	char		listen[SS_REPL_TEXT];
+	char		secret[SS_REPL_TEXT];
+	uint32		buffers;
+	uint32		buffer_size;
+	/* Written by the backup worker. */
+	uint32		running_generation;	/* the generation it serves (or failed to) */
+	bool		serving;
+	char		bound[SS_REPL_TEXT];
+	char		error[SS_REPL_ERROR_SIZE];
+	int			nrows;
+	SsBufferRow rows[SS_MAX_BUFFER_ROWS];
+} SsServeConfig;
+
+typedef struct SsReplShared
+{
+	LWLock	   *lock;			/* backups, serve */
+	SsBackupSlot backups[SS_MAX_BACKUPS];
+	SsServeConfig serve;
+	int			shipper_pgprocno;	/* -1 while no shipper runs */
+	int			backup_worker_pgprocno;
+	pg_atomic_uint64 placed_lsn;	/* placed on min_sync_backups backups */
+	pg_atomic_uint64 durable_lsn;	/* durable on min_sync_backups backups */
+	pg_atomic_uint64 flush_wanted;	/* the highest commit waiting in remote_flush mode */
+	/* Per PGPROC: the WAL position a committing backend waits for (0: not waiting). */
+	pg_atomic_uint64 waiting[FLEXIBLE_ARRAY_MEMBER];
+} SsReplShared;
+
+extern SsReplShared *ss_repl;
+
+/* slipstream.commit_mode */
+typedef enum SsCommitMode
+{
+	SS_COMMIT_LOCAL = 0,
+	SS_COMMIT_REMOTE_MEMORY,
+	SS_COMMIT_REMOTE_FLUSH
+} SsCommitMode;
+extern int	ss_commit_mode;
+
+/* repl_shmem.c */
+extern void ss_repl_define_settings(void);
+extern void ss_repl_shmem_request(void);
+extern void ss_repl_shmem_startup(void);
+extern void ss_repl_save_config(void);
+extern void ss_repl_wake(int pgprocno);
+extern int	ss_repl_configured_backups(void);
+extern const char *ss_backup_state_name(SsBackupState state);
+
+/* shipper.c, backup_worker.c */
+extern void ss_register_repl_workers(void);
+
+/* commit_wait.c */
+extern void ss_repl_commit_wait(void);
+
+#endif							/* SLIPSTREAM_REPL_H */

@@ -1,0 +1,417 @@
+/*
+ * replication/shipper.c: the shipper worker of a primary. Every round it reads the WAL that is
+ * flushed locally and not yet shipped, appends it to each backup (one round, one checksum:
+ * commits that arrived meanwhile share it, i.e. group commit), polls for placement, asks for
+ * durability when a remote_flush commit waits, publishes the positions reached on
+ * slipstream.min_sync_backups backups, and wakes the committing backends that waited for them.
+ *
+ * The replication slot "slipstream_backups" keeps the WAL from the oldest position a backup
+ * may need again (where it resumes after its link dropped) until it has been placed.
+ */
+#include "slipstream.h"
+#include "replication/repl.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "access/xlog.h"
+#include "access/xlog_internal.h"
+#include "access/twophase.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "replication/slot.h"
+#include "storage/fd.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "utils/resowner.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+#define SS_SHIP_SLOT "slipstream_backups"
+#define SS_SHIP_CHUNK (1024 * 1024)
+#define SS_RECONNECT_MS 500
+
+PGDLLEXPORT void ss_shipper_main(Datum arg);
+PGDLLEXPORT void ss_backup_worker_main(Datum arg);
+
+/* This process's connection to each backup slot. */
+typedef struct ShipLink
+{
+	SsBackupConn *conn;
+	uint32		generation;
+	TimestampTz next_attempt;
+} ShipLink;
+
+static ShipLink links[SS_MAX_BACKUPS];
+static char wal_buffer[SS_SHIP_CHUNK];
+
+/* Registers the shipper and the backup worker (from _PG_init). */
+void
+ss_register_repl_workers(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 1;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "slipstream");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "ss_shipper_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "slipstream shipper");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "slipstream shipper");
+	RegisterBackgroundWorker(&worker);
+
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "ss_backup_worker_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "slipstream backup server");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "slipstream backup server");
+	RegisterBackgroundWorker(&worker);
+}
+
+/* The name this primary gives itself at its backups: cluster_name, or "primary". */
+static const char *
+primary_name(void)
+{
+	return (cluster_name != NULL && cluster_name[0] != '\0' && ss_repl_valid_name(cluster_name)) ?
+		cluster_name : "primary";
+}
+
+/* Reads WAL [from, from + len) of timeline `tli` from pg_wal (len stays inside one segment). */
+static bool
+read_wal(XLogRecPtr from, Size len, TimeLineID tli, char *out, char *error)
+{
+	XLogSegNo	segno;
+	char		name[MAXFNAMELEN];
+	char		path[MAXPGPATH];
+	int			fd;
+	ssize_t		n;
+
+	XLByteToSeg(from, segno, wal_segment_size);
+	XLogFileName(name, tli, segno, wal_segment_size);
+	snprintf(path, sizeof(path), XLOGDIR "/%s", name);
+	fd = OpenTransientFile(path, O_RDONLY | PG_BINARY);
+	if (fd < 0)
+	{
+		snprintf(error, SS_REPL_ERROR_SIZE, "cannot open WAL file %s: %m (the backup fell too far behind: reseed it)", name);
+		return false;
+	}
+	n = pg_pread(fd, out, len, XLogSegmentOffset(from, wal_segment_size));
+	CloseTransientFile(fd);
+	if (n != (ssize_t) len)
+	{
+		snprintf(error, SS_REPL_ERROR_SIZE, "short read of WAL file %s", name);
+		return false;
+	}
+	return true;
+}
+
+/* Acquires (creating it the first time) the slot that keeps WAL for the backups. */
+static void
+acquire_ship_slot(void)
+{
+	if (MyReplicationSlot != NULL)
+		return;
+	if (SearchNamedReplicationSlot(SS_SHIP_SLOT, true) == NULL)
+	{
+		ReplicationSlotCreate(SS_SHIP_SLOT, false, RS_PERSISTENT, false);
+		ReplicationSlotReserveWal();
+		ReplicationSlotMarkDirty();
+		ReplicationSlotSave();
+		ReplicationSlotsComputeRequiredLSN();
+		return;
+	}
+	ReplicationSlotAcquire(SS_SHIP_SLOT, true);
+}
+
+/* Where the slot keeps WAL from (invalid if there is no slot yet). */
+static XLogRecPtr
+ship_slot_restart(void)
+{
+	ReplicationSlot *slot = SearchNamedReplicationSlot(SS_SHIP_SLOT, true);
+	XLogRecPtr	restart = InvalidXLogRecPtr;
+
+	if (slot != NULL)
+	{
+		SpinLockAcquire(&slot->mutex);
+		restart = slot->data.restart_lsn;
+		SpinLockRelease(&slot->mutex);
+	}
+	return restart;
+}
+
+/* Moves the slot to the oldest position a configured backup may resume from. */
+static void
+advance_ship_slot(XLogRecPtr oldest)
+{
+	if (oldest == InvalidXLogRecPtr || oldest <= MyReplicationSlot->data.restart_lsn)
+		return;
+	SpinLockAcquire(&MyReplicationSlot->mutex);
+	MyReplicationSlot->data.restart_lsn = oldest;
+	SpinLockRelease(&MyReplicationSlot->mutex);
+	ReplicationSlotMarkDirty();
+	ReplicationSlotSave();
+	ReplicationSlotsComputeRequiredLSN();
+}
+
+/* Records a backup's failure; it is lost once it failed for longer than backup_timeout. */
+static void
+link_failed(int i, const char *error)
+{
+	SsBackupSlot *slot = &ss_repl->backups[i];
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (links[i].conn != NULL)
+	{
+		ss_backup_disconnect(links[i].conn);
+		links[i].conn = NULL;
+	}
+	links[i].next_attempt = TimestampTzPlusMilliseconds(now, SS_RECONNECT_MS);
+	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
+	strlcpy(slot->error, error, sizeof(slot->error));
+	if (slot->last_ok == 0)
+		slot->last_ok = now;
+	slot->state = TimestampDifferenceExceeds(slot->last_ok, now, ss_backup_timeout_ms) ?
+		SS_BACKUP_LOST : SS_BACKUP_CONNECTING;
+	LWLockRelease(ss_repl->lock);
+}
+
+/* Connects slot i, shipping from where it left off (or from the current WAL segment). */
+static void
+connect_link(int i, XLogRecPtr flush)
+{
+	SsBackupSlot copy;
+	XLogRecPtr	start;
+	char		error[SS_REPL_ERROR_SIZE];
+
+	LWLockAcquire(ss_repl->lock, LW_SHARED);
+	copy = ss_repl->backups[i];
+	LWLockRelease(ss_repl->lock);
+	/*
+	 * A new backup starts at the beginning of the current WAL segment (still in pg_wal), so it
+	 * holds whole segment files, page headers included.
+	 */
+	start = copy.placed_lsn != InvalidXLogRecPtr ? copy.placed_lsn :
+		flush - XLogSegmentOffset(flush, wal_segment_size);
+	/* After a restart, resume where the slot says every backup had its WAL placed. */
+	if (copy.placed_lsn == InvalidXLogRecPtr && ship_slot_restart() != InvalidXLogRecPtr)
+		start = ship_slot_restart();
+	links[i].generation = copy.generation;
+	if (!ss_backup_connect(copy.address, copy.transport, copy.secret, GetSystemIdentifier(),
+						   copy.version, primary_name(), start, &links[i].conn, error))
+	{
+		links[i].conn = NULL;
+		link_failed(i, error);
+		return;
+	}
+	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
+	ss_repl->backups[i].state = SS_BACKUP_STREAMING;
+	ss_repl->backups[i].start_lsn = start;
+	ss_repl->backups[i].sent_lsn = start;
+	ss_repl->backups[i].placed_lsn = start;
+	if (ss_repl->backups[i].durable_lsn < start)
+		ss_repl->backups[i].durable_lsn = start;
+	ss_repl->backups[i].last_ok = GetCurrentTimestamp();
+	ss_repl->backups[i].error[0] = '\0';
+	LWLockRelease(ss_repl->lock);
+	ereport(LOG, (errmsg("slipstream: shipping WAL to backup \"%s\" at %s from %X/%X",
+						 copy.name, copy.address, LSN_FORMAT_ARGS(start))));
+}
+
+/* Ships flushed WAL to one connected backup and collects its progress. */
+static void
+ship_to(int i, XLogRecPtr flush, TimeLineID tli, bool want_flush)
+{
+	char		error[SS_REPL_ERROR_SIZE];
+	SsBackupConn *conn = links[i].conn;
+	uint64		placed = 0;
+	uint64		durable = 0;
+
+	while (ss_backup_sent(conn) < flush)
+	{
+		XLogRecPtr	from = ss_backup_sent(conn);
+		Size		len = Min((Size) (flush - from), (Size) SS_SHIP_CHUNK);
+		Size		to_segment_end = wal_segment_size - XLogSegmentOffset(from, wal_segment_size);
+
+		len = Min(len, to_segment_end);
+		if (!read_wal(from, len, tli, wal_buffer, error) ||
+			!ss_backup_append(conn, from, wal_buffer, len, error))
+		{
+			link_failed(i, error);
+			return;
+		}
+	}
+	if (!ss_backup_poll(conn, 0, &placed, error))
+	{
+		link_failed(i, error);
+		return;
+	}
+	if (want_flush)
+	{
+		if (!ss_backup_flush(conn, ss_backup_timeout_ms, &durable, error))
+		{
+			link_failed(i, error);
+			return;
+		}
+	}
+	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
+	ss_repl->backups[i].sent_lsn = ss_backup_sent(conn);
+	if (placed > ss_repl->backups[i].placed_lsn)
+		ss_repl->backups[i].placed_lsn = placed;
+	if (durable > ss_repl->backups[i].durable_lsn)
+		ss_repl->backups[i].durable_lsn = durable;
+	ss_repl->backups[i].last_ok = GetCurrentTimestamp();
+	LWLockRelease(ss_repl->lock);
+}
+
+/* The k-th highest value (k = min_sync_backups) among streaming backups; 0 if fewer. */
+static XLogRecPtr
+kth_highest(bool durable)
+{
+	XLogRecPtr	values[SS_MAX_BACKUPS];
+	int			n = 0;
+	int			k = ss_min_sync_backups;
+
+	for (int i = 0; i < SS_MAX_BACKUPS; i++)
+	{
+		SsBackupSlot *slot = &ss_repl->backups[i];
+
+		if (slot->in_use && slot->state == SS_BACKUP_STREAMING)
+			values[n++] = durable ? slot->durable_lsn : slot->placed_lsn;
+	}
+	if (k <= 0 || n < k)
+		return InvalidXLogRecPtr;
+	/* A small insertion sort, highest first. */
+	for (int a = 1; a < n; a++)
+		for (int b = a; b > 0 && values[b] > values[b - 1]; b--)
+		{
+			XLogRecPtr	t = values[b];
+
+			values[b] = values[b - 1];
+			values[b - 1] = t;
+		}
+	return values[k - 1];
+}
+
+/* Publishes the positions reached and wakes every backend whose wait is over. */
+static void
+publish_and_wake(void)
+{
+	XLogRecPtr	placed, durable;
+	int			procs = MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
+
+	LWLockAcquire(ss_repl->lock, LW_SHARED);
+	placed = kth_highest(false);
+	durable = kth_highest(true);
+	LWLockRelease(ss_repl->lock);
+	if (placed > pg_atomic_read_u64(&ss_repl->placed_lsn))
+		pg_atomic_write_u64(&ss_repl->placed_lsn, placed);
+	if (durable > pg_atomic_read_u64(&ss_repl->durable_lsn))
+		pg_atomic_write_u64(&ss_repl->durable_lsn, durable);
+	for (int p = 0; p < procs; p++)
+	{
+		uint64		wait = pg_atomic_read_u64(&ss_repl->waiting[p]);
+
+		if (wait != 0 && (wait <= placed || wait <= durable))
+			ss_repl_wake(p);
+	}
+}
+
+/* Whether some backend still waits (it must not sleep long then). */
+static bool
+someone_waits(void)
+{
+	int			procs = MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
+
+	for (int p = 0; p < procs; p++)
+		if (pg_atomic_read_u64(&ss_repl->waiting[p]) != 0)
+			return true;
+	return false;
+}
+
+/* The shipper's main loop. */
+void
+ss_shipper_main(Datum arg)
+{
+	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	BackgroundWorkerUnblockSignals();
+	CurrentResourceOwner = ResourceOwnerCreate(NULL, "slipstream shipper");
+	ss_repl->shipper_pgprocno = MyProc->pgprocno;
+	memset(links, 0, sizeof(links));
+
+	while (!ShutdownRequestPending)
+	{
+		XLogRecPtr	flush = GetFlushRecPtr(NULL);
+		TimeLineID	tli = GetWALInsertionTimeLine();
+		bool		want_flush = pg_atomic_read_u64(&ss_repl->flush_wanted) >
+			pg_atomic_read_u64(&ss_repl->durable_lsn);
+		XLogRecPtr	oldest = InvalidXLogRecPtr;
+		TimestampTz now = GetCurrentTimestamp();
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		for (int i = 0; i < SS_MAX_BACKUPS; i++)
+		{
+			bool		in_use;
+			uint32		generation;
+
+			LWLockAcquire(ss_repl->lock, LW_SHARED);
+			in_use = ss_repl->backups[i].in_use;
+			generation = ss_repl->backups[i].generation;
+			LWLockRelease(ss_repl->lock);
+			if (links[i].conn != NULL && (!in_use || generation != links[i].generation))
+			{
+				ss_backup_disconnect(links[i].conn);	/* dropped or replaced */
+				links[i].conn = NULL;
+			}
+			if (!in_use)
+				continue;
+			if (links[i].conn == NULL && now >= links[i].next_attempt)
+				connect_link(i, flush);
+			if (links[i].conn != NULL)
+				ship_to(i, flush, tli, want_flush);
+			LWLockAcquire(ss_repl->lock, LW_SHARED);
+			if (ss_repl->backups[i].placed_lsn != InvalidXLogRecPtr &&
+				(oldest == InvalidXLogRecPtr || ss_repl->backups[i].placed_lsn < oldest))
+				oldest = ss_repl->backups[i].placed_lsn;
+			LWLockRelease(ss_repl->lock);
+		}
+		publish_and_wake();
+		if (ss_repl_configured_backups() > 0)
+		{
+			acquire_ship_slot();
+			advance_ship_slot(oldest);
+		}
+		else if (SearchNamedReplicationSlot(SS_SHIP_SLOT, true) != NULL)
+		{
+			/* The last backup was dropped: the WAL is no longer kept for it. */
+			if (MyReplicationSlot != NULL)
+				ReplicationSlotRelease();
+			ReplicationSlotDrop(SS_SHIP_SLOT, true);
+		}
+		if (!someone_waits() || ss_repl_configured_backups() == 0)
+		{
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
+							 PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+		}
+		else if (GetFlushRecPtr(NULL) == flush)
+		{
+			/* Waiters, nothing new to read: give the placements a moment to complete. */
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1,
+							 PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+		}
+	}
+	for (int i = 0; i < SS_MAX_BACKUPS; i++)
+		if (links[i].conn != NULL)
+			ss_backup_disconnect(links[i].conn);
+	ss_repl->shipper_pgprocno = -1;
+	proc_exit(0);
+}
