@@ -61,13 +61,16 @@ test-sanitize: deps
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
 
 # pg_regress and isolation suites on a private cluster run by the postgres OS user, the
-# contention and crash tests, and a smoke run of the YCSB benchmark (every workload, verify).
+# contention and crash tests, the replication kill test (a primary and a backup, tcp and shm,
+# 20 rounds), and a smoke run of the YCSB benchmark (every workload, verify).
 test-pg: install
 	scripts/pg_regress.sh
 	tests/pg_preload_test.sh
 	tests/pg_contention_test.sh
 	tests/pg_crash_test.sh
 	tests/pg_pinned_stall_test.sh
+	tests/pg_replication_test.sh /tmp/slipstream-replication-tcp 55620 10 tcp
+	tests/pg_replication_test.sh /tmp/slipstream-replication-shm 55630 10 shm
 	bench/ycsb_pg.sh --records=2000 --seconds=1 --mixes=SD --port=55471 --scratch=/tmp/slipstream-ycsb-smoke
 
 # Every test: formatting, the plain build, the sanitizer build and the PostgreSQL suites.

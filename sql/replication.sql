@@ -1,0 +1,65 @@
+-- The replication functions and views: every bad argument is refused with a clear error and
+-- changes nothing; configuring needs superuser or slipstream_admin; secrets are never shown.
+CREATE EXTENSION IF NOT EXISTS slipstream;
+
+-- add_backup: bad names, addresses, transports and secrets
+SELECT slipstream.add_backup('bad name', '127.0.0.1:7400', 'tcp', 's');
+SELECT slipstream.add_backup('b1', 'nohostport', 'tcp', 's');
+SELECT slipstream.add_backup('b1', '127.0.0.1:99999', 'tcp', 's');
+SELECT slipstream.add_backup('b1', '127.0.0.1:0', 'tcp', 's');
+SELECT slipstream.add_backup('b1', '127.0.0.1:7400', 'carrier-pigeon', 's');
+SELECT slipstream.add_backup('b1', '127.0.0.1:7400', 'tcp', '');
+SELECT slipstream.add_backup('b1', '127.0.0.1:7400', 'tcp', NULL);
+SELECT slipstream.add_backup('b1', '127.0.0.1:7400', 'tcp', repeat('s', 200));
+SELECT slipstream.drop_backup('nope');
+SELECT count(*) AS backups_after_errors FROM slipstream.replication;
+
+-- a backup nobody serves: listed (without its secret) while it is being connected, then dropped
+SELECT slipstream.add_backup('b1', '127.0.0.1:1', 'tcp', 'sekrit');
+SELECT slipstream.add_backup('b1', '127.0.0.1:1', 'tcp', 'sekrit');
+SELECT name, address, transport, state IN ('connecting', 'lost') AS not_streaming
+  FROM slipstream.replication;
+SELECT count(*) AS columns_named_secret FROM information_schema.columns
+  WHERE table_schema = 'slipstream' AND table_name = 'replication' AND column_name LIKE '%secret%';
+SELECT slipstream.drop_backup('b1');
+SELECT count(*) AS backups FROM slipstream.replication;
+
+-- serve_backup: bad buffers, sizes, secrets and addresses
+SELECT slipstream.serve_backup('127.0.0.1:0', 's', 0);
+SELECT slipstream.serve_backup('127.0.0.1:0', 's', 4, '1000');
+SELECT slipstream.serve_backup('127.0.0.1:0', 's', 4, 'lots');
+SELECT slipstream.serve_backup('127.0.0.1:0', 's', 1024, '1GB');
+SELECT slipstream.serve_backup('127.0.0.1:0', '', 4);
+SELECT slipstream.serve_backup('127.0.0.1', 's', 4);
+SELECT slipstream.serve_backup('203.0.113.1:0', 's', 4);
+-- and one that works: it listens, holds no buffers yet, and stops
+SELECT slipstream.serve_backup('127.0.0.1:0', 'sekrit', 4, '1MB') LIKE '127.0.0.1:%' AS serving;
+SELECT count(*) AS buffers FROM slipstream.backup_buffers;
+SELECT slipstream.stop_serving();
+SELECT slipstream.stop_serving();
+
+-- commit modes
+SHOW slipstream.commit_mode;
+SET slipstream.commit_mode = 'bogus';
+SET slipstream.commit_mode = remote_memory;
+-- with no backup configured, a commit does not wait
+CREATE TABLE repl_t (id int) USING slipstream;
+INSERT INTO repl_t VALUES (1);
+RESET slipstream.commit_mode;
+DROP TABLE repl_t;
+
+-- permissions: only superusers and members of slipstream_admin
+CREATE ROLE repl_user LOGIN;
+SET ROLE repl_user;
+SELECT slipstream.add_backup('b2', '127.0.0.1:1', 'tcp', 'sekrit');
+SELECT slipstream.serve_backup('127.0.0.1:0', 'sekrit');
+SELECT * FROM slipstream.replication;
+SELECT * FROM slipstream.backup_buffers;
+RESET ROLE;
+GRANT slipstream_admin TO repl_user;
+SET ROLE repl_user;
+SELECT slipstream.add_backup('b2', '127.0.0.1:1', 'tcp', 'sekrit');
+SELECT name FROM slipstream.replication;
+SELECT slipstream.drop_backup('b2');
+RESET ROLE;
+DROP ROLE repl_user;
