@@ -221,7 +221,7 @@ connect_link(int i, XLogRecPtr flush)
 
 /* Ships flushed WAL to one connected backup and collects its progress. */
 static void
-ship_to(int i, XLogRecPtr flush, TimeLineID tli, bool want_flush)
+ship_to(int i, XLogRecPtr flush, TimeLineID tli, bool want_flush, bool waiters)
 {
 	char		error[SS_REPL_ERROR_SIZE];
 	SsBackupConn *conn = links[i].conn;
@@ -242,10 +242,16 @@ ship_to(int i, XLogRecPtr flush, TimeLineID tli, bool want_flush)
 			return;
 		}
 	}
-	if (!ss_backup_poll(conn, 0, &placed, error))
+	/* While commits wait, wait here for the placement (a few ms at most) rather than sleep. */
+	for (int spins = 0;; spins++)
 	{
-		link_failed(i, error);
-		return;
+		if (!ss_backup_poll(conn, spins == 0 ? 0 : 1, &placed, error))
+		{
+			link_failed(i, error);
+			return;
+		}
+		if (placed >= ss_backup_sent(conn) || !waiters || spins >= 5)
+			break;
 	}
 	if (want_flush)
 	{
@@ -349,6 +355,7 @@ ss_shipper_main(Datum arg)
 			pg_atomic_read_u64(&ss_repl->durable_lsn);
 		XLogRecPtr	oldest = InvalidXLogRecPtr;
 		TimestampTz now = GetCurrentTimestamp();
+		bool		waiters = someone_waits();
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -375,7 +382,7 @@ ss_shipper_main(Datum arg)
 			if (links[i].conn == NULL && now >= links[i].next_attempt)
 				connect_link(i, flush);
 			if (links[i].conn != NULL)
-				ship_to(i, flush, tli, want_flush);
+				ship_to(i, flush, tli, want_flush, waiters);
 			LWLockAcquire(ss_repl->lock, LW_SHARED);
 			if (ss_repl->backups[i].placed_lsn != InvalidXLogRecPtr &&
 				(oldest == InvalidXLogRecPtr || ss_repl->backups[i].placed_lsn < oldest))
