@@ -183,6 +183,7 @@ extern void ss_change_logged(XLogRecPtr end_lsn);
 extern void ss_change_done(void);
 extern bool ss_persist_barrier(char *msg, size_t msg_size);
 /* Acquires the slot "slipstream", creating it the first time. */
+extern void ss_acquire_named_slot(const char *name, const char *why);
 extern void ss_acquire_slot(void);
 extern void ss_advance_horizon(void);
 
@@ -206,6 +207,7 @@ extern uint64 ss_replay_wal(XLogRecPtr start, XLogRecPtr end);
 /* Whether a temporary relation file t<backend>_<relnode> exists in database `db`. */
 extern bool ss_temp_file_exists(Oid db, Oid relnode);
 extern void ss_register_worker(void);
+extern void ss_register_bgworker(const char *function, const char *name);
 PGDLLEXPORT void ss_worker_main(Datum arg);
 
 /* ---- visibility (visibility.c) ---- */

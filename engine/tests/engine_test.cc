@@ -12,12 +12,6 @@
 namespace slipstream::engine::test {
 namespace {
 
-std::string Value(size_t size, int seed) {
-  std::string v(size, '\0');
-  for (size_t i = 0; i < size; i++) v[i] = char('a' + (seed * 7 + i * 13 + (i / 7)) % 26);
-  return v;
-}
-
 TEST(Engine, PutGetAcrossSizeClasses) {
   TestEngine t;
   KeyspaceId ks;

@@ -69,6 +69,13 @@ inline Options SmallOptions(const std::string& dir) {
   return o;
 }
 
+// A deterministic value of `size` letters for `seed` (compressible, like text).
+inline std::string Value(size_t size, int seed) {
+  std::string v(size, '\0');
+  for (size_t i = 0; i < size; i++) v[i] = char('a' + (seed * 7 + i * 13 + (i / 7)) % 26);
+  return v;
+}
+
 // An engine with its arena and directory.
 struct TestEngine {
   explicit TestEngine(Options (*make)(const std::string&) = SmallOptions)

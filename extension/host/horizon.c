@@ -75,24 +75,34 @@ ss_persist_barrier(char *msg, size_t msg_size)
 	return ok;
 }
 
-/* Acquires our slot, creating it (reserving WAL from now on) the first time. */
+/*
+ * Acquires the physical slot `name` for this process, creating it (reserving WAL from now on)
+ * the first time; `why` says in the log what it keeps the WAL for.
+ */
 void
-ss_acquire_slot(void)
+ss_acquire_named_slot(const char *name, const char *why)
 {
 	if (MyReplicationSlot != NULL)
 		return;
-	if (SearchNamedReplicationSlot(SS_SLOT_NAME, true) == NULL)
+	if (SearchNamedReplicationSlot(name, true) == NULL)
 	{
-		ReplicationSlotCreate(SS_SLOT_NAME, false, RS_PERSISTENT, false);
+		ReplicationSlotCreate(name, false, RS_PERSISTENT, false);
 		ReplicationSlotReserveWal();
 		ReplicationSlotMarkDirty();
 		ReplicationSlotSave();
 		ReplicationSlotsComputeRequiredLSN();
-		ereport(LOG, (errmsg("slipstream: created replication slot \"%s\" to keep the WAL the "
-							 "engine has not yet made durable", SS_SLOT_NAME)));
+		ereport(LOG, (errmsg("slipstream: created replication slot \"%s\" to keep the WAL %s",
+							 name, why)));
 		return;
 	}
-	ReplicationSlotAcquire(SS_SLOT_NAME, true);
+	ReplicationSlotAcquire(name, true);
+}
+
+/* Acquires our slot, creating it the first time. */
+void
+ss_acquire_slot(void)
+{
+	ss_acquire_named_slot(SS_SLOT_NAME, "the engine has not yet made durable");
 }
 
 /*

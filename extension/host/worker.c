@@ -29,9 +29,9 @@
 /* How often stale keyspaces are looked for. */
 #define SS_SWEEP_INTERVAL_MS 5000
 
-/* Registers the worker (from _PG_init). */
+/* Registers a restartable worker of this library that starts once recovery has finished. */
 void
-ss_register_worker(void)
+ss_register_bgworker(const char *function, const char *name)
 {
 	BackgroundWorker worker;
 
@@ -40,10 +40,17 @@ ss_register_worker(void)
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = 1;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "slipstream");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "ss_worker_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "slipstream engine worker");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "slipstream worker");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", function);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "slipstream %s", name);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "slipstream %s", name);
 	RegisterBackgroundWorker(&worker);
+}
+
+/* Registers the engine worker (from _PG_init). */
+void
+ss_register_worker(void)
+{
+	ss_register_bgworker("ss_worker_main", "worker");
 }
 
 typedef struct SweepState

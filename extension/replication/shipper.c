@@ -52,22 +52,8 @@ static char wal_buffer[SS_SHIP_CHUNK];
 void
 ss_register_repl_workers(void)
 {
-	BackgroundWorker worker;
-
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = 1;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "slipstream");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "ss_shipper_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "slipstream shipper");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "slipstream shipper");
-	RegisterBackgroundWorker(&worker);
-
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "ss_backup_worker_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "slipstream backup server");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "slipstream backup server");
-	RegisterBackgroundWorker(&worker);
+	ss_register_bgworker("ss_shipper_main", "shipper");
+	ss_register_bgworker("ss_backup_worker_main", "backup server");
 }
 
 /* The name this primary gives itself at its backups: cluster_name, or "primary". */
@@ -105,24 +91,6 @@ read_wal(XLogRecPtr from, Size len, TimeLineID tli, char *out, char *error)
 		return false;
 	}
 	return true;
-}
-
-/* Acquires (creating it the first time) the slot that keeps WAL for the backups. */
-static void
-acquire_ship_slot(void)
-{
-	if (MyReplicationSlot != NULL)
-		return;
-	if (SearchNamedReplicationSlot(SS_SHIP_SLOT, true) == NULL)
-	{
-		ReplicationSlotCreate(SS_SHIP_SLOT, false, RS_PERSISTENT, false);
-		ReplicationSlotReserveWal();
-		ReplicationSlotMarkDirty();
-		ReplicationSlotSave();
-		ReplicationSlotsComputeRequiredLSN();
-		return;
-	}
-	ReplicationSlotAcquire(SS_SHIP_SLOT, true);
 }
 
 /* Where the slot keeps WAL from (invalid if there is no slot yet). */
@@ -392,7 +360,7 @@ ss_shipper_main(Datum arg)
 		publish_and_wake();
 		if (ss_repl_configured_backups() > 0)
 		{
-			acquire_ship_slot();
+			ss_acquire_named_slot(SS_SHIP_SLOT, "the backups have not yet received");
 			advance_ship_slot(oldest);
 		}
 		else if (SearchNamedReplicationSlot(SS_SHIP_SLOT, true) != NULL)
