@@ -71,6 +71,7 @@ test-pg: install
 	tests/pg_pinned_stall_test.sh
 	tests/pg_replication_test.sh /tmp/slipstream-replication-tcp 55620 10 tcp
 	tests/pg_replication_test.sh /tmp/slipstream-replication-shm 55630 10 shm
+	tests/pg_replication_backup_test.sh /tmp/slipstream-replication-backup 55650 tcp
 	bench/ycsb_pg.sh --records=2000 --seconds=1 --mixes=SD --port=55471 --scratch=/tmp/slipstream-ycsb-smoke
 
 # Every test: formatting, the plain build, the sanitizer build and the PostgreSQL suites.

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# pg_replication_backup_test.sh: a backup dies under load. A primary ships to two backups with
+# slipstream.min_sync_backups = 1; one backup's postmaster is killed while clients commit in
+# remote_memory. Commits must go on (the other backup places them), the dead backup must show
+# as lost, and once restarted it must reconnect by itself and catch up. With
+# min_sync_backups = 2 and one backup down, a commit waits; a cancel ends the wait with a
+# WARNING, and the transaction stays committed.
+#   tests/pg_replication_backup_test.sh [scratch dir] [base port] [transport]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+scratch=${1:-${SLIPSTREAM_SCRATCH:-/tmp/slipstream-replication-backup}}
+base=${2:-55650}
+transport=${3:-${TRANSPORT:-tcp}}
+secret="backup-test-$RANDOM$RANDOM"
+pg="$root/scripts/pg_cluster.sh"
+primary="$scratch/primary"
+b1="$scratch/b1"
+b2="$scratch/b2"
+
+rm -rf "$scratch"
+mkdir -p "$scratch"
+"$pg" init "$b1" "$((base + 1))" >/dev/null
+"$pg" init "$b2" "$((base + 2))" >/dev/null
+"$pg" init "$primary" "$base" "cluster_name = 'p1'" "slipstream.backup_timeout = 1s" \
+  "slipstream.min_sync_backups = 1" >/dev/null
+for c in "$b1" "$b2" "$primary"; do "$pg" start "$c"; done
+trap 'for c in "$primary" "$b1" "$b2"; do "$pg" stop "$c" immediate >/dev/null 2>&1 || true; done' EXIT
+p_sql() { "$pg" psql "$primary" -qAt "$@"; }
+serve() { "$pg" psql "$1" -qAt -c "SELECT slipstream.serve_backup('127.0.0.1:$2', '$secret', 8, '1MB')" >/dev/null; }
+
+for c in "$b1" "$b2"; do "$pg" psql "$c" -qAt -c "CREATE EXTENSION slipstream"; done
+serve "$b1" $((base + 11))
+serve "$b2" $((base + 12))
+p_sql -c "CREATE EXTENSION slipstream" \
+  -c "CREATE TABLE ledger (client int, seq int, PRIMARY KEY (client, seq)) USING slipstream" \
+  -c "SELECT slipstream.add_backup('b1', '127.0.0.1:$((base + 11))', '$transport', '$secret')" \
+  -c "SELECT slipstream.add_backup('b2', '127.0.0.1:$((base + 12))', '$transport', '$secret')" >/dev/null
+
+# Waits until backup $1 is in state $2.
+wait_state() {
+  for _ in $(seq 1 300); do
+    [ "$(p_sql -c "SELECT state FROM slipstream.replication WHERE name = '$1'")" = "$2" ] && return 0
+    sleep 0.05
+  done
+  echo "backup $1 never reached $2: $(p_sql -c 'SELECT name, state, error FROM slipstream.replication')" >&2
+  return 1
+}
+wait_state b1 streaming
+wait_state b2 streaming
+
+# Clients commit in remote_memory; each ACK line is a commit that returned.
+workload() {
+  echo "SET slipstream.commit_mode = remote_memory;"
+  for n in $(seq 1 200000); do
+    echo "INSERT INTO ledger VALUES ($1, $n);"
+    echo "\\echo ACK"
+  done
+}
+pids=()
+for c in 1 2; do
+  workload "$c" | "$pg" psql "$primary" -qAt >"$scratch/client$c.out" 2>&1 &
+  pids+=($!)
+done
+acks() { cat "$scratch"/client*.out | grep -c '^ACK$' || true; }
+sleep 1
+"$pg" kill "$b2"
+before=$(acks)
+wait_state b2 lost
+sleep 1
+after=$(acks)
+echo "commits while b2 is dead: $((after - before))"
+if [ "$after" -le "$before" ]; then
+  echo "commits stopped when one of two backups died (min_sync_backups = 1)" >&2
+  exit 1
+fi
+"$pg" start "$b2"
+wait_state b2 streaming
+# Caught up: b2 places what the primary flushed after it came back.
+target=$(p_sql -c "SELECT pg_current_wal_flush_lsn()")
+for _ in $(seq 1 200); do
+  [ "$(p_sql -c "SELECT placed_lsn >= '$target' FROM slipstream.replication WHERE name = 'b2'")" = t ] && break
+  sleep 0.05
+done
+[ "$(p_sql -c "SELECT placed_lsn >= '$target' FROM slipstream.replication WHERE name = 'b2'")" = t ] ||
+  { echo "b2 did not catch up" >&2; exit 1; }
+echo "b2 reconnected and caught up to $target"
+for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+wait || true
+
+# Two backups required, one down: a commit waits until it is cancelled.
+"$pg" kill "$b2"
+wait_state b2 lost
+p_sql -c "ALTER SYSTEM SET slipstream.min_sync_backups = 2" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+( "$pg" psql "$primary" -qAt -c "SET slipstream.commit_mode = remote_memory" \
+    -c "INSERT INTO ledger VALUES (9, 1)" >"$scratch/waiter.out" 2>&1 ) &
+waiter=$!
+for _ in $(seq 1 100); do
+  [ "$(p_sql -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")" = 1 ] && break
+  sleep 0.05
+done
+[ "$(p_sql -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")" = 1 ] ||
+  { echo "a commit did not wait for the missing backup" >&2; exit 1; }
+p_sql -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'" >/dev/null
+wait "$waiter" || true
+grep -q "canceling the wait for slipstream replication" "$scratch/waiter.out" ||
+  { cat "$scratch/waiter.out"; echo "no warning on a cancelled wait" >&2; exit 1; }
+[ "$(p_sql -c "SELECT count(*) FROM ledger WHERE client = 9")" = 1 ] ||
+  { echo "the cancelled commit is not committed" >&2; exit 1; }
+echo "a commit waits for min_sync_backups and a cancel ends the wait with a warning"
+echo "backup failure test ($transport) passed"
