@@ -74,7 +74,7 @@ struct PostedRecv {
 
 // A SEND or WRITE_WITH_IMM notification that arrived before a receive was posted.
 struct UnmatchedMessage {
-  std::string data;  // SEND payload
+  std::string data;     // SEND payload
   uint32_t length = 0;  // byte_len to report
   uint32_t imm = 0;
   bool has_imm = false;
@@ -116,165 +116,34 @@ bool DiscardBytes(int fd, uint64_t length) {
 class TcpConnection : public Connection {
  public:
   // Takes over the authenticated socket and starts the agent and sender threads.
-  TcpConnection(const TransportOptions& options, int fd) : options_(options), fd_(fd) {
-    agent_ = std::thread([this] { AgentLoop(); });
-    sender_ = std::thread([this] { SenderLoop(); });
-  }
+  TcpConnection(const TransportOptions& options, int fd);
 
   // Fails the connection, stops both threads, then releases the socket and the regions.
-  ~TcpConnection() override {
-    Fail(Status::Disconnected("connection closed locally"));
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    sender_.join();
-    ::shutdown(fd_, SHUT_RDWR);  // a NAK may have kept the socket open for the sender
-    agent_.join();
-    ::close(fd_);
-  }
+  ~TcpConnection() override;
 
   // mmap gives zeroed pages; remote rights get a random key in the region table.
-  Status AllocateRegion(size_t length, uint32_t access, LocalRegion* region) override {
-    if (length == 0) return Status::InvalidArgument("empty region");
-    if ((access & ~uint32_t(kRemoteWrite | kRemoteRead)) != 0) {
-      return Status::InvalidArgument("unknown access bits");
-    }
-    std::lock_guard<std::mutex> lock(regions_mu_);
-    if (length > options_.region_capacity ||
-        allocated_bytes_ > options_.region_capacity - length) {
-      return Status::InvalidArgument("region capacity of the connection exceeded");
-    }
-    void* memory = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                          -1, 0);
-    if (memory == MAP_FAILED) return Status::IOError("mmap failed for a region");
-    auto mapping = std::make_shared<Mapping>();
-    mapping->addr = static_cast<char*>(memory);
-    mapping->length = length;
-    uint64_t rkey = 0;
-    if (access != kLocalOnly) {
-      Status s = remote_table_.Add(mapping->addr, length, access, &rkey);
-      if (!s.ok()) return s;
-      by_rkey_[rkey] = mapping;
-    }
-    uint32_t lkey = next_lkey_++;
-    if (next_lkey_ == 0) next_lkey_ = 1;
-    by_lkey_[lkey] = LocalEntry{mapping, rkey};
-    allocated_bytes_ += length;
-    region->addr = mapping->addr;
-    region->length = length;
-    region->rkey = rkey;
-    region->lkey = lkey;
-    region->access = access;
-    return Status::OK();
-  }
+  Status AllocateRegion(size_t length, uint32_t access, LocalRegion* region) override;
 
   // Removes the key first (the peer's later accesses fail); the memory goes when no transfer
   // holds it any more.
-  Status FreeRegion(const LocalRegion& region) override {
-    std::lock_guard<std::mutex> lock(regions_mu_);
-    auto it = by_lkey_.find(region.lkey);
-    if (it == by_lkey_.end() || it->second.mapping->addr != region.addr) {
-      return Status::InvalidArgument("not a region of this connection");
-    }
-    if (it->second.rkey != 0) {
-      remote_table_.Remove(it->second.rkey);
-      by_rkey_.erase(it->second.rkey);
-    }
-    allocated_bytes_ -= it->second.mapping->length;
-    by_lkey_.erase(it);
-    return Status::OK();
-  }
+  Status FreeRegion(const LocalRegion& region) override;
 
   // The region's own address is its address in the peer's requests.
-  RemoteRegion Describe(const LocalRegion& region) const override {
-    return RemoteRegion{reinterpret_cast<uintptr_t>(region.addr), region.length, region.rkey};
-  }
+  RemoteRegion Describe(const LocalRegion& region) const override;
 
   // Validates everything first (posting nothing on bad input), then queues the requests for
   // the sender in order. On a failed connection the requests complete as kFlushed.
-  Status Post(const WorkRequest* requests, size_t count) override {
-    if (count == 0) return Status::OK();
-    if (requests == nullptr) return Status::InvalidArgument("no work requests");
-    if (count > options_.max_outstanding) {
-      return Status::InvalidArgument("more requests than max_outstanding in one post");
-    }
-    std::vector<std::shared_ptr<PendingRequest>> prepared;
-    prepared.reserve(count);
-    for (size_t i = 0; i < count; i++) {
-      auto pending = std::make_shared<PendingRequest>();
-      Status s = Prepare(requests[i], pending.get());
-      if (!s.ok()) return s;
-      prepared.push_back(std::move(pending));
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!state_.ok()) {
-      for (const auto& pending : prepared) {
-        PushCompletionLocked(WorkCompletion(pending->wr, WcStatus::kFlushed));
-      }
-      cv_.notify_all();
-      return Status::OK();
-    }
-    if (in_flight_.size() + count > options_.max_outstanding) {
-      return Status::WouldBlock("max_outstanding requests in flight");
-    }
-    for (auto& pending : prepared) {
-      pending->sequence = next_sequence_++;
-      in_flight_.push_back(std::move(pending));
-    }
-    cv_.notify_all();
-    return Status::OK();
-  }
+  Status Post(const WorkRequest* requests, size_t count) override;
 
   // Validates the buffers, then matches messages that arrived early, in order.
-  Status PostRecv(const RecvRequest* requests, size_t count) override {
-    if (count == 0) return Status::OK();
-    if (requests == nullptr) return Status::InvalidArgument("no receive requests");
-    std::vector<PostedRecv> prepared(count);
-    for (size_t i = 0; i < count; i++) {
-      prepared[i].request = requests[i];
-      Status s = Check(requests[i].sge, &prepared[i].holder);
-      if (!s.ok()) return s;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    for (PostedRecv& recv : prepared) {
-      if (!state_.ok()) {
-        PushCompletionLocked(RecvCompletion(recv.request, WcStatus::kFlushed, 0, 0, false));
-      } else {
-        posted_recvs_.push_back(std::move(recv));
-        MatchLocked();
-      }
-    }
-    cv_.notify_all();
-    return Status::OK();
-  }
+  Status PostRecv(const RecvRequest* requests, size_t count) override;
 
   // Returns ready completions; without any, reports a failed connection at once or waits
   // until the first completion is ready or the timeout passes.
-  Status Poll(Completion* out, size_t max, int timeout_ms, size_t* count) override {
-    *count = 0;
-    if (max == 0) return Status::OK();
-    const Clock::time_point deadline =
-        Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      Clock::time_point now = Clock::now();
-      completions_.PopDue(out, max, now, count);
-      if (*count > 0) return Status::OK();
-      if (completions_.empty() && !state_.ok()) return state_;
-      if (now >= deadline) return Status::OK();
-      Clock::time_point until = deadline;
-      if (!completions_.empty()) until = std::min(until, completions_.next_due());
-      cv_.wait_until(lock, until);
-    }
-  }
+  Status Poll(Completion* out, size_t max, int timeout_ms, size_t* count) override;
 
   // OK while usable; the first error otherwise.
-  Status state() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return state_;
-  }
+  Status state() const override;
 
   // Drops the connection; pending requests complete as kFlushed.
   void Disconnect() override { Fail(Status::Disconnected("disconnected locally")); }
@@ -290,499 +159,90 @@ class TcpConnection : public Connection {
   };
 
   // Checks that an Sge lies inside a region of this connection and returns that region.
-  Status Check(const Sge& sge, MappingRef* holder) {
-    std::lock_guard<std::mutex> lock(regions_mu_);
-    auto it = by_lkey_.find(sge.lkey);
-    if (it == by_lkey_.end()) return Status::InvalidArgument("unknown lkey");
-    const Mapping& mapping = *it->second.mapping;
-    Status s = CheckSgeBounds(sge, mapping.addr, mapping.length);
-    if (s.ok()) *holder = it->second.mapping;
-    return s;
-  }
+  Status Check(const Sge& sge, MappingRef* holder);
 
   // Validates one work request and copies what the sender and agent need later, keeping
   // every local buffer mapped until the request is done.
-  Status Prepare(const WorkRequest& wr, PendingRequest* pending) {
-    return PrepareRequest(
-        wr,
-        [&](const Sge& sge) {
-          MappingRef holder;
-          Status s = Check(sge, &holder);
-          if (s.ok()) pending->holders.push_back(std::move(holder));
-          return s;
-        },
-        pending);
-  }
+  Status Prepare(const WorkRequest& wr, PendingRequest* pending);
 
   // Queues a completion, to be delivered after completion_delay_us.
-  void PushCompletionLocked(const Completion& completion) {
-    completions_.Push(completion, Clock::now());
-  }
+  void PushCompletionLocked(const Completion& completion);
 
   // Pairs early messages with posted receives, oldest with oldest. The agent may buffer a
   // message while PostRecv queues a receive (it decides without the lock held while the
   // payload arrives), so both sides call this after adding to their queue.
-  void MatchLocked() {
-    while (!unmatched_.empty() && !posted_recvs_.empty()) {
-      PostedRecv recv = std::move(posted_recvs_.front());
-      posted_recvs_.pop_front();
-      UnmatchedMessage message = std::move(unmatched_.front());
-      unmatched_.pop_front();
-      unmatched_bytes_ -= message.data.size();
-      DeliverUnmatchedLocked(recv, message);
-    }
-  }
+  void MatchLocked();
 
   // Fills a posted receive from an early message.
-  void DeliverUnmatchedLocked(const PostedRecv& recv, const UnmatchedMessage& message) {
-    if (message.data.size() > recv.request.sge.length) {
-      PushCompletionLocked(RecvCompletion(recv.request, WcStatus::kLocalLengthError, 0,
-                                          message.imm, message.has_imm));
-      return;
-    }
-    if (!message.data.empty()) {
-      std::memcpy(const_cast<void*>(recv.request.sge.addr), message.data.data(),
-                  message.data.size());
-    }
-    PushCompletionLocked(RecvCompletion(recv.request, WcStatus::kSuccess, message.length,
-                                        message.imm, message.has_imm));
-  }
+  void DeliverUnmatchedLocked(const PostedRecv& recv, const UnmatchedMessage& message);
 
   // Ends the connection once: records why, flushes every pending request and receive, and
   // drops the socket (after the NAK `nak` when the peer must learn of a refused access).
-  void Fail(const Status& why, const TcpFrameHeader* nak = nullptr) {
-    std::lock_guard<std::mutex> lock(mu_);
-    FailLocked(why, nak);
-  }
+  void Fail(const Status& why, const TcpFrameHeader* nak = nullptr);
 
   // Fail() with mu_ held.
-  void FailLocked(const Status& why, const TcpFrameHeader* nak) {
-    if (!state_.ok()) return;
-    state_ = why;
-    for (const auto& pending : in_flight_) {
-      PushCompletionLocked(WorkCompletion(pending->wr, WcStatus::kFlushed));
-    }
-    in_flight_.clear();
-    for (const PostedRecv& recv : posted_recvs_) {
-      PushCompletionLocked(RecvCompletion(recv.request, WcStatus::kFlushed, 0, 0, false));
-    }
-    posted_recvs_.clear();
-    unmatched_.clear();
-    unmatched_bytes_ = 0;
-    if (nak != nullptr) {
-      Reply reply;
-      reply.header = *nak;
-      reply.close_after = true;
-      replies_.push_back(std::move(reply));
-    } else {
-      ::shutdown(fd_, SHUT_RDWR);  // wakes the agent's recv and the sender's send
-    }
-    cv_.notify_all();
-  }
+  void FailLocked(const Status& why, const TcpFrameHeader* nak);
 
   // Sends an iovec array completely through io_uring (sendmsg when io_uring is missing).
-  bool SendVector(std::vector<iovec>& iov) {
-    size_t first = 0;
-    while (first < iov.size()) {
-      msghdr message{};
-      message.msg_iov = iov.data() + first;
-      message.msg_iovlen = iov.size() - first;
-      ssize_t sent;
-      if (ring_ready_) {
-        io_uring_sqe* sqe = ::io_uring_get_sqe(&ring_);
-        ::io_uring_prep_sendmsg(sqe, fd_, &message, MSG_NOSIGNAL);
-        int rc = ::io_uring_submit(&ring_);
-        if (rc < 0) return false;
-        io_uring_cqe* cqe = nullptr;
-        do {
-          rc = ::io_uring_wait_cqe(&ring_, &cqe);
-        } while (rc == -EINTR);
-        if (rc < 0) return false;
-        sent = cqe->res;
-        ::io_uring_cqe_seen(&ring_, cqe);
-        if (sent < 0) {
-          errno = static_cast<int>(-sent);
-          sent = -1;
-        }
-      } else {
-        sent = ::sendmsg(fd_, &message, MSG_NOSIGNAL);
-      }
-      if (sent < 0) {
-        if (errno == EINTR || errno == EAGAIN) continue;
-        return false;
-      }
-      // Skip what went out; a partly sent iovec is advanced in place.
-      size_t left = static_cast<size_t>(sent);
-      while (first < iov.size() && left >= iov[first].iov_len) {
-        left -= iov[first].iov_len;
-        first++;
-      }
-      if (left > 0) {
-        iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
-        iov[first].iov_len -= left;
-      }
-    }
-    return true;
-  }
+  bool SendVector(std::vector<iovec>& iov);
 
   // Sends one frame: header, then `payload_limit` bytes of the gather list.
   bool SendFrame(const TcpFrameHeader& header, const std::vector<Sge>& sges,
-                 uint64_t payload_limit) {
-    std::vector<iovec> iov;
-    iov.reserve(sges.size() + 1);
-    iov.push_back(iovec{const_cast<TcpFrameHeader*>(&header), sizeof(header)});
-    for (const Sge& sge : sges) {
-      if (payload_limit == 0) break;
-      size_t piece = static_cast<size_t>(std::min<uint64_t>(sge.length, payload_limit));
-      if (piece > 0) iov.push_back(iovec{const_cast<void*>(sge.addr), piece});
-      payload_limit -= piece;
-    }
-    return SendVector(iov);
-  }
+                 uint64_t payload_limit);
 
   // The sender thread: responses to the peer first, then posted requests in order. The
   // target's agent places WRITEs strictly one after another, so a fenced request only waits
   // for earlier READs (whose replies the agent may still be sending from the region): the
   // IBV_SEND_FENCE rule, and no round trip per fence on the common WRITE-after-WRITE path.
-  void SenderLoop() {
-    // The ring belongs to this thread alone: created, used and torn down here, so any io_uring
-    // task work is this thread's business and never interrupts an application thread.
-    ring_ready_ = ::io_uring_queue_init(8, &ring_, 0) == 0;
-    SendUntilStopped();
-    if (ring_ready_) ::io_uring_queue_exit(&ring_);
-  }
+  void SenderLoop();
 
   // SenderLoop's body.
-  void SendUntilStopped() {
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      if (stopping_) return;
-      if (!replies_.empty()) {
-        Reply reply = std::move(replies_.front());
-        replies_.pop_front();
-        lock.unlock();
-        std::vector<Sge> payload;
-        if (reply.data != nullptr) {
-          payload.push_back(Sge{reply.data, static_cast<uint32_t>(reply.header.length), 0});
-        }
-        bool ok = SendFrame(reply.header, payload, reply.header.length);
-        if (reply.close_after) ::shutdown(fd_, SHUT_RDWR);
-        lock.lock();
-        if (!ok) FailLocked(Status::Disconnected("the peer stopped receiving"), nullptr);
-        continue;
-      }
-      if (state_.ok() && next_to_send_ < next_sequence_) {
-        std::shared_ptr<PendingRequest> pending =
-            in_flight_[next_to_send_ - in_flight_.front()->sequence];
-        if (pending->wr.fence && ReadInFlightBefore(pending->sequence)) {
-          cv_.wait(lock);
-          continue;
-        }
-        SendRequest(lock, pending);
-        continue;
-      }
-      cv_.wait(lock);
-    }
-  }
+  void SendUntilStopped();
 
   // Whether a READ posted before request `sequence` has not completed yet (mu_ held).
-  bool ReadInFlightBefore(uint64_t sequence) const {
-    for (const std::shared_ptr<PendingRequest>& p : in_flight_) {
-      if (p->sequence >= sequence) break;
-      if (p->wr.opcode == Opcode::kRead) return true;
-    }
-    return false;
-  }
+  bool ReadInFlightBefore(uint64_t sequence) const;
 
   // Sends one request (mu_ held on entry and exit, released while sending), applying the
   // injected faults to WRITEs.
   void SendRequest(std::unique_lock<std::mutex>& lock,
-                   const std::shared_ptr<PendingRequest>& pending) {
-    const WorkRequest& wr = pending->wr;
-    TcpFrameHeader header;
-    header.sequence = pending->sequence;
-    header.length = pending->length;
-    header.rkey = wr.rkey;
-    header.remote_addr = wr.remote_addr;
-    uint64_t payload = pending->length;
-    switch (wr.opcode) {
-      case Opcode::kWrite: header.type = uint8_t(TcpFrameType::kWrite); break;
-      case Opcode::kWriteWithImm:
-        header.type = uint8_t(TcpFrameType::kWriteWithImm);
-        header.imm = wr.imm;
-        break;
-      case Opcode::kRead:
-        header.type = uint8_t(TcpFrameType::kReadRequest);
-        payload = 0;
-        break;
-      default:
-        header.type = uint8_t(TcpFrameType::kSend);
-        header.rkey = 0;
-        header.remote_addr = 0;
-        break;
-    }
-    bool is_write = wr.opcode == Opcode::kWrite || wr.opcode == Opcode::kWriteWithImm;
-    bool tear = false;
-    if (is_write && faults_.drop_on_next_write) {
-      faults_.drop_on_next_write = false;
-      FailLocked(Status::Disconnected("fault injection: dropped before a WRITE"), nullptr);
-      return;
-    }
-    if (is_write && faults_.tear_next_write_after >= 0) {
-      payload = std::min<uint64_t>(payload, uint64_t(faults_.tear_next_write_after));
-      faults_.tear_next_write_after = -1;
-      tear = true;
-    }
-    pending->sent = true;
-    next_to_send_++;
-    lock.unlock();
-    bool ok = SendFrame(header, pending->sges, payload);
-    lock.lock();
-    if (tear) {
-      FailLocked(Status::Disconnected("fault injection: torn WRITE"), nullptr);
-    } else if (!ok) {
-      FailLocked(Status::Disconnected("the peer stopped receiving"), nullptr);
-    }
-  }
+                   const std::shared_ptr<PendingRequest>& pending);
 
   // Finds the remote-accessible region for an incoming access and keeps it mapped.
-  char* ResolveIncoming(const TcpFrameHeader& header, uint32_t right, MappingRef* holder) {
-    std::lock_guard<std::mutex> lock(regions_mu_);
-    char* target = remote_table_.Resolve(header.rkey, header.remote_addr, header.length, right);
-    if (target == nullptr) return nullptr;
-    auto it = by_rkey_.find(header.rkey);
-    if (it == by_rkey_.end()) return nullptr;
-    *holder = it->second;
-    return target;
-  }
+  char* ResolveIncoming(const TcpFrameHeader& header, uint32_t right, MappingRef* holder);
 
   // Queues a response frame for the sender.
-  void QueueReply(Reply reply) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!state_.ok()) return;
-    replies_.push_back(std::move(reply));
-    cv_.notify_all();
-  }
+  void QueueReply(Reply reply);
 
   // Queues an ACK for the peer's request `sequence`.
-  void Acknowledge(uint64_t sequence) {
-    Reply reply;
-    reply.header.type = uint8_t(TcpFrameType::kAck);
-    reply.header.sequence = sequence;
-    QueueReply(std::move(reply));
-  }
+  void Acknowledge(uint64_t sequence);
 
   // Refuses the peer's request: NAK, then the connection ends with RemoteAccess.
-  void Refuse(uint64_t sequence, const char* why) {
-    TcpFrameHeader nak;
-    nak.type = uint8_t(TcpFrameType::kNak);
-    nak.sequence = sequence;
-    Fail(Status::RemoteAccess(why), &nak);
-  }
+  void Refuse(uint64_t sequence, const char* why);
 
   // The agent thread: one frame at a time until the connection ends.
-  void AgentLoop() {
-    for (;;) {
-      TcpFrameHeader header;
-      if (!RecvAll(fd_, reinterpret_cast<char*>(&header), sizeof(header))) {
-        Fail(Status::Disconnected("the peer closed the connection"));
-        return;
-      }
-      if (!HandleFrame(header)) return;
-    }
-  }
+  void AgentLoop();
 
   // Checks the fixed fields of a frame.
-  static bool WellFormed(const TcpFrameHeader& header) {
-    if (header.magic != kTcpFrameMagic || header.reserved[0] != 0 || header.reserved[1] != 0 ||
-        header.reserved[2] != 0 || header.reserved2 != 0) {
-      return false;
-    }
-    if (header.type < uint8_t(TcpFrameType::kWrite) ||
-        header.type > uint8_t(TcpFrameType::kReadResponse)) {
-      return false;
-    }
-    if (header.length > kTcpMaxPayload) return false;
-    TcpFrameType type = TcpFrameType(header.type);
-    if ((type == TcpFrameType::kAck || type == TcpFrameType::kNak) && header.length != 0) {
-      return false;
-    }
-    return true;
-  }
+  static bool WellFormed(const TcpFrameHeader& header);
 
   // Handles one frame; false once the connection has ended.
-  bool HandleFrame(const TcpFrameHeader& header) {
-    if (!WellFormed(header)) {
-      Fail(Status::IOError("malformed frame from the peer"));
-      return false;
-    }
-    TcpFrameType type = TcpFrameType(header.type);
-    if (type == TcpFrameType::kAck || type == TcpFrameType::kNak ||
-        type == TcpFrameType::kReadResponse) {
-      return HandleResponse(header);
-    }
-    // A request: sequence numbers must run without gaps.
-    if (header.sequence != next_peer_sequence_) {
-      Fail(Status::IOError("request out of sequence from the peer"));
-      return false;
-    }
-    next_peer_sequence_++;
-    switch (type) {
-      case TcpFrameType::kWrite:
-      case TcpFrameType::kWriteWithImm:
-        return HandleWrite(header);
-      case TcpFrameType::kReadRequest:
-        return HandleRead(header);
-      default:
-        return HandleSend(header);
-    }
-  }
+  bool HandleFrame(const TcpFrameHeader& header);
 
   // Places a WRITE: check first, then receive straight into the region.
-  bool HandleWrite(const TcpFrameHeader& header) {
-    MappingRef holder;
-    char* target = ResolveIncoming(header, kRemoteWrite, &holder);
-    if (target == nullptr) {
-      Refuse(header.sequence, "the peer wrote outside its rights");
-      return false;
-    }
-    if (!RecvAll(fd_, target, header.length)) {
-      Fail(Status::Disconnected("the peer closed the connection during a WRITE"));
-      return false;
-    }
-    if (TcpFrameType(header.type) == TcpFrameType::kWriteWithImm &&
-        !Notify(nullptr, static_cast<uint32_t>(header.length), header.imm, true)) {
-      return false;
-    }
-    Acknowledge(header.sequence);
-    return true;
-  }
+  bool HandleWrite(const TcpFrameHeader& header);
 
   // Answers a READ with the region's bytes (sent by the sender, straight from the region).
-  bool HandleRead(const TcpFrameHeader& header) {
-    Reply reply;
-    const char* source = ResolveIncoming(header, kRemoteRead, &reply.holder);
-    if (source == nullptr) {
-      Refuse(header.sequence, "the peer read outside its rights");
-      return false;
-    }
-    reply.header.type = uint8_t(TcpFrameType::kReadResponse);
-    reply.header.sequence = header.sequence;
-    reply.header.length = header.length;
-    reply.data = header.length > 0 ? source : nullptr;
-    QueueReply(std::move(reply));
-    return true;
-  }
+  bool HandleRead(const TcpFrameHeader& header);
 
   // Delivers a SEND into the next posted receive, or keeps it until one is posted.
-  bool HandleSend(const TcpFrameHeader& header) {
-    if (!Notify(&header, static_cast<uint32_t>(header.length), 0, false)) return false;
-    Acknowledge(header.sequence);
-    return true;
-  }
+  bool HandleSend(const TcpFrameHeader& header);
 
   // Consumes a receive for a SEND (`send` set: its payload follows on the socket) or a
   // WRITE_WITH_IMM notification. False once the connection has ended.
-  bool Notify(const TcpFrameHeader* send, uint32_t length, uint32_t imm, bool has_imm) {
-    PostedRecv recv;
-    bool have_recv = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!state_.ok()) return false;
-      if (!posted_recvs_.empty()) {
-        recv = std::move(posted_recvs_.front());
-        posted_recvs_.pop_front();
-        have_recv = true;
-      } else if (unmatched_bytes_ + (send ? length : 0) > kMaxUnmatchedBytes) {
-        FailLocked(Status::IOError("the peer sent too much that nobody received"), nullptr);
-        return false;
-      }
-    }
-    UnmatchedMessage early;
-    early.length = length;
-    early.imm = imm;
-    early.has_imm = has_imm;
-    WcStatus status = WcStatus::kSuccess;
-    if (send != nullptr) {
-      bool received;
-      if (!have_recv) {
-        early.data.resize(length);
-        received = RecvAll(fd_, early.data.data(), length);
-      } else if (length <= recv.request.sge.length) {
-        received = RecvAll(fd_, static_cast<char*>(const_cast<void*>(recv.request.sge.addr)),
-                           length);
-      } else {
-        status = WcStatus::kLocalLengthError;
-        received = DiscardBytes(fd_, length);
-      }
-      if (!received) {
-        if (have_recv) {
-          std::lock_guard<std::mutex> lock(mu_);
-          PushCompletionLocked(RecvCompletion(recv.request, WcStatus::kFlushed, 0, 0, false));
-        }
-        Fail(Status::Disconnected("the peer closed the connection during a SEND"));
-        return false;
-      }
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!state_.ok()) return false;
-    if (have_recv) {
-      uint32_t byte_len = status == WcStatus::kSuccess ? length : 0;
-      PushCompletionLocked(RecvCompletion(recv.request, status, byte_len, imm, has_imm));
-    } else {
-      unmatched_bytes_ += early.data.size();
-      unmatched_.push_back(std::move(early));
-      MatchLocked();
-    }
-    cv_.notify_all();
-    return true;
-  }
+  bool Notify(const TcpFrameHeader* send, uint32_t length, uint32_t imm, bool has_imm);
 
   // Matches a response to the oldest unanswered request (responses come in request order).
-  bool HandleResponse(const TcpFrameHeader& header) {
-    TcpFrameType type = TcpFrameType(header.type);
-    std::shared_ptr<PendingRequest> pending;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!state_.ok()) return false;
-      if (in_flight_.empty() || in_flight_.front()->sequence != header.sequence ||
-          !in_flight_.front()->sent) {
-        FailLocked(Status::IOError("response to no request from the peer"), nullptr);
-        return false;
-      }
-      pending = in_flight_.front();
-      bool is_read = pending->wr.opcode == Opcode::kRead;
-      bool consistent = type == TcpFrameType::kNak ||
-                        (is_read ? type == TcpFrameType::kReadResponse &&
-                                       header.length == pending->length
-                                 : type == TcpFrameType::kAck);
-      if (!consistent) {
-        FailLocked(Status::IOError("response does not fit its request"), nullptr);
-        return false;
-      }
-      if (type == TcpFrameType::kNak) {
-        in_flight_.pop_front();
-        PushCompletionLocked(WorkCompletion(pending->wr, WcStatus::kRemoteAccessError));
-        FailLocked(Status::RemoteAccess("the peer refused an access"), nullptr);
-        return false;
-      }
-    }
-    if (type == TcpFrameType::kReadResponse) {
-      // Scatter straight into the READ's destination buffers, in order.
-      for (const Sge& sge : pending->sges) {
-        if (!RecvAll(fd_, static_cast<char*>(const_cast<void*>(sge.addr)), sge.length)) {
-          Fail(Status::Disconnected("the peer closed the connection during a READ"));
-          return false;
-        }
-      }
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!state_.ok()) return false;
-    in_flight_.pop_front();
-    if (pending->wr.signaled) PushCompletionLocked(WorkCompletion(pending->wr, WcStatus::kSuccess));
-    cv_.notify_all();
-    return true;
-  }
+  bool HandleResponse(const TcpFrameHeader& header);
 
   const TransportOptions options_;
   const int fd_;
@@ -817,6 +277,618 @@ class TcpConnection : public Connection {
   std::thread agent_;
   std::thread sender_;
 };
+
+TcpConnection::TcpConnection(const TransportOptions& options, int fd) : options_(options), fd_(fd) {
+  agent_ = std::thread([this] { AgentLoop(); });
+  sender_ = std::thread([this] { SenderLoop(); });
+}
+
+TcpConnection::~TcpConnection() {
+  Fail(Status::Disconnected("connection closed locally"));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  sender_.join();
+  ::shutdown(fd_, SHUT_RDWR);  // a NAK may have kept the socket open for the sender
+  agent_.join();
+  ::close(fd_);
+}
+
+Status TcpConnection::AllocateRegion(size_t length, uint32_t access, LocalRegion* region) {
+  if (length == 0) return Status::InvalidArgument("empty region");
+  if ((access & ~uint32_t(kRemoteWrite | kRemoteRead)) != 0) {
+    return Status::InvalidArgument("unknown access bits");
+  }
+  std::lock_guard<std::mutex> lock(regions_mu_);
+  if (length > options_.region_capacity || allocated_bytes_ > options_.region_capacity - length) {
+    return Status::InvalidArgument("region capacity of the connection exceeded");
+  }
+  void* memory =
+      ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) return Status::IOError("mmap failed for a region");
+  auto mapping = std::make_shared<Mapping>();
+  mapping->addr = static_cast<char*>(memory);
+  mapping->length = length;
+  uint64_t rkey = 0;
+  if (access != kLocalOnly) {
+    Status s = remote_table_.Add(mapping->addr, length, access, &rkey);
+    if (!s.ok()) return s;
+    by_rkey_[rkey] = mapping;
+  }
+  uint32_t lkey = next_lkey_++;
+  if (next_lkey_ == 0) next_lkey_ = 1;
+  by_lkey_[lkey] = LocalEntry{mapping, rkey};
+  allocated_bytes_ += length;
+  region->addr = mapping->addr;
+  region->length = length;
+  region->rkey = rkey;
+  region->lkey = lkey;
+  region->access = access;
+  return Status::OK();
+}
+
+Status TcpConnection::FreeRegion(const LocalRegion& region) {
+  std::lock_guard<std::mutex> lock(regions_mu_);
+  auto it = by_lkey_.find(region.lkey);
+  if (it == by_lkey_.end() || it->second.mapping->addr != region.addr) {
+    return Status::InvalidArgument("not a region of this connection");
+  }
+  if (it->second.rkey != 0) {
+    remote_table_.Remove(it->second.rkey);
+    by_rkey_.erase(it->second.rkey);
+  }
+  allocated_bytes_ -= it->second.mapping->length;
+  by_lkey_.erase(it);
+  return Status::OK();
+}
+
+RemoteRegion TcpConnection::Describe(const LocalRegion& region) const {
+  return RemoteRegion{reinterpret_cast<uintptr_t>(region.addr), region.length, region.rkey};
+}
+
+Status TcpConnection::Post(const WorkRequest* requests, size_t count) {
+  if (count == 0) return Status::OK();
+  if (requests == nullptr) return Status::InvalidArgument("no work requests");
+  if (count > options_.max_outstanding) {
+    return Status::InvalidArgument("more requests than max_outstanding in one post");
+  }
+  std::vector<std::shared_ptr<PendingRequest>> prepared;
+  prepared.reserve(count);
+  for (size_t i = 0; i < count; i++) {
+    auto pending = std::make_shared<PendingRequest>();
+    Status s = Prepare(requests[i], pending.get());
+    if (!s.ok()) return s;
+    prepared.push_back(std::move(pending));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!state_.ok()) {
+    for (const auto& pending : prepared) {
+      PushCompletionLocked(WorkCompletion(pending->wr, WcStatus::kFlushed));
+    }
+    cv_.notify_all();
+    return Status::OK();
+  }
+  if (in_flight_.size() + count > options_.max_outstanding) {
+    return Status::WouldBlock("max_outstanding requests in flight");
+  }
+  for (auto& pending : prepared) {
+    pending->sequence = next_sequence_++;
+    in_flight_.push_back(std::move(pending));
+  }
+  cv_.notify_all();
+  return Status::OK();
+}
+
+Status TcpConnection::PostRecv(const RecvRequest* requests, size_t count) {
+  if (count == 0) return Status::OK();
+  if (requests == nullptr) return Status::InvalidArgument("no receive requests");
+  std::vector<PostedRecv> prepared(count);
+  for (size_t i = 0; i < count; i++) {
+    prepared[i].request = requests[i];
+    Status s = Check(requests[i].sge, &prepared[i].holder);
+    if (!s.ok()) return s;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (PostedRecv& recv : prepared) {
+    if (!state_.ok()) {
+      PushCompletionLocked(RecvCompletion(recv.request, WcStatus::kFlushed, 0, 0, false));
+    } else {
+      posted_recvs_.push_back(std::move(recv));
+      MatchLocked();
+    }
+  }
+  cv_.notify_all();
+  return Status::OK();
+}
+
+Status TcpConnection::Poll(Completion* out, size_t max, int timeout_ms, size_t* count) {
+  *count = 0;
+  if (max == 0) return Status::OK();
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    Clock::time_point now = Clock::now();
+    completions_.PopDue(out, max, now, count);
+    if (*count > 0) return Status::OK();
+    if (completions_.empty() && !state_.ok()) return state_;
+    if (now >= deadline) return Status::OK();
+    Clock::time_point until = deadline;
+    if (!completions_.empty()) until = std::min(until, completions_.next_due());
+    cv_.wait_until(lock, until);
+  }
+}
+
+Status TcpConnection::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+Status TcpConnection::Check(const Sge& sge, MappingRef* holder) {
+  std::lock_guard<std::mutex> lock(regions_mu_);
+  auto it = by_lkey_.find(sge.lkey);
+  if (it == by_lkey_.end()) return Status::InvalidArgument("unknown lkey");
+  const Mapping& mapping = *it->second.mapping;
+  Status s = CheckSgeBounds(sge, mapping.addr, mapping.length);
+  if (s.ok()) *holder = it->second.mapping;
+  return s;
+}
+
+Status TcpConnection::Prepare(const WorkRequest& wr, PendingRequest* pending) {
+  return PrepareRequest(
+      wr,
+      [&](const Sge& sge) {
+        MappingRef holder;
+        Status s = Check(sge, &holder);
+        if (s.ok()) pending->holders.push_back(std::move(holder));
+        return s;
+      },
+      pending);
+}
+
+void TcpConnection::PushCompletionLocked(const Completion& completion) {
+  completions_.Push(completion, Clock::now());
+}
+
+void TcpConnection::MatchLocked() {
+  while (!unmatched_.empty() && !posted_recvs_.empty()) {
+    PostedRecv recv = std::move(posted_recvs_.front());
+    posted_recvs_.pop_front();
+    UnmatchedMessage message = std::move(unmatched_.front());
+    unmatched_.pop_front();
+    unmatched_bytes_ -= message.data.size();
+    DeliverUnmatchedLocked(recv, message);
+  }
+}
+
+void TcpConnection::DeliverUnmatchedLocked(const PostedRecv& recv,
+                                           const UnmatchedMessage& message) {
+  if (message.data.size() > recv.request.sge.length) {
+    PushCompletionLocked(
+        RecvCompletion(recv.request, WcStatus::kLocalLengthError, 0, message.imm, message.has_imm));
+    return;
+  }
+  if (!message.data.empty()) {
+    std::memcpy(const_cast<void*>(recv.request.sge.addr), message.data.data(), message.data.size());
+  }
+  PushCompletionLocked(RecvCompletion(recv.request, WcStatus::kSuccess, message.length, message.imm,
+                                      message.has_imm));
+}
+
+void TcpConnection::Fail(const Status& why, const TcpFrameHeader* nak) {
+  std::lock_guard<std::mutex> lock(mu_);
+  FailLocked(why, nak);
+}
+
+void TcpConnection::FailLocked(const Status& why, const TcpFrameHeader* nak) {
+  if (!state_.ok()) return;
+  state_ = why;
+  for (const auto& pending : in_flight_) {
+    PushCompletionLocked(WorkCompletion(pending->wr, WcStatus::kFlushed));
+  }
+  in_flight_.clear();
+  for (const PostedRecv& recv : posted_recvs_) {
+    PushCompletionLocked(RecvCompletion(recv.request, WcStatus::kFlushed, 0, 0, false));
+  }
+  posted_recvs_.clear();
+  unmatched_.clear();
+  unmatched_bytes_ = 0;
+  if (nak != nullptr) {
+    Reply reply;
+    reply.header = *nak;
+    reply.close_after = true;
+    replies_.push_back(std::move(reply));
+  } else {
+    ::shutdown(fd_, SHUT_RDWR);  // wakes the agent's recv and the sender's send
+  }
+  cv_.notify_all();
+}
+
+bool TcpConnection::SendVector(std::vector<iovec>& iov) {
+  size_t first = 0;
+  while (first < iov.size()) {
+    msghdr message{};
+    message.msg_iov = iov.data() + first;
+    message.msg_iovlen = iov.size() - first;
+    ssize_t sent;
+    if (ring_ready_) {
+      io_uring_sqe* sqe = ::io_uring_get_sqe(&ring_);
+      ::io_uring_prep_sendmsg(sqe, fd_, &message, MSG_NOSIGNAL);
+      int rc = ::io_uring_submit(&ring_);
+      if (rc < 0) return false;
+      io_uring_cqe* cqe = nullptr;
+      do {
+        rc = ::io_uring_wait_cqe(&ring_, &cqe);
+      } while (rc == -EINTR);
+      if (rc < 0) return false;
+      sent = cqe->res;
+      ::io_uring_cqe_seen(&ring_, cqe);
+      if (sent < 0) {
+        errno = static_cast<int>(-sent);
+        sent = -1;
+      }
+    } else {
+      sent = ::sendmsg(fd_, &message, MSG_NOSIGNAL);
+    }
+    if (sent < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return false;
+    }
+    // Skip what went out; a partly sent iovec is advanced in place.
+    size_t left = static_cast<size_t>(sent);
+    while (first < iov.size() && left >= iov[first].iov_len) {
+      left -= iov[first].iov_len;
+      first++;
+    }
+    if (left > 0) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
+  }
+  return true;
+}
+
+bool TcpConnection::SendFrame(const TcpFrameHeader& header, const std::vector<Sge>& sges,
+                              uint64_t payload_limit) {
+  std::vector<iovec> iov;
+  iov.reserve(sges.size() + 1);
+  iov.push_back(iovec{const_cast<TcpFrameHeader*>(&header), sizeof(header)});
+  for (const Sge& sge : sges) {
+    if (payload_limit == 0) break;
+    size_t piece = static_cast<size_t>(std::min<uint64_t>(sge.length, payload_limit));
+    if (piece > 0) iov.push_back(iovec{const_cast<void*>(sge.addr), piece});
+    payload_limit -= piece;
+  }
+  return SendVector(iov);
+}
+
+void TcpConnection::SenderLoop() {
+  // The ring belongs to this thread alone: created, used and torn down here, so any io_uring
+  // task work is this thread's business and never interrupts an application thread.
+  ring_ready_ = ::io_uring_queue_init(8, &ring_, 0) == 0;
+  SendUntilStopped();
+  if (ring_ready_) ::io_uring_queue_exit(&ring_);
+}
+
+void TcpConnection::SendUntilStopped() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (stopping_) return;
+    if (!replies_.empty()) {
+      Reply reply = std::move(replies_.front());
+      replies_.pop_front();
+      lock.unlock();
+      std::vector<Sge> payload;
+      if (reply.data != nullptr) {
+        payload.push_back(Sge{reply.data, static_cast<uint32_t>(reply.header.length), 0});
+      }
+      bool ok = SendFrame(reply.header, payload, reply.header.length);
+      if (reply.close_after) ::shutdown(fd_, SHUT_RDWR);
+      lock.lock();
+      if (!ok) FailLocked(Status::Disconnected("the peer stopped receiving"), nullptr);
+      continue;
+    }
+    if (state_.ok() && next_to_send_ < next_sequence_) {
+      std::shared_ptr<PendingRequest> pending =
+          in_flight_[next_to_send_ - in_flight_.front()->sequence];
+      if (pending->wr.fence && ReadInFlightBefore(pending->sequence)) {
+        cv_.wait(lock);
+        continue;
+      }
+      SendRequest(lock, pending);
+      continue;
+    }
+    cv_.wait(lock);
+  }
+}
+
+bool TcpConnection::ReadInFlightBefore(uint64_t sequence) const {
+  for (const std::shared_ptr<PendingRequest>& p : in_flight_) {
+    if (p->sequence >= sequence) break;
+    if (p->wr.opcode == Opcode::kRead) return true;
+  }
+  return false;
+}
+
+void TcpConnection::SendRequest(std::unique_lock<std::mutex>& lock,
+                                const std::shared_ptr<PendingRequest>& pending) {
+  const WorkRequest& wr = pending->wr;
+  TcpFrameHeader header;
+  header.sequence = pending->sequence;
+  header.length = pending->length;
+  header.rkey = wr.rkey;
+  header.remote_addr = wr.remote_addr;
+  uint64_t payload = pending->length;
+  switch (wr.opcode) {
+    case Opcode::kWrite:
+      header.type = uint8_t(TcpFrameType::kWrite);
+      break;
+    case Opcode::kWriteWithImm:
+      header.type = uint8_t(TcpFrameType::kWriteWithImm);
+      header.imm = wr.imm;
+      break;
+    case Opcode::kRead:
+      header.type = uint8_t(TcpFrameType::kReadRequest);
+      payload = 0;
+      break;
+    default:
+      header.type = uint8_t(TcpFrameType::kSend);
+      header.rkey = 0;
+      header.remote_addr = 0;
+      break;
+  }
+  bool is_write = wr.opcode == Opcode::kWrite || wr.opcode == Opcode::kWriteWithImm;
+  bool tear = false;
+  if (is_write && faults_.drop_on_next_write) {
+    faults_.drop_on_next_write = false;
+    FailLocked(Status::Disconnected("fault injection: dropped before a WRITE"), nullptr);
+    return;
+  }
+  if (is_write && faults_.tear_next_write_after >= 0) {
+    payload = std::min<uint64_t>(payload, uint64_t(faults_.tear_next_write_after));
+    faults_.tear_next_write_after = -1;
+    tear = true;
+  }
+  pending->sent = true;
+  next_to_send_++;
+  lock.unlock();
+  bool ok = SendFrame(header, pending->sges, payload);
+  lock.lock();
+  if (tear) {
+    FailLocked(Status::Disconnected("fault injection: torn WRITE"), nullptr);
+  } else if (!ok) {
+    FailLocked(Status::Disconnected("the peer stopped receiving"), nullptr);
+  }
+}
+
+char* TcpConnection::ResolveIncoming(const TcpFrameHeader& header, uint32_t right,
+                                     MappingRef* holder) {
+  std::lock_guard<std::mutex> lock(regions_mu_);
+  char* target = remote_table_.Resolve(header.rkey, header.remote_addr, header.length, right);
+  if (target == nullptr) return nullptr;
+  auto it = by_rkey_.find(header.rkey);
+  if (it == by_rkey_.end()) return nullptr;
+  *holder = it->second;
+  return target;
+}
+
+void TcpConnection::QueueReply(Reply reply) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!state_.ok()) return;
+  replies_.push_back(std::move(reply));
+  cv_.notify_all();
+}
+
+void TcpConnection::Acknowledge(uint64_t sequence) {
+  Reply reply;
+  reply.header.type = uint8_t(TcpFrameType::kAck);
+  reply.header.sequence = sequence;
+  QueueReply(std::move(reply));
+}
+
+void TcpConnection::Refuse(uint64_t sequence, const char* why) {
+  TcpFrameHeader nak;
+  nak.type = uint8_t(TcpFrameType::kNak);
+  nak.sequence = sequence;
+  Fail(Status::RemoteAccess(why), &nak);
+}
+
+void TcpConnection::AgentLoop() {
+  for (;;) {
+    TcpFrameHeader header;
+    if (!RecvAll(fd_, reinterpret_cast<char*>(&header), sizeof(header))) {
+      Fail(Status::Disconnected("the peer closed the connection"));
+      return;
+    }
+    if (!HandleFrame(header)) return;
+  }
+}
+
+bool TcpConnection::WellFormed(const TcpFrameHeader& header) {
+  if (header.magic != kTcpFrameMagic || header.reserved[0] != 0 || header.reserved[1] != 0 ||
+      header.reserved[2] != 0 || header.reserved2 != 0) {
+    return false;
+  }
+  if (header.type < uint8_t(TcpFrameType::kWrite) ||
+      header.type > uint8_t(TcpFrameType::kReadResponse)) {
+    return false;
+  }
+  if (header.length > kTcpMaxPayload) return false;
+  TcpFrameType type = TcpFrameType(header.type);
+  if ((type == TcpFrameType::kAck || type == TcpFrameType::kNak) && header.length != 0) {
+    return false;
+  }
+  return true;
+}
+
+bool TcpConnection::HandleFrame(const TcpFrameHeader& header) {
+  if (!WellFormed(header)) {
+    Fail(Status::IOError("malformed frame from the peer"));
+    return false;
+  }
+  TcpFrameType type = TcpFrameType(header.type);
+  if (type == TcpFrameType::kAck || type == TcpFrameType::kNak ||
+      type == TcpFrameType::kReadResponse) {
+    return HandleResponse(header);
+  }
+  // A request: sequence numbers must run without gaps.
+  if (header.sequence != next_peer_sequence_) {
+    Fail(Status::IOError("request out of sequence from the peer"));
+    return false;
+  }
+  next_peer_sequence_++;
+  switch (type) {
+    case TcpFrameType::kWrite:
+    case TcpFrameType::kWriteWithImm:
+      return HandleWrite(header);
+    case TcpFrameType::kReadRequest:
+      return HandleRead(header);
+    default:
+      return HandleSend(header);
+  }
+}
+
+bool TcpConnection::HandleWrite(const TcpFrameHeader& header) {
+  MappingRef holder;
+  char* target = ResolveIncoming(header, kRemoteWrite, &holder);
+  if (target == nullptr) {
+    Refuse(header.sequence, "the peer wrote outside its rights");
+    return false;
+  }
+  if (!RecvAll(fd_, target, header.length)) {
+    Fail(Status::Disconnected("the peer closed the connection during a WRITE"));
+    return false;
+  }
+  if (TcpFrameType(header.type) == TcpFrameType::kWriteWithImm &&
+      !Notify(nullptr, static_cast<uint32_t>(header.length), header.imm, true)) {
+    return false;
+  }
+  Acknowledge(header.sequence);
+  return true;
+}
+
+bool TcpConnection::HandleRead(const TcpFrameHeader& header) {
+  Reply reply;
+  const char* source = ResolveIncoming(header, kRemoteRead, &reply.holder);
+  if (source == nullptr) {
+    Refuse(header.sequence, "the peer read outside its rights");
+    return false;
+  }
+  reply.header.type = uint8_t(TcpFrameType::kReadResponse);
+  reply.header.sequence = header.sequence;
+  reply.header.length = header.length;
+  reply.data = header.length > 0 ? source : nullptr;
+  QueueReply(std::move(reply));
+  return true;
+}
+
+bool TcpConnection::HandleSend(const TcpFrameHeader& header) {
+  if (!Notify(&header, static_cast<uint32_t>(header.length), 0, false)) return false;
+  Acknowledge(header.sequence);
+  return true;
+}
+
+bool TcpConnection::Notify(const TcpFrameHeader* send, uint32_t length, uint32_t imm,
+                           bool has_imm) {
+  PostedRecv recv;
+  bool have_recv = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!state_.ok()) return false;
+    if (!posted_recvs_.empty()) {
+      recv = std::move(posted_recvs_.front());
+      posted_recvs_.pop_front();
+      have_recv = true;
+    } else if (unmatched_bytes_ + (send ? length : 0) > kMaxUnmatchedBytes) {
+      FailLocked(Status::IOError("the peer sent too much that nobody received"), nullptr);
+      return false;
+    }
+  }
+  UnmatchedMessage early;
+  early.length = length;
+  early.imm = imm;
+  early.has_imm = has_imm;
+  WcStatus status = WcStatus::kSuccess;
+  if (send != nullptr) {
+    bool received;
+    if (!have_recv) {
+      early.data.resize(length);
+      received = RecvAll(fd_, early.data.data(), length);
+    } else if (length <= recv.request.sge.length) {
+      received = RecvAll(fd_, static_cast<char*>(const_cast<void*>(recv.request.sge.addr)), length);
+    } else {
+      status = WcStatus::kLocalLengthError;
+      received = DiscardBytes(fd_, length);
+    }
+    if (!received) {
+      if (have_recv) {
+        std::lock_guard<std::mutex> lock(mu_);
+        PushCompletionLocked(RecvCompletion(recv.request, WcStatus::kFlushed, 0, 0, false));
+      }
+      Fail(Status::Disconnected("the peer closed the connection during a SEND"));
+      return false;
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!state_.ok()) return false;
+  if (have_recv) {
+    uint32_t byte_len = status == WcStatus::kSuccess ? length : 0;
+    PushCompletionLocked(RecvCompletion(recv.request, status, byte_len, imm, has_imm));
+  } else {
+    unmatched_bytes_ += early.data.size();
+    unmatched_.push_back(std::move(early));
+    MatchLocked();
+  }
+  cv_.notify_all();
+  return true;
+}
+
+bool TcpConnection::HandleResponse(const TcpFrameHeader& header) {
+  TcpFrameType type = TcpFrameType(header.type);
+  std::shared_ptr<PendingRequest> pending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!state_.ok()) return false;
+    if (in_flight_.empty() || in_flight_.front()->sequence != header.sequence ||
+        !in_flight_.front()->sent) {
+      FailLocked(Status::IOError("response to no request from the peer"), nullptr);
+      return false;
+    }
+    pending = in_flight_.front();
+    bool is_read = pending->wr.opcode == Opcode::kRead;
+    bool consistent =
+        type == TcpFrameType::kNak ||
+        (is_read ? type == TcpFrameType::kReadResponse && header.length == pending->length
+                 : type == TcpFrameType::kAck);
+    if (!consistent) {
+      FailLocked(Status::IOError("response does not fit its request"), nullptr);
+      return false;
+    }
+    if (type == TcpFrameType::kNak) {
+      in_flight_.pop_front();
+      PushCompletionLocked(WorkCompletion(pending->wr, WcStatus::kRemoteAccessError));
+      FailLocked(Status::RemoteAccess("the peer refused an access"), nullptr);
+      return false;
+    }
+  }
+  if (type == TcpFrameType::kReadResponse) {
+    // Scatter straight into the READ's destination buffers, in order.
+    for (const Sge& sge : pending->sges) {
+      if (!RecvAll(fd_, static_cast<char*>(const_cast<void*>(sge.addr)), sge.length)) {
+        Fail(Status::Disconnected("the peer closed the connection during a READ"));
+        return false;
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!state_.ok()) return false;
+  in_flight_.pop_front();
+  if (pending->wr.signaled) PushCompletionLocked(WorkCompletion(pending->wr, WcStatus::kSuccess));
+  cv_.notify_all();
+  return true;
+}
 
 }  // namespace
 
