@@ -564,15 +564,13 @@ Status ShmConnection::FreeRegion(const LocalRegion& region) {
 }
 
 RemoteRegion ShmConnection::Describe(const LocalRegion& region) const {
-  return RemoteRegion{reinterpret_cast<uintptr_t>(region.addr), region.length, region.rkey};
+  return DescribeSoftwareRegion(region);
 }
 
 Status ShmConnection::Post(const WorkRequest* requests, size_t count) {
-  if (count == 0) return Status::OK();
-  if (requests == nullptr) return Status::InvalidArgument("no work requests");
-  if (count > options_.max_outstanding) {
-    return Status::InvalidArgument("more requests than max_outstanding in one post");
-  }
+  bool empty;
+  Status checked = CheckPostBatch(requests, count, options_.max_outstanding, &empty);
+  if (!checked.ok() || empty) return checked;
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<PendingRequest> prepared(count);
   uint64_t ring_needed = 0;

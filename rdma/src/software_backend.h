@@ -39,6 +39,24 @@ struct PreparedRequest {
 Status PrepareRequest(const WorkRequest& wr, const std::function<Status(const Sge&)>& check_sge,
                       PreparedRequest* out);
 
+// A region as its peer addresses it on shm and tcp: by its address in this process.
+inline RemoteRegion DescribeSoftwareRegion(const LocalRegion& region) {
+  return RemoteRegion{reinterpret_cast<uintptr_t>(region.addr), region.length, region.rkey};
+}
+
+// The checks that open every Post on shm and tcp: OK with *empty set when there is nothing to
+// post, InvalidArgument for a missing list or more requests than may ever be in flight.
+inline Status CheckPostBatch(const WorkRequest* requests, size_t count, uint32_t max_outstanding,
+                             bool* empty) {
+  *empty = count == 0;
+  if (*empty) return Status::OK();
+  if (requests == nullptr) return Status::InvalidArgument("no work requests");
+  if (count > max_outstanding) {
+    return Status::InvalidArgument("more requests than max_outstanding in one post");
+  }
+  return Status::OK();
+}
+
 // The initiator's completion for a work request.
 Completion WorkCompletion(const WorkRequest& wr, WcStatus status);
 

@@ -345,15 +345,13 @@ Status TcpConnection::FreeRegion(const LocalRegion& region) {
 }
 
 RemoteRegion TcpConnection::Describe(const LocalRegion& region) const {
-  return RemoteRegion{reinterpret_cast<uintptr_t>(region.addr), region.length, region.rkey};
+  return DescribeSoftwareRegion(region);
 }
 
 Status TcpConnection::Post(const WorkRequest* requests, size_t count) {
-  if (count == 0) return Status::OK();
-  if (requests == nullptr) return Status::InvalidArgument("no work requests");
-  if (count > options_.max_outstanding) {
-    return Status::InvalidArgument("more requests than max_outstanding in one post");
-  }
+  bool empty;
+  Status checked = CheckPostBatch(requests, count, options_.max_outstanding, &empty);
+  if (!checked.ok() || empty) return checked;
   std::vector<std::shared_ptr<PendingRequest>> prepared;
   prepared.reserve(count);
   for (size_t i = 0; i < count; i++) {
