@@ -4,9 +4,18 @@
 
 #include <memory>
 
+#include "slipstream/rdma/testing.h"
 #include "slipstream/rdma/transport.h"
 
 namespace slipstream::rdma {
+
+// What every backend's connection is besides a Connection: the holder of its fault switches
+// (reached by tests through TestFaults, never through Connection).
+class FaultInjectable {
+ public:
+  virtual ~FaultInjectable() = default;
+  virtual FaultInjection* faults() = 0;
+};
 
 Status AcceptTcp(const TransportOptions& options, int fd, std::unique_ptr<Connection>* out);
 Status ConnectTcp(const TransportOptions& options, int fd, std::unique_ptr<Connection>* out);

@@ -61,13 +61,25 @@ struct SetupMessage {
 
 // What a work request id says about the request it belongs to.
 enum WrKind : uint64_t { kWrData = 1, kWrReady = 2, kWrFree = 3, kWrSetup = 4 };
-uint64_t WrId(WrKind kind, uint64_t index) { return (uint64_t(kind) << 56) | index; }
-WrKind WrKindOf(uint64_t id) { return WrKind(id >> 56); }
-uint64_t WrIndexOf(uint64_t id) { return id & ((1ull << 56) - 1); }
+uint64_t WrId(WrKind kind, uint64_t index) {
+  return (uint64_t(kind) << 56) | index;
+}
+WrKind WrKindOf(uint64_t id) {
+  return WrKind(id >> 56);
+}
+uint64_t WrIndexOf(uint64_t id) {
+  return id & ((1ull << 56) - 1);
+}
 
-uint64_t Word(uint64_t state, uint64_t sequence) { return state | (sequence << 8); }
-uint64_t StateOf(uint64_t word) { return word & 0xff; }
-uint64_t SequenceOf(uint64_t word) { return word >> 8; }
+uint64_t Word(uint64_t state, uint64_t sequence) {
+  return state | (sequence << 8);
+}
+uint64_t StateOf(uint64_t word) {
+  return word & 0xff;
+}
+uint64_t SequenceOf(uint64_t word) {
+  return word >> 8;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -133,8 +145,8 @@ class ChannelImpl : public Channel {
   RemoteRegion peer_receive_, peer_info_;
   uint64_t next_send_sequence_ = 1;
   uint64_t next_receive_sequence_ = 1;
-  std::vector<uint8_t> part_in_flight_;   // per Send Buffer part: its package is being written
-  std::vector<uint32_t> next_part_;       // per sender slot: its part (round robin) to use next
+  std::vector<uint8_t> part_in_flight_;     // per Send Buffer part: its package is being written
+  std::vector<uint32_t> next_part_;         // per sender slot: its part (round robin) to use next
   std::map<uint32_t, Message> assembling_;  // per sender slot: a message being reassembled
 };
 
@@ -163,7 +175,8 @@ Status ChannelImpl::Setup(int timeout_ms) {
   if (o.receive_buffer_size < 4096 || o.receive_buffer_size > (1u << 30)) {
     return Status::InvalidArgument("receive_buffer_size must be 4 KiB..1 GiB");
   }
-  if (o.sender_threads < 1 || o.sender_threads > 16) return Status::InvalidArgument("sender_threads must be 1..16");
+  if (o.sender_threads < 1 || o.sender_threads > 16)
+    return Status::InvalidArgument("sender_threads must be 1..16");
   if (o.packages_in_flight < 1 || o.packages_in_flight > kMaxPackagesInFlight ||
       o.sender_threads * o.packages_in_flight > kMaxPartsInFlight) {
     return Status::InvalidArgument(
@@ -176,7 +189,8 @@ Status ChannelImpl::Setup(int timeout_ms) {
     return Status::InvalidArgument(
         "send_buffer_size too small for sender_threads x packages_in_flight");
   }
-  Status s = conn_->AllocateRegion(size_t(o.receive_buffers) * o.receive_buffer_size, kRemoteWrite, &receive_);
+  Status s = conn_->AllocateRegion(size_t(o.receive_buffers) * o.receive_buffer_size, kRemoteWrite,
+                                   &receive_);
   if (s.ok()) s = conn_->AllocateRegion(kInfoEntries * 8, kRemoteWrite, &info_);
   if (s.ok()) s = conn_->AllocateRegion(size_t(send_part_size_) * parts, kLocalOnly, &send_);
   if (s.ok()) s = conn_->AllocateRegion(8 * (kInfoEntries + parts), kLocalOnly, &words_);
@@ -185,10 +199,11 @@ Status ChannelImpl::Setup(int timeout_ms) {
   part_in_flight_.assign(parts, 0);
   next_part_.assign(o.sender_threads, 0);
 
-  SetupMessage mine{kSetupMagic, o.receive_buffers, o.receive_buffer_size, 0,
-                    conn_->Describe(receive_), conn_->Describe(info_)};
+  SetupMessage mine{kSetupMagic, o.receive_buffers,         o.receive_buffer_size,
+                    0,           conn_->Describe(receive_), conn_->Describe(info_)};
   std::memcpy(setup_.addr, &mine, sizeof(mine));
-  RecvRequest recv{WrId(kWrSetup, 1), Sge{setup_.addr + sizeof(mine), uint32_t(sizeof(mine)), setup_.lkey}};
+  RecvRequest recv{WrId(kWrSetup, 1),
+                   Sge{setup_.addr + sizeof(mine), uint32_t(sizeof(mine)), setup_.lkey}};
   s = conn_->PostRecv(&recv, 1);
   Sge out{setup_.addr, uint32_t(sizeof(mine)), setup_.lkey};
   WorkRequest send;
@@ -203,14 +218,16 @@ Status ChannelImpl::Setup(int timeout_ms) {
   while (!(sent && received)) {
     Completion wc[4];
     size_t n = 0;
-    int left = int(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    int left =
+        int(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
     if (left <= 0) return Status::Timeout("channel setup: no answer from the peer");
     s = conn_->Poll(wc, 4, left, &n);
     if (!s.ok()) return s;
     for (size_t i = 0; i < n; i++) {
       if (wc[i].status != WcStatus::kSuccess) return Status::Disconnected("channel setup failed");
       if (wc[i].opcode == Opcode::kRecv) {
-        if (wc[i].byte_len != sizeof(SetupMessage)) return Status::InvalidArgument("malformed channel setup");
+        if (wc[i].byte_len != sizeof(SetupMessage))
+          return Status::InvalidArgument("malformed channel setup");
         received = true;
       } else {
         sent = true;
@@ -220,7 +237,8 @@ Status ChannelImpl::Setup(int timeout_ms) {
   SetupMessage peer;
   std::memcpy(&peer, setup_.addr + sizeof(mine), sizeof(peer));
   if (peer.magic != kSetupMagic || peer.buffers < 1 || peer.buffers > kMaxBuffers ||
-      peer.buffer_size < 4096 || peer.receive_buffers.length != uint64_t(peer.buffers) * peer.buffer_size ||
+      peer.buffer_size < 4096 ||
+      peer.receive_buffers.length != uint64_t(peer.buffers) * peer.buffer_size ||
       peer.info.length < kInfoEntries * 8) {
     conn_->Disconnect();
     return Status::InvalidArgument("malformed channel setup from the peer");
@@ -246,7 +264,8 @@ Status ChannelImpl::Progress() {
 Status ChannelImpl::ApplyCompletions(const Completion* wc, size_t n) {
   for (size_t i = 0; i < n; i++) {
     if (wc[i].status != WcStatus::kSuccess) {
-      return Broken(conn_->state().ok() ? Status::Disconnected("a channel write failed") : conn_->state());
+      return Broken(conn_->state().ok() ? Status::Disconnected("a channel write failed")
+                                        : conn_->state());
     }
     if (WrKindOf(wc[i].wr_id) == kWrReady && WrIndexOf(wc[i].wr_id) < part_in_flight_.size()) {
       part_in_flight_[WrIndexOf(wc[i].wr_id)] = 0;
@@ -331,7 +350,8 @@ Status ChannelImpl::ReserveBuffer(uint32_t* buffer, uint64_t* sequence, Clock::t
       }
     }
     if (!may_wait) return Status::WouldBlock("every receive buffer of the peer is full");
-    if (Clock::now() >= deadline) return Status::Timeout("no receive buffer of the peer became free");
+    if (Clock::now() >= deadline)
+      return Status::Timeout("no receive buffer of the peer became free");
     std::this_thread::yield();
   }
 }
@@ -358,7 +378,8 @@ Status ChannelImpl::SendRegion(uint32_t opcode, const LocalRegion& region, size_
 // (and payload), then the READY word with a fence so it lands after the package. The package
 // stays in flight while the slot goes on with the next one in another part.
 Status ChannelImpl::SendMessage(uint32_t opcode, std::string_view source, const LocalRegion* region,
-                                size_t region_offset, size_t length, uint32_t sender, int timeout_ms) {
+                                size_t region_offset, size_t length, uint32_t sender,
+                                int timeout_ms) {
   if (sender >= options_.sender_threads) return Status::InvalidArgument("sender slot out of range");
   Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   size_t max_payload = std::min<size_t>(peer_buffer_size_, send_part_size_) - kHeaderSize;
@@ -392,7 +413,8 @@ Status ChannelImpl::SendMessage(uint32_t opcode, std::string_view source, const 
     uint32_t nsge = 1;
     if (region) {
       sges[0] = Sge{staging, kHeaderSize, send_.lkey};
-      if (chunk > 0) sges[nsge++] = Sge{region->addr + region_offset + offset, uint32_t(chunk), region->lkey};
+      if (chunk > 0)
+        sges[nsge++] = Sge{region->addr + region_offset + offset, uint32_t(chunk), region->lkey};
     } else {
       if (chunk > 0) std::memcpy(staging + kHeaderSize, source.data() + offset, chunk);
       sges[0] = Sge{staging, uint32_t(kHeaderSize + chunk), send_.lkey};
@@ -462,8 +484,9 @@ Status ChannelImpl::ReceivePackage(PackageView* package, int timeout_ms) {
     return Broken(Status::InvalidArgument("malformed package from the peer"));
   }
   next_receive_sequence_++;
-  *package = PackageView{h.opcode, h.sender, h.message_size, h.offset,
-                         std::string_view(rb + kHeaderSize, h.length), j, h.sequence};
+  *package = PackageView{
+      h.opcode, h.sender,  h.message_size, h.offset, std::string_view(rb + kHeaderSize, h.length),
+      j,        h.sequence};
   return Status::OK();
 }
 
@@ -492,7 +515,8 @@ Status ChannelImpl::Release(const PackageView& package) {
 Status ChannelImpl::Receive(Message* message, int timeout_ms) {
   Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
-    int left = int(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    int left =
+        int(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
     PackageView p;
     Status s = ReceivePackage(&p, std::max(left, 0));
     if (!s.ok()) return s;

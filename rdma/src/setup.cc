@@ -284,8 +284,8 @@ Status SetupListen(const std::string& host_port, int* fd, std::string* bound) {
   int last_errno = 0;
   int listen_fd = -1;
   for (addrinfo* a = addresses; a != nullptr && listen_fd < 0; a = a->ai_next) {
-    int candidate = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                             a->ai_protocol);
+    int candidate =
+        ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (candidate < 0) {
       last_errno = errno;
       continue;
@@ -317,8 +317,8 @@ Status SetupListen(const std::string& host_port, int* fd, std::string* bound) {
   std::string bound_host = host;
   if (bound_host.empty()) bound_host = address.ss_family == AF_INET6 ? "::" : "0.0.0.0";
   bool needs_brackets = bound_host.find(':') != std::string::npos;
-  *bound = (needs_brackets ? "[" + bound_host + "]" : bound_host) + ":" +
-           std::to_string(bound_port);
+  *bound =
+      (needs_brackets ? "[" + bound_host + "]" : bound_host) + ":" + std::to_string(bound_port);
   *fd = listen_fd;
   return Status::OK();
 }
@@ -361,8 +361,8 @@ Status SetupConnect(const std::string& host_port, int timeout_ms, int* fd) {
   Status last = Status::Unavailable("no address for " + host_port);
   int connected = -1;
   for (addrinfo* a = addresses; a != nullptr && connected < 0; a = a->ai_next) {
-    int candidate = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                             a->ai_protocol);
+    int candidate =
+        ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (candidate < 0) {
       last = Status::IOError(ErrnoText("socket"));
       continue;

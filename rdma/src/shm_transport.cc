@@ -37,6 +37,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "backends.h"
 #include "setup.h"
 #include "software_backend.h"
 
@@ -242,7 +243,7 @@ uint64_t RecordBytes(uint32_t kind, uint64_t length) {
 }
 
 // One side of a shm connection. All state is guarded by mu_; Poll drops it while it sleeps.
-class ShmConnection : public Connection {
+class ShmConnection : public Connection, public FaultInjectable {
  public:
   // Takes over the authenticated socket; the heaps are set up by Establish().
   ShmConnection(const TransportOptions& options, int fd) : options_(options), fd_(fd) {}

@@ -86,10 +86,10 @@ struct ShmHeapHeader {
   uint64_t region_space;
   uint64_t ring_bytes;
   uint64_t token[2];  // random; the description must carry the same (guards against pid reuse)
-  alignas(64) std::atomic<uint32_t> doorbell;  // futex word: bumped by the peer per record
-  std::atomic<uint32_t> waiters;               // owner threads sleeping on the doorbell
-  std::atomic<uint32_t> error;                 // set by the peer before it drops us
-  std::atomic<uint32_t> table_used;            // entries [0, table_used) may be valid
+  alignas(64) std::atomic<uint32_t> doorbell;   // futex word: bumped by the peer per record
+  std::atomic<uint32_t> waiters;                // owner threads sleeping on the doorbell
+  std::atomic<uint32_t> error;                  // set by the peer before it drops us
+  std::atomic<uint32_t> table_used;             // entries [0, table_used) may be valid
   alignas(64) std::atomic<uint64_t> ring_head;  // bytes consumed (written by the owner)
   alignas(64) std::atomic<uint64_t> ring_tail;  // bytes produced (written by the peer)
 };

@@ -11,6 +11,7 @@
 #include <functional>
 #include <vector>
 
+#include "slipstream/rdma/testing.h"
 #include "slipstream/rdma/transport.h"
 
 namespace slipstream::rdma {

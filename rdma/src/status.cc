@@ -8,15 +8,24 @@ namespace {
 // The printable name of a status code.
 const char* CodeName(Status::Code code) {
   switch (code) {
-    case Status::Code::kOk: return "OK";
-    case Status::Code::kInvalidArgument: return "InvalidArgument";
-    case Status::Code::kAuthFailed: return "AuthFailed";
-    case Status::Code::kDisconnected: return "Disconnected";
-    case Status::Code::kRemoteAccess: return "RemoteAccess";
-    case Status::Code::kWouldBlock: return "WouldBlock";
-    case Status::Code::kTimeout: return "Timeout";
-    case Status::Code::kUnavailable: return "Unavailable";
-    case Status::Code::kIOError: return "IOError";
+    case Status::Code::kOk:
+      return "OK";
+    case Status::Code::kInvalidArgument:
+      return "InvalidArgument";
+    case Status::Code::kAuthFailed:
+      return "AuthFailed";
+    case Status::Code::kDisconnected:
+      return "Disconnected";
+    case Status::Code::kRemoteAccess:
+      return "RemoteAccess";
+    case Status::Code::kWouldBlock:
+      return "WouldBlock";
+    case Status::Code::kTimeout:
+      return "Timeout";
+    case Status::Code::kUnavailable:
+      return "Unavailable";
+    case Status::Code::kIOError:
+      return "IOError";
   }
   return "Unknown";
 }

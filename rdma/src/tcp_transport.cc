@@ -34,6 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends.h"
 #include "region_table.h"
 #include "software_backend.h"
 
@@ -113,7 +114,7 @@ bool DiscardBytes(int fd, uint64_t length) {
   return true;
 }
 
-class TcpConnection : public Connection {
+class TcpConnection : public Connection, public FaultInjectable {
  public:
   // Takes over the authenticated socket and starts the agent and sender threads.
   TcpConnection(const TransportOptions& options, int fd);

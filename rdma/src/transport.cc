@@ -155,4 +155,9 @@ Status Connect(const TransportOptions& options, const std::string& address,
   return ConnectVerbs(options, fd, connection);
 }
 
+FaultInjection* TestFaults(Connection* connection) {
+  auto* injectable = dynamic_cast<FaultInjectable*>(connection);
+  return injectable == nullptr ? nullptr : injectable->faults();
+}
+
 }  // namespace slipstream::rdma

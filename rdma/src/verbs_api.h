@@ -23,8 +23,8 @@ struct VerbsApi {
   int (*dealloc_pd)(ibv_pd* pd);
   ibv_mr* (*reg_mr)(ibv_pd* pd, void* addr, size_t length, int access);
   int (*dereg_mr)(ibv_mr* mr);
-  ibv_cq* (*create_cq)(ibv_context* context, int cqe, void* cq_context,
-                       ibv_comp_channel* channel, int comp_vector);
+  ibv_cq* (*create_cq)(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
+                       int comp_vector);
   int (*destroy_cq)(ibv_cq* cq);
   ibv_qp* (*create_qp)(ibv_pd* pd, ibv_qp_init_attr* attr);
   int (*destroy_qp)(ibv_qp* qp);

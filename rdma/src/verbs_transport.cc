@@ -36,10 +36,18 @@ namespace {
 
 // The real table. Each entry is a plain function because several verbs calls are inline
 // functions or macros in <infiniband/verbs.h> and have no address of their own.
-ibv_device** RealGetDeviceList(int* n) { return ibv_get_device_list(n); }
-void RealFreeDeviceList(ibv_device** list) { ibv_free_device_list(list); }
-ibv_context* RealOpenDevice(ibv_device* device) { return ibv_open_device(device); }
-int RealCloseDevice(ibv_context* context) { return ibv_close_device(context); }
+ibv_device** RealGetDeviceList(int* n) {
+  return ibv_get_device_list(n);
+}
+void RealFreeDeviceList(ibv_device** list) {
+  ibv_free_device_list(list);
+}
+ibv_context* RealOpenDevice(ibv_device* device) {
+  return ibv_open_device(device);
+}
+int RealCloseDevice(ibv_context* context) {
+  return ibv_close_device(context);
+}
 int RealQueryDevice(ibv_context* context, ibv_device_attr* attr) {
   return ibv_query_device(context, attr);
 }
@@ -49,27 +57,43 @@ int RealQueryPort(ibv_context* context, uint8_t port, ibv_port_attr* attr) {
 int RealQueryGid(ibv_context* context, uint8_t port, int index, ibv_gid* gid) {
   return ibv_query_gid(context, port, index, gid);
 }
-ibv_pd* RealAllocPd(ibv_context* context) { return ibv_alloc_pd(context); }
-int RealDeallocPd(ibv_pd* pd) { return ibv_dealloc_pd(pd); }
+ibv_pd* RealAllocPd(ibv_context* context) {
+  return ibv_alloc_pd(context);
+}
+int RealDeallocPd(ibv_pd* pd) {
+  return ibv_dealloc_pd(pd);
+}
 ibv_mr* RealRegMr(ibv_pd* pd, void* addr, size_t length, int access) {
   return ibv_reg_mr(pd, addr, length, access);
 }
-int RealDeregMr(ibv_mr* mr) { return ibv_dereg_mr(mr); }
+int RealDeregMr(ibv_mr* mr) {
+  return ibv_dereg_mr(mr);
+}
 ibv_cq* RealCreateCq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
                      int comp_vector) {
   return ibv_create_cq(context, cqe, cq_context, channel, comp_vector);
 }
-int RealDestroyCq(ibv_cq* cq) { return ibv_destroy_cq(cq); }
-ibv_qp* RealCreateQp(ibv_pd* pd, ibv_qp_init_attr* attr) { return ibv_create_qp(pd, attr); }
-int RealDestroyQp(ibv_qp* qp) { return ibv_destroy_qp(qp); }
-int RealModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int mask) { return ibv_modify_qp(qp, attr, mask); }
+int RealDestroyCq(ibv_cq* cq) {
+  return ibv_destroy_cq(cq);
+}
+ibv_qp* RealCreateQp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  return ibv_create_qp(pd, attr);
+}
+int RealDestroyQp(ibv_qp* qp) {
+  return ibv_destroy_qp(qp);
+}
+int RealModifyQp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
+  return ibv_modify_qp(qp, attr, mask);
+}
 int RealPostSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   return ibv_post_send(qp, wr, bad);
 }
 int RealPostRecv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   return ibv_post_recv(qp, wr, bad);
 }
-int RealPollCq(ibv_cq* cq, int n, ibv_wc* wc) { return ibv_poll_cq(cq, n, wc); }
+int RealPollCq(ibv_cq* cq, int n, ibv_wc* wc) {
+  return ibv_poll_cq(cq, n, wc);
+}
 
 const VerbsApi kRealVerbsApi = {
     RealGetDeviceList, RealFreeDeviceList, RealOpenDevice, RealCloseDevice, RealQueryDevice,
@@ -82,14 +106,14 @@ std::atomic<const VerbsApi*> installed_api{nullptr};
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint8_t kPort = 1;      // the first port of the first device
-constexpr int kGidIndex = 0;      // the port's default GID (RoCE needs one for addressing)
-constexpr uint32_t kMaxSge = 16;  // gather entries per work request (clamped to the device)
-constexpr uint32_t kMaxRdAtomic = 16;   // outstanding READs per direction (clamped to device)
-constexpr uint8_t kAckTimeout = 14;     // 4.096 us * 2^14 = 67 ms per transport retry
-constexpr uint8_t kRetryCount = 7;      // ~0.5 s of silence before RETRY_EXC_ERR: peer gone
-constexpr uint8_t kRnrRetry = 7;        // 7 = retry forever: a slow receiver is not an error
-constexpr uint8_t kMinRnrTimer = 12;    // 0.64 ms between receiver-not-ready retries
+constexpr uint8_t kPort = 1;           // the first port of the first device
+constexpr int kGidIndex = 0;           // the port's default GID (RoCE needs one for addressing)
+constexpr uint32_t kMaxSge = 16;       // gather entries per work request (clamped to the device)
+constexpr uint32_t kMaxRdAtomic = 16;  // outstanding READs per direction (clamped to device)
+constexpr uint8_t kAckTimeout = 14;    // 4.096 us * 2^14 = 67 ms per transport retry
+constexpr uint8_t kRetryCount = 7;     // ~0.5 s of silence before RETRY_EXC_ERR: peer gone
+constexpr uint8_t kRnrRetry = 7;       // 7 = retry forever: a slow receiver is not an error
+constexpr uint8_t kMinRnrTimer = 12;   // 0.64 ms between receiver-not-ready retries
 constexpr uint32_t kQpInfoMagic = 0x31515653;  // "SVQ1": format version of VerbsQpInfo
 constexpr size_t kQpInfoSize = 32;
 constexpr uint64_t kRecvSlotBit = 1ull << 63;
@@ -113,19 +137,32 @@ uint64_t GetLittleEndian(const char* p, int bytes) {
 // Short names for the verbs completion statuses that appear in error messages.
 const char* WcStatusName(ibv_wc_status status) {
   switch (status) {
-    case IBV_WC_SUCCESS: return "SUCCESS";
-    case IBV_WC_LOC_LEN_ERR: return "LOC_LEN_ERR";
-    case IBV_WC_LOC_QP_OP_ERR: return "LOC_QP_OP_ERR";
-    case IBV_WC_LOC_PROT_ERR: return "LOC_PROT_ERR";
-    case IBV_WC_WR_FLUSH_ERR: return "WR_FLUSH_ERR";
-    case IBV_WC_REM_INV_REQ_ERR: return "REM_INV_REQ_ERR";
-    case IBV_WC_REM_ACCESS_ERR: return "REM_ACCESS_ERR";
-    case IBV_WC_REM_OP_ERR: return "REM_OP_ERR";
-    case IBV_WC_RETRY_EXC_ERR: return "RETRY_EXC_ERR";
-    case IBV_WC_RNR_RETRY_EXC_ERR: return "RNR_RETRY_EXC_ERR";
-    case IBV_WC_FATAL_ERR: return "FATAL_ERR";
-    case IBV_WC_GENERAL_ERR: return "GENERAL_ERR";
-    default: return "error";
+    case IBV_WC_SUCCESS:
+      return "SUCCESS";
+    case IBV_WC_LOC_LEN_ERR:
+      return "LOC_LEN_ERR";
+    case IBV_WC_LOC_QP_OP_ERR:
+      return "LOC_QP_OP_ERR";
+    case IBV_WC_LOC_PROT_ERR:
+      return "LOC_PROT_ERR";
+    case IBV_WC_WR_FLUSH_ERR:
+      return "WR_FLUSH_ERR";
+    case IBV_WC_REM_INV_REQ_ERR:
+      return "REM_INV_REQ_ERR";
+    case IBV_WC_REM_ACCESS_ERR:
+      return "REM_ACCESS_ERR";
+    case IBV_WC_REM_OP_ERR:
+      return "REM_OP_ERR";
+    case IBV_WC_RETRY_EXC_ERR:
+      return "RETRY_EXC_ERR";
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+      return "RNR_RETRY_EXC_ERR";
+    case IBV_WC_FATAL_ERR:
+      return "FATAL_ERR";
+    case IBV_WC_GENERAL_ERR:
+      return "GENERAL_ERR";
+    default:
+      return "error";
   }
 }
 
@@ -143,7 +180,7 @@ int MillisecondsLeft(Clock::time_point deadline) {
   return int(std::max<int64_t>(0, left.count()));
 }
 
-class VerbsConnection : public Connection {
+class VerbsConnection : public Connection, public FaultInjectable {
  public:
   VerbsConnection(const VerbsApi& api, const TransportOptions& options, int fd)
       : api_(api), options_(options), fd_(fd) {}
@@ -274,17 +311,15 @@ Status VerbsConnection::Setup() {
   }
   ibv_port_attr port{};
   if (int rc = api_.query_port(context_, kPort, &port); rc != 0) {
-    return Status::Unavailable("verbs: cannot query port 1 of " + name + ": " +
-                               std::strerror(rc));
+    return Status::Unavailable("verbs: cannot query port 1 of " + name + ": " + std::strerror(rc));
   }
   if (port.state != IBV_PORT_ACTIVE) {
     return Status::Unavailable("verbs: port 1 of " + name + " is not active");
   }
   VerbsQpInfo mine;
   mine.lid = port.lid;
-  mine.link_layer =
-      port.link_layer == IBV_LINK_LAYER_ETHERNET ? IBV_LINK_LAYER_ETHERNET
-                                                 : IBV_LINK_LAYER_INFINIBAND;
+  mine.link_layer = port.link_layer == IBV_LINK_LAYER_ETHERNET ? IBV_LINK_LAYER_ETHERNET
+                                                               : IBV_LINK_LAYER_INFINIBAND;
   mine.mtu = uint8_t(port.active_mtu);
   ibv_gid gid{};
   if (api_.query_gid(context_, kPort, kGidIndex, &gid) != 0) {
@@ -335,8 +370,8 @@ Status VerbsConnection::ConnectQueuePair(const ibv_device_attr& device, const Ve
   attr.port_num = kPort;
   // The QP admits every remote operation; each MR then grants only the rights asked for.
   attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-  int rc = api_.modify_qp(
-      qp_, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  int rc = api_.modify_qp(qp_, &attr,
+                          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
   if (rc != 0) return ErrnoStatus("moving the queue pair to INIT", rc);
 
   Status s = SendSetupMessage(fd_, kVerbsQpInfo, EncodeQpInfo(mine));
@@ -348,8 +383,7 @@ Status VerbsConnection::ConnectQueuePair(const ibv_device_attr& device, const Ve
   if (type == kVerbsFailed) {
     return Status::Unavailable("verbs: the peer could not set up: " + payload);
   }
-  std::optional<VerbsQpInfo> peer =
-      type == kVerbsQpInfo ? DecodeQpInfo(payload) : std::nullopt;
+  std::optional<VerbsQpInfo> peer = type == kVerbsQpInfo ? DecodeQpInfo(payload) : std::nullopt;
   if (!peer) return Status::InvalidArgument("verbs: malformed queue-pair info from the peer");
   if (peer->link_layer != mine.link_layer) {
     return Status::Unavailable("verbs: the peer's port is on another link layer");
@@ -360,8 +394,7 @@ Status VerbsConnection::ConnectQueuePair(const ibv_device_attr& device, const Ve
   attr.path_mtu = ibv_mtu(std::min(mine.mtu, peer->mtu));
   attr.dest_qp_num = peer->qp_num;
   attr.rq_psn = peer->psn;
-  attr.max_dest_rd_atomic =
-      uint8_t(std::clamp<int>(device.max_qp_rd_atom, 1, int(kMaxRdAtomic)));
+  attr.max_dest_rd_atomic = uint8_t(std::clamp<int>(device.max_qp_rd_atom, 1, int(kMaxRdAtomic)));
   attr.min_rnr_timer = kMinRnrTimer;
   attr.ah_attr.dlid = peer->lid;
   attr.ah_attr.sl = 0;
@@ -375,8 +408,8 @@ Status VerbsConnection::ConnectQueuePair(const ibv_device_attr& device, const Ve
     attr.ah_attr.grh.hop_limit = 64;
   }
   rc = api_.modify_qp(qp_, &attr,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                          IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
   if (rc != 0) return ErrnoStatus("moving the queue pair to RTR", rc);
 
   attr = ibv_qp_attr{};
@@ -531,13 +564,19 @@ Status VerbsConnection::Post(const WorkRequest* requests, size_t count) {
       sges_[next_sge++] = ibv_sge{reinterpret_cast<uintptr_t>(sge.addr), sge.length, sge.lkey};
     }
     switch (request.opcode) {
-      case Opcode::kWrite: wr.opcode = IBV_WR_RDMA_WRITE; break;
+      case Opcode::kWrite:
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        break;
       case Opcode::kWriteWithImm:
         wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
         wr.imm_data = htonl(request.imm);  // immediate data travels in network byte order
         break;
-      case Opcode::kRead: wr.opcode = IBV_WR_RDMA_READ; break;
-      default: wr.opcode = IBV_WR_SEND; break;
+      case Opcode::kRead:
+        wr.opcode = IBV_WR_RDMA_READ;
+        break;
+      default:
+        wr.opcode = IBV_WR_SEND;
+        break;
     }
     if (request.opcode != Opcode::kSend) {
       wr.wr.rdma.remote_addr = request.remote_addr;
@@ -817,7 +856,9 @@ void VerbsConnection::Disconnect() {
 }  // namespace
 
 // The wrappers above, in VerbsApi's field order.
-const VerbsApi& RealVerbsApi() { return kRealVerbsApi; }
+const VerbsApi& RealVerbsApi() {
+  return kRealVerbsApi;
+}
 
 // A test's table if one is installed, else the real one.
 const VerbsApi& CurrentVerbsApi() {
@@ -860,8 +901,8 @@ std::optional<VerbsQpInfo> DecodeQpInfo(std::string_view payload) {
   if (mtu < IBV_MTU_256 || mtu > IBV_MTU_4096) return std::nullopt;
   info.qp_num = uint32_t(qp_num);
   info.psn = uint32_t(psn);
-  info.link_layer = link_layer == IBV_LINK_LAYER_ETHERNET ? IBV_LINK_LAYER_ETHERNET
-                                                          : IBV_LINK_LAYER_INFINIBAND;
+  info.link_layer =
+      link_layer == IBV_LINK_LAYER_ETHERNET ? IBV_LINK_LAYER_ETHERNET : IBV_LINK_LAYER_INFINIBAND;
   info.mtu = uint8_t(mtu);
   std::memcpy(info.gid, p + 16, sizeof(info.gid));
   return info;
@@ -870,19 +911,24 @@ std::optional<VerbsQpInfo> DecodeQpInfo(std::string_view payload) {
 // Only three verbs statuses have their own WcStatus; the rest mean "did not run".
 WcStatus ToWcStatus(ibv_wc_status status) {
   switch (status) {
-    case IBV_WC_SUCCESS: return WcStatus::kSuccess;
-    case IBV_WC_REM_ACCESS_ERR: return WcStatus::kRemoteAccessError;
-    case IBV_WC_LOC_LEN_ERR: return WcStatus::kLocalLengthError;
+    case IBV_WC_SUCCESS:
+      return WcStatus::kSuccess;
+    case IBV_WC_REM_ACCESS_ERR:
+      return WcStatus::kRemoteAccessError;
+    case IBV_WC_LOC_LEN_ERR:
+      return WcStatus::kLocalLengthError;
     // Everything else (flush, retries exhausted, protocol errors) means the request did not
     // run on a working connection.
-    default: return WcStatus::kFlushed;
+    default:
+      return WcStatus::kFlushed;
   }
 }
 
 // Every error completion leaves an RC QP in the error state; this says why, for state().
 Status ConnectionStateAfter(ibv_wc_status status) {
   switch (status) {
-    case IBV_WC_SUCCESS: return Status::OK();
+    case IBV_WC_SUCCESS:
+      return Status::OK();
     case IBV_WC_REM_ACCESS_ERR:
       return Status::RemoteAccess(
           "verbs: the peer refused a remote access (unknown key, out of bounds, or missing "

@@ -21,12 +21,12 @@
 //    the error state, as on every RC implementation.
 #pragma once
 
+#include <infiniband/verbs.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <infiniband/verbs.h>
 
 #include "slipstream/rdma/status.h"
 #include "slipstream/rdma/transport.h"

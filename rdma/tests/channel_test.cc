@@ -2,6 +2,8 @@
 // 1 to 7 receive buffers, slow consumers, several sender threads, zero-copy paths, several
 // packages in flight per sender slot, and a peer that disconnects in the middle of a message
 // (also with packages in flight).
+#include "slipstream/rdma/channel.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -12,7 +14,7 @@
 #include <random>
 #include <thread>
 
-#include "slipstream/rdma/channel.h"
+#include "slipstream/rdma/testing.h"
 
 namespace slipstream::rdma {
 namespace {
@@ -104,8 +106,6 @@ class HeldCompletions : public Connection {
   Status state() const override { return inner_->state(); }
   // Forwards to the wrapped connection.
   void Disconnect() override { inner_->Disconnect(); }
-  // Forwards to the wrapped connection.
-  FaultInjection* faults() override { return inner_->faults(); }
   // Forwards to the wrapped connection.
   std::string backend() const override { return inner_->backend(); }
 
@@ -429,7 +429,7 @@ TEST_P(ChannelTest, PipelinedMessagesKeepOrder) {
       ASSERT_TRUE(c.sender && c.receiver);
       // tcp only: shm defers a fenced request under an injected delay until the initiator's
       // next Post or Poll, so the last READY would wait for a sender that has nothing to send.
-      if (GetParam() == "tcp") c.pair.client->faults()->completion_delay_us = 300;
+      if (GetParam() == "tcp") TestFaults(c.pair.client)->completion_delay_us = 300;
       constexpr int kMessages = 60;
       auto size_of = [](int i) { return size_t(i % 7 == 0 ? 0 : (i * 2311) % 30000); };
       std::thread sender([&] {

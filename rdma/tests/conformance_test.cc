@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "setup.h"
+#include "slipstream/rdma/testing.h"
 #include "slipstream/rdma/transport.h"
 #include "tcp_transport.h"
 
@@ -73,9 +74,8 @@ Pair MakePair(const TransportOptions& options) {
   Status s = Listen(options, "127.0.0.1:0", &listener);
   EXPECT_TRUE(s.ok()) << s.ToString();
   if (!s.ok()) return pair;
-  auto accepted = std::async(std::launch::async, [&] {
-    return listener->Accept(kTimeoutMs, &pair.server);
-  });
+  auto accepted =
+      std::async(std::launch::async, [&] { return listener->Accept(kTimeoutMs, &pair.server); });
   s = Connect(options, listener->address(), &pair.client);
   EXPECT_TRUE(s.ok()) << options.backend << ": " << s.ToString();
   Status a = accepted.get();
@@ -85,17 +85,16 @@ Pair MakePair(const TransportOptions& options) {
 }
 
 // Polls until `want` completions arrived or the deadline passed.
-std::vector<Completion> PollN(Connection* connection, size_t want,
-                              int timeout_ms = kTimeoutMs) {
+std::vector<Completion> PollN(Connection* connection, size_t want, int timeout_ms = kTimeoutMs) {
   std::vector<Completion> got;
   Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   while (got.size() < want && Clock::now() < deadline) {
     Completion batch[64];
     size_t n = 0;
-    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    deadline - Clock::now()).count());
-    Status s = connection->Poll(batch, std::min<size_t>(64, want - got.size()),
-                                std::max(left, 0), &n);
+    int left = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    Status s =
+        connection->Poll(batch, std::min<size_t>(64, want - got.size()), std::max(left, 0), &n);
     got.insert(got.end(), batch, batch + n);
     if (!s.ok() && n == 0) break;  // failed connection with nothing left to report
   }
@@ -248,11 +247,13 @@ TEST_P(ConformanceTest, SizesFromOneByteToFourMebibytes) {
     FillPattern(source.addr, size, seed);
     std::vector<Sge> out = {{source.addr, uint32_t(size), source.lkey}};
     ASSERT_EQ(PostAndWait(client_, OneSided(Opcode::kWrite, seed, out, remote, 64)),
-              WcStatus::kSuccess) << size;
+              WcStatus::kSuccess)
+        << size;
     ASSERT_TRUE(HasPattern(target.addr + 64, size, seed)) << size;
     std::vector<Sge> in = {{back.addr, uint32_t(size), back.lkey}};
     ASSERT_EQ(PostAndWait(client_, OneSided(Opcode::kRead, seed, in, remote, 64)),
-              WcStatus::kSuccess) << size;
+              WcStatus::kSuccess)
+        << size;
     ASSERT_TRUE(HasPattern(back.addr, size, seed)) << size;
   }
 }
@@ -263,8 +264,7 @@ TEST_P(ConformanceTest, ReadScattersIntoSeveralBuffers) {
   LocalRegion dest = Allocate(client_, 8192, kLocalOnly);
   std::vector<Sge> sges = {{dest.addr + 4096, 1000, dest.lkey}, {dest.addr, 24, dest.lkey}};
   RemoteRegion remote = server_->Describe(target);
-  ASSERT_EQ(PostAndWait(client_, OneSided(Opcode::kRead, 5, sges, remote, 10)),
-            WcStatus::kSuccess);
+  ASSERT_EQ(PostAndWait(client_, OneSided(Opcode::kRead, 5, sges, remote, 10)), WcStatus::kSuccess);
   EXPECT_EQ(std::memcmp(dest.addr + 4096, target.addr + 10, 1000), 0);
   EXPECT_EQ(std::memcmp(dest.addr, target.addr + 1010, 24), 0);
   EXPECT_TRUE(AllZero(dest.addr + 24, 4096 - 24));
@@ -288,8 +288,7 @@ TEST_P(ConformanceTest, SendAndReceive) {
     recvs[i].sge = Sge{inbox.addr + i * 4096, 4096, inbox.lkey};
   }
   ASSERT_TRUE(server_->PostRecv(recvs, 4).ok());
-  std::vector<Sge> second = {{outbox.addr + 1000, 50, outbox.lkey},
-                             {outbox.addr, 10, outbox.lkey}};
+  std::vector<Sge> second = {{outbox.addr + 1000, 50, outbox.lkey}, {outbox.addr, 10, outbox.lkey}};
   WorkRequest gathered = early;
   gathered.wr_id = 2;
   gathered.sg_list = second.data();
@@ -430,8 +429,7 @@ TEST_P(ConformanceTest, BadPostsAreRefusedLocally) {
   std::vector<Sge> fine = {{source.addr, 16, source.lkey}};
   std::vector<WorkRequest> too_many(OptionsFor(GetParam()).max_outstanding + 1,
                                     OneSided(Opcode::kWrite, 1, fine, remote));
-  EXPECT_EQ(client_->Post(too_many.data(), too_many.size()).code(),
-            Status::Code::kInvalidArgument);
+  EXPECT_EQ(client_->Post(too_many.data(), too_many.size()).code(), Status::Code::kInvalidArgument);
   // Nothing above was posted: the connection is fine and idle.
   EXPECT_TRUE(PollN(client_, 1, 50).empty());
   EXPECT_TRUE(client_->state().ok());
@@ -610,10 +608,9 @@ TEST_P(ConformanceTest, TornWritePlacesExactlyThePrefix) {
   // An earlier whole write lands; then the torn one at another offset.
   std::vector<Sge> small = {{source.addr, 100, source.lkey}};
   RemoteRegion remote = server_->Describe(target);
-  ASSERT_EQ(PostAndWait(client_, OneSided(Opcode::kWrite, 1, small, remote)),
-            WcStatus::kSuccess);
+  ASSERT_EQ(PostAndWait(client_, OneSided(Opcode::kWrite, 1, small, remote)), WcStatus::kSuccess);
   std::vector<Sge> sges = {{source.addr, uint32_t(kLength - 4096), source.lkey}};
-  client_->faults()->tear_next_write_after = kTorn;
+  TestFaults(client_)->tear_next_write_after = kTorn;
   WorkRequest torn = OneSided(Opcode::kWrite, 2, sges, remote, 4096);
   ASSERT_TRUE(client_->Post(&torn, 1).ok());
   std::vector<Completion> got = PollN(client_, 1);
@@ -633,7 +630,7 @@ TEST_P(ConformanceTest, DroppedWritePlacesNothing) {
   LocalRegion source = Allocate(client_, 65536, kLocalOnly);
   FillPattern(source.addr, 65536, 4);
   std::vector<Sge> sges = {{source.addr, 65536, source.lkey}};
-  client_->faults()->drop_on_next_write = true;
+  TestFaults(client_)->drop_on_next_write = true;
   WorkRequest dropped = OneSided(Opcode::kWrite, 1, sges, server_->Describe(target));
   ASSERT_TRUE(client_->Post(&dropped, 1).ok());
   std::vector<Completion> got = PollN(client_, 1);
@@ -650,12 +647,12 @@ TEST_P(ConformanceTest, CompletionDelayIsApplied) {
   LocalRegion target = Allocate(server_, 4096, kRemoteWrite);
   LocalRegion source = Allocate(client_, 4096, kLocalOnly);
   std::vector<Sge> sges = {{source.addr, 64, source.lkey}};
-  client_->faults()->completion_delay_us = 200000;
+  TestFaults(client_)->completion_delay_us = 200000;
   auto start = Clock::now();
   ASSERT_EQ(PostAndWait(client_, OneSided(Opcode::kWrite, 1, sges, server_->Describe(target))),
             WcStatus::kSuccess);
   EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(195));
-  client_->faults()->completion_delay_us = 0;
+  TestFaults(client_)->completion_delay_us = 0;
   start = Clock::now();
   ASSERT_EQ(PostAndWait(client_, OneSided(Opcode::kWrite, 2, sges, server_->Describe(target))),
             WcStatus::kSuccess);
@@ -757,9 +754,8 @@ class TcpMalformedFrameTest : public ::testing::Test {
     TransportOptions options = OptionsFor("tcp");
     std::unique_ptr<Listener> listener;
     ASSERT_TRUE(Listen(options, "127.0.0.1:0", &listener).ok());
-    auto accepted = std::async(std::launch::async, [&] {
-      return listener->Accept(kTimeoutMs, &server_);
-    });
+    auto accepted =
+        std::async(std::launch::async, [&] { return listener->Accept(kTimeoutMs, &server_); });
     ASSERT_TRUE(SetupConnect(listener->address(), kTimeoutMs, &raw_).ok());
     std::string backend = "tcp";
     ASSERT_TRUE(Authenticate(raw_, kSecret, /*is_server=*/false, &backend, kTimeoutMs).ok());
@@ -811,16 +807,16 @@ TEST_F(TcpMalformedFrameTest, UnknownTypeDropsTheConnection) {
   header.type = 99;
   SendFrame(header, "abcd");
   Status state = WaitForFailure(server_.get());
-  EXPECT_TRUE(state.code() == Status::Code::kIOError ||
-              state.code() == Status::Code::kDisconnected) << state.ToString();
+  EXPECT_TRUE(state.code() == Status::Code::kIOError || state.code() == Status::Code::kDisconnected)
+      << state.ToString();
   EXPECT_TRUE(AllZero(region_.addr, region_.length));
 }
 
 TEST_F(TcpMalformedFrameTest, ImpossibleLengthDropsTheConnection) {
   SendFrame(Write(0, uint64_t(1) << 40), "abcd");
   Status state = WaitForFailure(server_.get());
-  EXPECT_TRUE(state.code() == Status::Code::kIOError ||
-              state.code() == Status::Code::kDisconnected) << state.ToString();
+  EXPECT_TRUE(state.code() == Status::Code::kIOError || state.code() == Status::Code::kDisconnected)
+      << state.ToString();
   EXPECT_TRUE(AllZero(region_.addr, region_.length));
 }
 

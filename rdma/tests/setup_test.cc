@@ -1,5 +1,7 @@
 // Connection setup: authentication, a listener that survives bad peers, framing limits,
 // random keys and the region table's checks.
+#include "setup.h"
+
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,7 +15,6 @@
 
 #include "backends.h"
 #include "region_table.h"
-#include "setup.h"
 #include "slipstream/rdma/transport.h"
 
 namespace slipstream::rdma {
@@ -33,8 +34,7 @@ TransportOptions TcpOptions(const std::string& secret) {
 // Runs one Accept on a thread of its own.
 std::future<Status> AcceptAsync(Listener* listener, std::unique_ptr<Connection>* connection,
                                 int timeout_ms = kTimeoutMs) {
-  return std::async(std::launch::async,
-                    [=] { return listener->Accept(timeout_ms, connection); });
+  return std::async(std::launch::async, [=] { return listener->Accept(timeout_ms, connection); });
 }
 
 // True when the peer closed `fd` (reads EOF or a reset within a few seconds).
@@ -279,8 +279,7 @@ TEST(SetupTest, ResolveBackend) {
   TransportOptions options = TcpOptions("k");
   options.backend = "carrier-pigeon";
   std::unique_ptr<Connection> client;
-  EXPECT_EQ(Connect(options, listener->address(), &client).code(),
-            Status::Code::kInvalidArgument);
+  EXPECT_EQ(Connect(options, listener->address(), &client).code(), Status::Code::kInvalidArgument);
 }
 
 TEST(SetupTest, RandomKeysAreDistinctAndNonZero) {

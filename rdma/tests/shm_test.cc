@@ -82,9 +82,8 @@ Pair MakePair(const TransportOptions& options = ShmOptions()) {
   Status s = Listen(options, "127.0.0.1:0", &listener);
   EXPECT_TRUE(s.ok()) << s.ToString();
   if (!s.ok()) return pair;
-  auto accepted = std::async(std::launch::async, [&] {
-    return listener->Accept(kTimeoutMs, &pair.server);
-  });
+  auto accepted =
+      std::async(std::launch::async, [&] { return listener->Accept(kTimeoutMs, &pair.server); });
   s = Connect(options, listener->address(), &pair.client);
   EXPECT_TRUE(s.ok()) << s.ToString();
   Status a = accepted.get();
@@ -94,17 +93,16 @@ Pair MakePair(const TransportOptions& options = ShmOptions()) {
 }
 
 // Polls until `want` completions arrived or the timeout passed.
-std::vector<Completion> PollN(Connection* connection, size_t want,
-                              int timeout_ms = kTimeoutMs) {
+std::vector<Completion> PollN(Connection* connection, size_t want, int timeout_ms = kTimeoutMs) {
   std::vector<Completion> got;
   Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   while (got.size() < want && Clock::now() < deadline) {
     Completion batch[64];
     size_t n = 0;
-    int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                    deadline - Clock::now()).count());
-    Status s = connection->Poll(batch, std::min<size_t>(64, want - got.size()),
-                                std::max(left, 0), &n);
+    int left = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    Status s =
+        connection->Poll(batch, std::min<size_t>(64, want - got.size()), std::max(left, 0), &n);
     got.insert(got.end(), batch, batch + n);
     if (!s.ok() && n == 0) break;
   }
@@ -183,7 +181,9 @@ bool IsAscendingPrefix(const char* data, uint64_t newer, bool* torn) {
 }
 
 // The generation in the top half of a word.
-uint64_t GenerationOf(uint64_t word) { return word >> 32; }
+uint64_t GenerationOf(uint64_t word) {
+  return word >> 32;
+}
 
 // Reads the region from its last word to its first while the child writes. A writer moving
 // upwards through addresses, generation after generation, can then only be seen with
@@ -192,17 +192,17 @@ uint64_t GenerationOf(uint64_t word) { return word >> 32; }
 ::testing::AssertionResult DescendingSnapshotIsMonotonic(const char* region) {
   uint64_t previous_generation = 0;
   for (size_t w = kStreamWords; w-- > 0;) {
-    uint64_t word = std::atomic_ref<uint64_t>(
-                        *reinterpret_cast<uint64_t*>(const_cast<char*>(region) + w * 8))
-                        .load(std::memory_order_acquire);
+    uint64_t word =
+        std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(const_cast<char*>(region) + w * 8))
+            .load(std::memory_order_acquire);
     if (word != 0 && (word & 0xffffffffu) != w) {
       return ::testing::AssertionFailure() << "word " << w << " is torn: " << word;
     }
     uint64_t generation = GenerationOf(word);
     if (w + 1 < kStreamWords && generation < previous_generation) {
       return ::testing::AssertionFailure()
-             << "word " << w << " has generation " << generation << " below word " << w + 1
-             << "'s " << previous_generation;
+             << "word " << w << " has generation " << generation << " below word " << w + 1 << "'s "
+             << previous_generation;
     }
     previous_generation = generation;
   }
@@ -355,8 +355,7 @@ TEST(ShmProcessTest, StoppedTargetStillServesWriteAndRead) {
   std::vector<Sge> in = {{back.addr, uint32_t(back.length), back.lkey}};
   EXPECT_EQ(PostAndWait(parent.get(), OneSided(Opcode::kWrite, 2, out, remote)),
             WcStatus::kSuccess);
-  EXPECT_EQ(PostAndWait(parent.get(), OneSided(Opcode::kRead, 3, in, remote)),
-            WcStatus::kSuccess);
+  EXPECT_EQ(PostAndWait(parent.get(), OneSided(Opcode::kRead, 3, in, remote)), WcStatus::kSuccess);
   EXPECT_TRUE(HasPattern(back.addr, back.length, 17));
   EXPECT_TRUE(parent->state().ok());
   ::kill(child, SIGKILL);
@@ -368,8 +367,8 @@ TEST(ShmProcessTest, StoppedTargetStillServesWriteAndRead) {
 
 // Ring bytes one SEND of `length` bytes takes.
 uint64_t SendRecordBytes(uint64_t length) {
-  return kShmRecordHeaderBytes + (length + kShmRecordHeaderBytes - 1) / kShmRecordHeaderBytes *
-                                     kShmRecordHeaderBytes;
+  return kShmRecordHeaderBytes +
+         (length + kShmRecordHeaderBytes - 1) / kShmRecordHeaderBytes * kShmRecordHeaderBytes;
 }
 
 TEST(ShmRingTest, FullRingIsWouldBlockAndPostsNothing) {
@@ -392,8 +391,7 @@ TEST(ShmRingTest, FullRingIsWouldBlockAndPostsNothing) {
   EXPECT_EQ(pair.client->Post(&one_more, 1).code(), Status::Code::kWouldBlock);
   // Even a WRITE with immediate (a bare 16-byte record) finds no room.
   std::vector<Sge> imm_sges = {{outbox.addr, 16, outbox.lkey}};
-  WorkRequest imm =
-      OneSided(Opcode::kWriteWithImm, 99, imm_sges, pair.server->Describe(target));
+  WorkRequest imm = OneSided(Opcode::kWriteWithImm, 99, imm_sges, pair.server->Describe(target));
   EXPECT_EQ(pair.client->Post(&imm, 1).code(), Status::Code::kWouldBlock);
   // A list whose SEND cannot fit posts nothing, not even the WRITE before it.
   FillPattern(outbox.addr + kMessage, 64, 500);
@@ -445,7 +443,7 @@ TEST(ShmRingTest, RecordsSurviveManyWrapArounds) {
   std::mt19937 random(12345);
   std::vector<uint32_t> sizes(kMessages);
   for (uint32_t& size : sizes) size = random() % kSlotBytes + 1;  // odd sizes straddle the end
-  std::deque<uint32_t> in_ring;  // sent, not yet received
+  std::deque<uint32_t> in_ring;                                   // sent, not yet received
   uint32_t next_send = 0, next_recv_post = 0, received = 0;
   uint64_t ring_bytes_sent = 0;
   bool saw_full = false;
@@ -476,9 +474,9 @@ TEST(ShmRingTest, RecordsSurviveManyWrapArounds) {
     }
     // Receive: post receives for what is in the ring, then take some completions.
     while (next_recv_post < next_send) {
-      RecvRequest recv{next_recv_post,
-                       Sge{inbox.addr + uint64_t(next_recv_post % kSlots) * kSlotBytes,
-                           kSlotBytes, inbox.lkey}};
+      RecvRequest recv{
+          next_recv_post,
+          Sge{inbox.addr + uint64_t(next_recv_post % kSlots) * kSlotBytes, kSlotBytes, inbox.lkey}};
       ASSERT_TRUE(pair.server->PostRecv(&recv, 1).ok());
       next_recv_post++;
     }
@@ -542,9 +540,7 @@ TEST(ShmRingTest, SleepingPollerIsWokenBySend) {
   RecvRequest recv{5, Sge{inbox.addr, 64, inbox.lkey}};
   ASSERT_TRUE(pair.server->PostRecv(&recv, 1).ok());
   Clock::time_point start = Clock::now();
-  auto polled = std::async(std::launch::async, [&] {
-    return PollN(pair.server.get(), 1, 3000);
-  });
+  auto polled = std::async(std::launch::async, [&] { return PollN(pair.server.get(), 1, 3000); });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   std::vector<Sge> sges = {{outbox.addr, 8, outbox.lkey}};
   ASSERT_EQ(PostAndWait(pair.client.get(), SendOf(1, sges)), WcStatus::kSuccess);
@@ -563,9 +559,8 @@ class ShmMalformedPeerTest : public ::testing::Test {
   // Starts a listener whose Accept runs in the background for the whole test.
   void SetUp() override {
     ASSERT_TRUE(Listen(ShmOptions(), "127.0.0.1:0", &listener_).ok());
-    accepted_ = std::async(std::launch::async, [this] {
-      return listener_->Accept(20000, &server_);
-    });
+    accepted_ =
+        std::async(std::launch::async, [this] { return listener_->Accept(20000, &server_); });
   }
 
   // Makes sure the background Accept has finished (a good peer connects if none did).

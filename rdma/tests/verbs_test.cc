@@ -3,10 +3,9 @@
 // checked for bounds, rights and protection domain) and produces completions, so these tests
 // check data placement and error semantics as well as the sequence of verbs calls.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
@@ -101,11 +100,11 @@ class FakeFabric {
   std::mutex mu;
   int device_count = 2;
   int outstanding_device_lists = 0;
-  int post_send_error = 0;       // post_send returns this errno (nothing posted) when non-zero
+  int post_send_error = 0;  // post_send returns this errno (nothing posted) when non-zero
   bool fail_create_qp = false;
-  bool hold_sends = false;       // keep posted sends unexecuted until CompleteHeld
+  bool hold_sends = false;  // keep posted sends unexecuted until CompleteHeld
   int post_send_calls = 0;
-  int failed_releases = 0;       // release calls the fake refused (resource still in use)
+  int failed_releases = 0;  // release calls the fake refused (resource still in use)
   std::vector<RecordedSend> last_chain;
   std::vector<int> registered_access;  // access flags of every reg_mr call
 
@@ -127,7 +126,9 @@ class FakeFabric {
 FakeFabric* fabric = nullptr;
 
 // The id of the context an object belongs to.
-int IdOf(ibv_context* context) { return reinterpret_cast<FakeContext*>(context)->id; }
+int IdOf(ibv_context* context) {
+  return reinterpret_cast<FakeContext*>(context)->id;
+}
 
 void Log(ibv_context* context, const std::string& call) {
   fabric->calls.emplace_back(context ? IdOf(context) : 0, call);
@@ -263,11 +264,16 @@ void Execute(FakeQp* qp, const RecordedSend& wr) {
 
 const char* StateName(ibv_qp_state state) {
   switch (state) {
-    case IBV_QPS_INIT: return "INIT";
-    case IBV_QPS_RTR: return "RTR";
-    case IBV_QPS_RTS: return "RTS";
-    case IBV_QPS_ERR: return "ERR";
-    default: return "OTHER";
+    case IBV_QPS_INIT:
+      return "INIT";
+    case IBV_QPS_RTR:
+      return "RTR";
+    case IBV_QPS_RTS:
+      return "RTS";
+    case IBV_QPS_ERR:
+      return "ERR";
+    default:
+      return "OTHER";
   }
 }
 
@@ -489,7 +495,7 @@ int FakePostSend(ibv_qp* handle, ibv_send_wr* wr, ibv_send_wr** bad) {
   fabric->post_send_calls++;
   fabric->last_chain.clear();
   for (ibv_send_wr* w = wr; w; w = w->next) {
-    RecordedSend r{w->wr_id, w->opcode, w->send_flags, {}, w->wr.rdma.remote_addr,
+    RecordedSend r{w->wr_id,        w->opcode,  w->send_flags, {}, w->wr.rdma.remote_addr,
                    w->wr.rdma.rkey, w->imm_data};
     r.sges.assign(w->sg_list, w->sg_list + w->num_sge);
     fabric->last_chain.push_back(r);
@@ -548,7 +554,9 @@ FakeFabric::FakeFabric() {
   fabric = this;
 }
 
-FakeFabric::~FakeFabric() { fabric = nullptr; }
+FakeFabric::~FakeFabric() {
+  fabric = nullptr;
+}
 
 std::vector<std::string> FakeFabric::CallsOf(int id) const {
   std::vector<std::string> out;
@@ -668,8 +676,8 @@ class VerbsTest : public ::testing::Test {
 TEST_F(VerbsTest, SetupOpensDeviceAndMovesQpThroughInitRtrRtsWithThePeersInfo) {
   Connect();
   std::vector<std::string> expected = {
-      "open_device:fake0", "query_device", "query_port", "query_gid", "alloc_pd",
-      "create_cq", "create_qp", "modify_qp:INIT", "modify_qp:RTR", "modify_qp:RTS"};
+      "open_device:fake0", "query_device", "query_port",     "query_gid",     "alloc_pd",
+      "create_cq",         "create_qp",    "modify_qp:INIT", "modify_qp:RTR", "modify_qp:RTS"};
   EXPECT_EQ(fabric_.CallsOf(1), expected);
   EXPECT_EQ(fabric_.CallsOf(2), expected);
   EXPECT_EQ(fabric_.outstanding_device_lists, 0);  // every list was freed
@@ -717,7 +725,9 @@ TEST_F(VerbsTest, NoDeviceMeansUnavailableWithAClearMessageAndThePeerIsTold) {
   ::close(fds[0]);
 }
 
-TEST_F(VerbsTest, DeviceAvailableWhenTheListIsNotEmpty) { EXPECT_TRUE(VerbsDeviceAvailable()); }
+TEST_F(VerbsTest, DeviceAvailableWhenTheListIsNotEmpty) {
+  EXPECT_TRUE(VerbsDeviceAvailable());
+}
 
 TEST_F(VerbsTest, SetupFailureReleasesWhatWasBuiltAndFailsThePeerFast) {
   fabric_.fail_create_qp = true;
@@ -1057,7 +1067,7 @@ TEST_F(VerbsTest, RemoteAccessViolationFailsBothSidesAndPlacesNothing) {
     RemoteRegion remote = server_->Describe(target);
     Sge sge{src.addr, 16, src.lkey};
     WorkRequest wr = Write(5, &sge, remote);
-    if (kind == 0) wr.rkey = remote.rkey + 1000;  // unknown key
+    if (kind == 0) wr.rkey = remote.rkey + 1000;       // unknown key
     if (kind == 1) wr.remote_addr = remote.addr + 56;  // runs past the end
     ASSERT_TRUE(client_->Post(&wr, 1).ok());
     Completion wc = PollOne(client_.get());
@@ -1142,7 +1152,7 @@ TEST_F(VerbsTest, CompletionDelayHoldsCompletionsBack) {
   LocalRegion target = Allocate(server_.get(), 64, kRemoteWrite);
   Sge sge{src.addr, 8, src.lkey};
   WorkRequest wr = Write(1, &sge, server_->Describe(target));
-  client_->faults()->completion_delay_us = 40000;
+  TestFaults(client_)->completion_delay_us = 40000;
   auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(client_->Post(&wr, 1).ok());
   ExpectNoCompletion(client_.get());
@@ -1161,8 +1171,8 @@ TEST_F(VerbsTest, DestructionReleasesQpCqMrsPdDeviceInThatOrder) {
   client_.reset();
   std::vector<std::string> calls = fabric_.CallsOf(id);
   std::vector<std::string> teardown(calls.begin() + before, calls.end());
-  EXPECT_EQ(teardown, (std::vector<std::string>{"destroy_qp", "destroy_cq", "dereg_mr",
-                                                "dereg_mr", "dealloc_pd", "close_device"}));
+  EXPECT_EQ(teardown, (std::vector<std::string>{"destroy_qp", "destroy_cq", "dereg_mr", "dereg_mr",
+                                                "dealloc_pd", "close_device"}));
   EXPECT_EQ(fabric_.failed_releases, 0);
 }
 

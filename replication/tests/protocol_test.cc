@@ -15,6 +15,7 @@
 #include "buffer_scan.h"
 #include "slipstream/engine/log_scanner.h"
 #include "slipstream/engine/log_writer.h"
+#include "slipstream/rdma/testing.h"
 #include "slipstream/replication/backup_link.h"
 #include "slipstream/replication/backup_server.h"
 #include "slipstream/replication/stream_shipper.h"
@@ -243,7 +244,7 @@ TEST_P(Protocol, ATornLastAppendIsNotKept) {
     std::string kept = RandomBytes(rng, 3000);
     ASSERT_TRUE(shipper.Append(0, kept).ok());
     ASSERT_TRUE(shipper.WaitPlaced(kept.size(), 1, 5000).ok());
-    link->connection_for_testing()->faults()->tear_next_write_after = tear;
+    rdma::TestFaults(link->connection_for_testing())->tear_next_write_after = tear;
     std::string lost = RandomBytes(rng, 400);
     Status s = shipper.Append(kept.size(), lost);
     if (s.ok()) s = shipper.WaitPlaced(shipper.end(), 1, 2000);

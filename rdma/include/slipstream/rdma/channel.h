@@ -23,7 +23,7 @@
 namespace slipstream::rdma {
 
 struct ChannelOptions {
-  uint32_t receive_buffers = 4;            // this side's Receive Buffers, 1..7
+  uint32_t receive_buffers = 4;             // this side's Receive Buffers, 1..7
   uint32_t receive_buffer_size = 1u << 20;  // bytes each, 4 KiB..1 GiB
   uint32_t send_buffer_size = 4u << 20;     // the Send Buffer, split among sender threads
   uint32_t sender_threads = 1;              // 1..16 threads that may Send at once

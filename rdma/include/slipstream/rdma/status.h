@@ -17,7 +17,7 @@ class Status {
     kRemoteAccess,     // the peer refused an access (bad key, out of bounds, wrong rights)
     kWouldBlock,       // no room now (queue full, no buffer free); retry later
     kTimeout,
-    kUnavailable,      // the backend cannot run here (no device, no io_uring, ...)
+    kUnavailable,  // the backend cannot run here (no device, no io_uring, ...)
     kIOError,
   };
 

@@ -32,7 +32,7 @@ namespace slipstream::rdma {
 
 // Rights on a region.
 enum Access : uint32_t {
-  kLocalOnly = 0,      // a local source or destination buffer only
+  kLocalOnly = 0,  // a local source or destination buffer only
   kRemoteWrite = 1u << 0,
   kRemoteRead = 1u << 1,
 };
@@ -82,9 +82,9 @@ struct RecvRequest {
 
 enum class WcStatus : uint8_t {
   kSuccess = 0,
-  kRemoteAccessError,   // bad key, out of bounds, or missing right at the target
-  kLocalLengthError,    // a received SEND did not fit the posted receive buffer
-  kFlushed,             // the connection failed before this request could run
+  kRemoteAccessError,  // bad key, out of bounds, or missing right at the target
+  kLocalLengthError,   // a received SEND did not fit the posted receive buffer
+  kFlushed,            // the connection failed before this request could run
 };
 
 struct Completion {
@@ -96,21 +96,11 @@ struct Completion {
   bool has_imm = false;
 };
 
-// Faults the software backends inject on request, for tests (see docs/rdma.md).
-struct FaultInjection {
-  // Stop placing after this many bytes of the next WRITE and drop the connection (torn write).
-  int64_t tear_next_write_after = -1;
-  // Drop the connection in the middle of the next WRITE (before any byte is placed).
-  bool drop_on_next_write = false;
-  // Delay every completion by this many microseconds.
-  uint32_t completion_delay_us = 0;
-};
-
 struct TransportOptions {
   std::string backend = "auto";  // "auto", "verbs", "shm" or "tcp"
   std::string secret;            // shared secret; both sides must hold the same one
   int connect_timeout_ms = 5000;
-  uint32_t max_outstanding = 256;  // posted but not completed requests per connection
+  uint32_t max_outstanding = 256;       // posted but not completed requests per connection
   size_t region_capacity = 1ull << 30;  // bytes of registered regions one connection may hold
 };
 
@@ -135,7 +125,6 @@ class Connection {
   // OK while usable; the error that ended it otherwise.
   virtual Status state() const = 0;
   virtual void Disconnect() = 0;
-  virtual FaultInjection* faults() = 0;
   virtual std::string backend() const = 0;
 };
 
