@@ -19,37 +19,14 @@
 #include "slipstream/rdma/testing.h"
 #include "slipstream/rdma/transport.h"
 #include "tcp_transport.h"
+#include "test_util.h"
 
 namespace slipstream::rdma {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kTimeoutMs = 5000;
+using namespace test;  // NOLINT: the shared helpers (test_util.h)
 constexpr char kSecret[] = "conformance-secret";
-
-// The deterministic byte at `index` of pattern `seed`.
-char PatternByte(uint32_t seed, size_t index) {
-  uint32_t x = static_cast<uint32_t>(index) * 2654435761u + seed * 40503u + 7;
-  return static_cast<char>((x >> 13) ^ (x >> 5) ^ seed);
-}
-
-// Fills `length` bytes at `out` with pattern `seed`.
-void FillPattern(char* out, size_t length, uint32_t seed) {
-  for (size_t i = 0; i < length; i++) out[i] = PatternByte(seed, i);
-}
-
-// True when `length` bytes at `data` follow pattern `seed`.
-bool HasPattern(const char* data, size_t length, uint32_t seed) {
-  for (size_t i = 0; i < length; i++) {
-    if (data[i] != PatternByte(seed, i)) return false;
-  }
-  return true;
-}
-
-// True when all `length` bytes at `data` are zero.
-bool AllZero(const char* data, size_t length) {
-  return std::all_of(data, data + length, [](char c) { return c == 0; });
-}
 
 // Options for `backend` with the shared test secret.
 TransportOptions OptionsFor(const std::string& backend) {
@@ -58,47 +35,6 @@ TransportOptions OptionsFor(const std::string& backend) {
   options.secret = kSecret;
   options.connect_timeout_ms = kTimeoutMs;
   return options;
-}
-
-// A connected pair inside this process: `server` from Accept, `client` from Connect.
-struct Pair {
-  std::unique_ptr<Connection> server;
-  std::unique_ptr<Connection> client;
-};
-
-// Connects a pair of `backend` over loopback; the result is empty (with a failed expectation)
-// when the backend cannot connect.
-Pair MakePair(const TransportOptions& options) {
-  Pair pair;
-  std::unique_ptr<Listener> listener;
-  Status s = Listen(options, "127.0.0.1:0", &listener);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  if (!s.ok()) return pair;
-  auto accepted =
-      std::async(std::launch::async, [&] { return listener->Accept(kTimeoutMs, &pair.server); });
-  s = Connect(options, listener->address(), &pair.client);
-  EXPECT_TRUE(s.ok()) << options.backend << ": " << s.ToString();
-  Status a = accepted.get();
-  EXPECT_TRUE(a.ok()) << options.backend << ": " << a.ToString();
-  if (!s.ok() || !a.ok()) return Pair{};
-  return pair;
-}
-
-// Polls until `want` completions arrived or the deadline passed.
-std::vector<Completion> PollN(Connection* connection, size_t want, int timeout_ms = kTimeoutMs) {
-  std::vector<Completion> got;
-  Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (got.size() < want && Clock::now() < deadline) {
-    Completion batch[64];
-    size_t n = 0;
-    int left = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-    Status s =
-        connection->Poll(batch, std::min<size_t>(64, want - got.size()), std::max(left, 0), &n);
-    got.insert(got.end(), batch, batch + n);
-    if (!s.ok() && n == 0) break;  // failed connection with nothing left to report
-  }
-  return got;
 }
 
 // Waits until `connection` leaves the OK state (or the deadline passes); returns its state.

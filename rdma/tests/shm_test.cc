@@ -24,12 +24,13 @@
 #include "setup.h"
 #include "shm_transport.h"
 #include "slipstream/rdma/transport.h"
+#include "test_util.h"
 
 namespace slipstream::rdma {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kTimeoutMs = 5000;
+using namespace test;  // NOLINT: the shared helpers (test_util.h)
 constexpr char kSecret[] = "shm-test-secret";
 
 // Options for the shm backend with the test secret.
@@ -42,71 +43,9 @@ TransportOptions ShmOptions() {
   return options;
 }
 
-// The deterministic byte at `index` of message `seed`.
-char PatternByte(uint32_t seed, size_t index) {
-  uint32_t x = static_cast<uint32_t>(index) * 2654435761u + seed * 40503u + 7;
-  return static_cast<char>((x >> 13) ^ (x >> 5) ^ seed);
-}
-
-// Fills `length` bytes with pattern `seed`.
-void FillPattern(char* out, size_t length, uint32_t seed) {
-  for (size_t i = 0; i < length; i++) out[i] = PatternByte(seed, i);
-}
-
-// True when `length` bytes follow pattern `seed`.
-bool HasPattern(const char* data, size_t length, uint32_t seed) {
-  for (size_t i = 0; i < length; i++) {
-    if (data[i] != PatternByte(seed, i)) return false;
-  }
-  return true;
-}
-
-// True when every byte is zero.
-bool AllZero(const char* data, size_t length) {
-  for (size_t i = 0; i < length; i++) {
-    if (data[i] != 0) return false;
-  }
-  return true;
-}
-
-// An in-process connected pair.
-struct Pair {
-  std::unique_ptr<Connection> server;
-  std::unique_ptr<Connection> client;
-};
-
-// Connects a shm pair over loopback (empty on failure, with a failed expectation).
+// Connects a shm pair (the shared MakePair with the shm test options by default).
 Pair MakePair(const TransportOptions& options = ShmOptions()) {
-  Pair pair;
-  std::unique_ptr<Listener> listener;
-  Status s = Listen(options, "127.0.0.1:0", &listener);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  if (!s.ok()) return pair;
-  auto accepted =
-      std::async(std::launch::async, [&] { return listener->Accept(kTimeoutMs, &pair.server); });
-  s = Connect(options, listener->address(), &pair.client);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  Status a = accepted.get();
-  EXPECT_TRUE(a.ok()) << a.ToString();
-  if (!s.ok() || !a.ok()) return Pair{};
-  return pair;
-}
-
-// Polls until `want` completions arrived or the timeout passed.
-std::vector<Completion> PollN(Connection* connection, size_t want, int timeout_ms = kTimeoutMs) {
-  std::vector<Completion> got;
-  Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (got.size() < want && Clock::now() < deadline) {
-    Completion batch[64];
-    size_t n = 0;
-    int left = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-    Status s =
-        connection->Poll(batch, std::min<size_t>(64, want - got.size()), std::max(left, 0), &n);
-    got.insert(got.end(), batch, batch + n);
-    if (!s.ok() && n == 0) break;
-  }
-  return got;
+  return test::MakePair(options);
 }
 
 // A WRITE, READ or WRITE_WITH_IMM of `sges` at `remote` + `offset`.
