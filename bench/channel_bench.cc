@@ -40,6 +40,7 @@
 #include <tuple>
 #include <vector>
 
+#include "bench_util.h"
 #include "slipstream/rdma/channel.h"
 #include "slipstream/rdma/status.h"
 #include "slipstream/rdma/transport.h"
@@ -48,6 +49,11 @@ namespace {
 
 namespace rdma = slipstream::rdma;
 using Clock = std::chrono::steady_clock;
+using slipstream::bench::CompilerBarrier;
+using slipstream::bench::ParseSize;
+using slipstream::bench::SecondsSince;
+using slipstream::bench::SizeName;
+using slipstream::bench::SplitWords;
 
 constexpr char kUsage[] =
     "usage: channel_bench [--report | --quick | --full] [--csv-dir=DIR] [--seconds=S]\n"
@@ -116,40 +122,6 @@ struct Flags {
   std::vector<uint32_t> threads = {1};
 };
 
-// Parses "4096", "4K", "4KiB", "1M", "1G" into bytes; false on anything else.
-bool ParseSize(std::string_view text, uint64_t* bytes) {
-  uint64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end == text.data()) return false;
-  std::string_view suffix(end, text.data() + text.size() - end);
-  uint64_t scale = 1;
-  if (suffix == "" || suffix == "B") {
-    scale = 1;
-  } else if (suffix == "K" || suffix == "KiB" || suffix == "k") {
-    scale = 1ull << 10;
-  } else if (suffix == "M" || suffix == "MiB") {
-    scale = 1ull << 20;
-  } else if (suffix == "G" || suffix == "GiB") {
-    scale = 1ull << 30;
-  } else {
-    return false;
-  }
-  *bytes = value * scale;
-  return true;
-}
-
-// Splits a comma-separated list.
-std::vector<std::string> SplitWords(std::string_view text) {
-  std::vector<std::string> words;
-  while (!text.empty()) {
-    size_t comma = text.find(',');
-    if (comma != 0) words.emplace_back(text.substr(0, comma));
-    if (comma == std::string_view::npos) break;
-    text.remove_prefix(comma + 1);
-  }
-  return words;
-}
-
 // Parses a list of sizes ("4K,64K"); false on a malformed entry.
 bool ParseSizes(std::string_view text, std::vector<uint64_t>* sizes) {
   sizes->clear();
@@ -172,21 +144,6 @@ bool ParseCounts(std::string_view text, std::vector<uint32_t>* counts) {
     for (int value = first; value <= last; value++) counts->push_back(uint32_t(value));
   }
   return !counts->empty();
-}
-
-// Human form of a byte count: 8B, 64K, 1M, 1G.
-std::string SizeName(uint64_t bytes) {
-  char text[32];
-  if (bytes >= (1ull << 30) && bytes % (1ull << 30) == 0) {
-    std::snprintf(text, sizeof(text), "%" PRIu64 "G", bytes >> 30);
-  } else if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) {
-    std::snprintf(text, sizeof(text), "%" PRIu64 "M", bytes >> 20);
-  } else if (bytes >= 1024 && bytes % 1024 == 0) {
-    std::snprintf(text, sizeof(text), "%" PRIu64 "K", bytes >> 10);
-  } else {
-    std::snprintf(text, sizeof(text), "%" PRIu64 "B", bytes);
-  }
-  return text;
 }
 
 // Reads the command line into `flags`; false (after printing why) on a bad flag.
@@ -321,11 +278,6 @@ std::set<Config> BuildGrid(const Flags& flags) {
   return grid;
 }
 
-// Seconds since `start`.
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // Transport options both sides use (room for 7 x 64 MiB buffers or a 1 GiB send region).
 rdma::TransportOptions BenchOptions(const std::string& backend) {
   rdma::TransportOptions options;
@@ -334,11 +286,6 @@ rdma::TransportOptions BenchOptions(const std::string& backend) {
   options.connect_timeout_ms = 10000;
   options.region_capacity = 3ull << 30;
   return options;
-}
-
-// Keeps the compiler from dropping or merging the memory accesses around it.
-inline void CompilerBarrier() {
-  asm volatile("" ::: "memory");
 }
 
 // Reads every byte of `data` (as 64-bit words, then the tail) and returns their sum.

@@ -42,6 +42,7 @@
 #include <string_view>
 #include <vector>
 
+#include "bench_util.h"
 #include "slipstream/rdma/status.h"
 #include "slipstream/rdma/transport.h"
 
@@ -51,6 +52,12 @@ namespace {
 
 namespace rdma = slipstream::rdma;
 using Clock = std::chrono::steady_clock;
+using slipstream::bench::CompilerBarrier;
+using slipstream::bench::ParseSize;
+using slipstream::bench::ParseSizeList;
+using slipstream::bench::SecondsSince;
+using slipstream::bench::SizeName;
+using slipstream::bench::SplitWords;
 
 constexpr char kUsage[] =
     "usage: rdma_bench [--backends=shm,tcp] [--min-size=8] [--max-size=4M] [--window=128]\n"
@@ -93,70 +100,6 @@ struct Sample {
   double median_us = 0;  // latency tests
   double mean_us = 0;
 };
-
-// Parses "4096", "4K", "4KiB", "1M", "1G" into bytes; false on anything else.
-bool ParseSize(std::string_view text, size_t* bytes) {
-  uint64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end == text.data()) return false;
-  std::string_view suffix(end, text.data() + text.size() - end);
-  uint64_t scale = 1;
-  if (suffix == "" || suffix == "B") {
-    scale = 1;
-  } else if (suffix == "K" || suffix == "KiB" || suffix == "k") {
-    scale = 1ull << 10;
-  } else if (suffix == "M" || suffix == "MiB") {
-    scale = 1ull << 20;
-  } else if (suffix == "G" || suffix == "GiB") {
-    scale = 1ull << 30;
-  } else {
-    return false;
-  }
-  *bytes = static_cast<size_t>(value * scale);
-  return true;
-}
-
-// Parses a comma-separated list of sizes; false if any entry is malformed.
-bool ParseSizeList(std::string_view text, std::vector<size_t>* sizes) {
-  sizes->clear();
-  while (!text.empty()) {
-    size_t comma = text.find(',');
-    std::string_view item = text.substr(0, comma);
-    size_t bytes = 0;
-    if (!ParseSize(item, &bytes)) return false;
-    sizes->push_back(bytes);
-    if (comma == std::string_view::npos) break;
-    text.remove_prefix(comma + 1);
-  }
-  return true;
-}
-
-// Splits a comma-separated list of words.
-std::vector<std::string> SplitWords(std::string_view text) {
-  std::vector<std::string> words;
-  while (!text.empty()) {
-    size_t comma = text.find(',');
-    if (comma != 0) words.emplace_back(text.substr(0, comma));
-    if (comma == std::string_view::npos) break;
-    text.remove_prefix(comma + 1);
-  }
-  return words;
-}
-
-// Human form of a byte count: 8B, 64K, 1M.
-std::string SizeName(size_t bytes) {
-  char text[32];
-  if (bytes >= (1u << 30) && bytes % (1u << 30) == 0) {
-    std::snprintf(text, sizeof(text), "%zuG", bytes >> 30);
-  } else if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) {
-    std::snprintf(text, sizeof(text), "%zuM", bytes >> 20);
-  } else if (bytes >= 1024 && bytes % 1024 == 0) {
-    std::snprintf(text, sizeof(text), "%zuK", bytes >> 10);
-  } else {
-    std::snprintf(text, sizeof(text), "%zuB", bytes);
-  }
-  return text;
-}
 
 // Reads the command line into `flags`; false (after printing why) on a bad flag.
 bool ParseFlags(int argc, char** argv, Flags* flags) {
@@ -235,20 +178,10 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
   return true;
 }
 
-// Seconds since `start`.
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // The time point `seconds` after `start`.
 Clock::time_point After(Clock::time_point start, double seconds) {
   return start +
          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
-// Keeps the compiler from dropping or merging the memory accesses around it.
-inline void CompilerBarrier() {
-  asm volatile("" ::: "memory");
 }
 
 // The offset of the i-th message of `size` bytes as it walks through a buffer of kSpanBytes.
