@@ -81,6 +81,11 @@ RETURNS TABLE(primary_name text, buffer integer, stream text, sequence bigint,
               start_lsn pg_lsn, valid_bytes bigint, durable_bytes bigint)
 AS 'MODULE_PATHNAME', 'slipstream_backup_buffers' LANGUAGE C VOLATILE;
 
+CREATE FUNCTION seed_snapshot()
+RETURNS TABLE(tag bigint, key bytea, value bytea)
+AS 'MODULE_PATHNAME', 'slipstream_seed_snapshot' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION seed_snapshot() IS 'a consistent dump of the engine for seeding a standby (scripts/seed_backup.sh)';
+
 CREATE VIEW replication AS SELECT * FROM replication_status();
 CREATE VIEW backup_buffers AS SELECT * FROM backup_buffer_status();
 
@@ -89,7 +94,8 @@ DECLARE f text;
 BEGIN
   FOREACH f IN ARRAY ARRAY['serve_backup(text, text, integer, text)', 'stop_serving()',
                            'add_backup(text, text, text, text)', 'drop_backup(text)',
-                           'replication_status()', 'backup_buffer_status()'] LOOP
+                           'replication_status()', 'backup_buffer_status()',
+                           'seed_snapshot()'] LOOP
     EXECUTE format('REVOKE ALL ON FUNCTION slipstream.%s FROM PUBLIC', f);
     EXECUTE format('GRANT EXECUTE ON FUNCTION slipstream.%s TO slipstream_admin', f);
   END LOOP;

@@ -132,6 +132,11 @@ typedef struct SsShared
 	pg_atomic_uint64 durable_horizon;
 	pg_atomic_uint64 replayed_records;
 	int			worker_pid;
+	/*
+	 * 1 once the startup process applies our records on a standby, 2 once that failed (the
+	 * engine is then no copy of the primary's, even after a promotion): host/standby.c.
+	 */
+	pg_atomic_uint32 standby;
 	LWLockPadded row_locks[SS_ROW_LOCKS];
 	/* Per-backend: WAL insert position when a change began, 0 when none is in flight. */
 	pg_atomic_uint64 inflight[FLEXIBLE_ARRAY_MEMBER];
@@ -185,7 +190,14 @@ extern bool ss_persist_barrier(char *msg, size_t msg_size);
 /* Acquires the slot "slipstream", creating it the first time. */
 extern void ss_acquire_named_slot(const char *name, const char *why);
 extern void ss_acquire_slot(void);
+extern XLogRecPtr ss_applied_horizon(void);
 extern void ss_advance_horizon(void);
+/* On a standby: sync the engine and move the slot up to the replay position. */
+extern void ss_advance_standby_horizon(void);
+/* Creates the slot at `horizon` (a seeded standby's first start) and releases it. */
+extern void ss_create_slot_at(XLogRecPtr horizon);
+/* The slot's restart_lsn, invalid when there is no slot. */
+extern XLogRecPtr ss_slot_horizon(void);
 
 /* ---- WAL records (host/wal.c) ---- */
 #define SS_RMGR_ID 128
@@ -202,6 +214,19 @@ extern XLogRecPtr ss_log_reset(uint64 tag);
 extern bool ss_rel_needs_wal(Relation rel);
 /* Applies our records from start to end to the engine; returns how many there were. */
 extern uint64 ss_replay_wal(XLogRecPtr start, XLogRecPtr end);
+struct XLogReaderState;
+extern void ss_apply_record(struct XLogReaderState *record);
+
+/* ---- the engine on a standby (host/standby.c) ---- */
+/* The seed a standby loads at its first start, in $PGDATA (written by scripts/seed_backup.sh). */
+#define SS_SEED_FILE "slipstream_seed"
+/* The key of the seed's last row (tag 0), whose value is the dump's horizon and end. */
+#define SS_SEED_TRAILER "slipstream seed end"
+#define SS_SEED_BATCH_BYTES (256 * 1024)
+extern void ss_standby_startup(void);
+extern void ss_standby_redo(struct XLogReaderState *record);
+extern void ss_standby_cleanup(void);
+extern bool ss_sweep_allowed(void);
 
 /* ---- background worker (host/worker.c) ---- */
 /* Whether a temporary relation file t<backend>_<relnode> exists in database `db`. */

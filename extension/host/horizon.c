@@ -9,12 +9,15 @@
 
 #include "access/xlog.h"
 #include "access/xloginsert.h"
+#include "access/xlogrecovery.h"
 #include "miscadmin.h"
 #include "replication/slot.h"
 #include "storage/proc.h"
 #include "utils/memutils.h"
 
 #define SS_SLOT_NAME "slipstream"
+
+static void ss_move_slot(XLogRecPtr horizon);
 
 /* Marks a change in flight from the current WAL insert position (see ss_advance_horizon). */
 void
@@ -98,6 +101,42 @@ ss_acquire_named_slot(const char *name, const char *why)
 	ReplicationSlotAcquire(name, true);
 }
 
+/*
+ * Creates our slot at `horizon` on a freshly seeded standby (the seed's horizon: the WAL from
+ * there on is in pg_wal and must stay until the engine holds it durably), then releases it.
+ */
+void
+ss_create_slot_at(XLogRecPtr horizon)
+{
+	if (SearchNamedReplicationSlot(SS_SLOT_NAME, true) != NULL)
+		ReplicationSlotDrop(SS_SLOT_NAME, true);	/* a seed loaded again after a crash */
+	ReplicationSlotCreate(SS_SLOT_NAME, false, RS_PERSISTENT, false);
+	SpinLockAcquire(&MyReplicationSlot->mutex);
+	MyReplicationSlot->data.restart_lsn = horizon;
+	SpinLockRelease(&MyReplicationSlot->mutex);
+	ReplicationSlotMarkDirty();
+	ReplicationSlotSave();
+	ReplicationSlotsComputeRequiredLSN();
+	ReplicationSlotRelease();
+	pg_atomic_write_u64(&ss_shared->durable_horizon, horizon);
+}
+
+/* Where our slot says the engine's durable horizon is (invalid if there is no slot). */
+XLogRecPtr
+ss_slot_horizon(void)
+{
+	ReplicationSlot *slot = SearchNamedReplicationSlot(SS_SLOT_NAME, true);
+	XLogRecPtr	restart = InvalidXLogRecPtr;
+
+	if (slot != NULL)
+	{
+		SpinLockAcquire(&slot->mutex);
+		restart = slot->data.restart_lsn;
+		SpinLockRelease(&slot->mutex);
+	}
+	return restart;
+}
+
 /* Acquires our slot, creating it the first time. */
 void
 ss_acquire_slot(void)
@@ -106,12 +145,11 @@ ss_acquire_slot(void)
 }
 
 /*
- * Makes the engine durable and moves the slot up to a WAL position A such that every change
- * whose record starts below A has been applied (and is now synced): A is the insert position
- * read first, lowered to the start position of any change still in flight.
+ * A WAL position A such that every change whose record starts below A has been applied to
+ * the engine: the insert position read first, lowered to the start of any change in flight.
  */
-void
-ss_advance_horizon(void)
+XLogRecPtr
+ss_applied_horizon(void)
 {
 	XLogRecPtr	horizon = GetXLogInsertRecPtr();
 	int			nslots = ss_proc_slots();
@@ -124,8 +162,47 @@ ss_advance_horizon(void)
 		if (v != 0 && v < horizon)
 			horizon = v;
 	}
+	return horizon;
+}
+
+/*
+ * Makes the engine durable and moves the slot up to ss_applied_horizon() as read before the
+ * sync, so every change whose record starts below the slot is durable in the engine.
+ */
+void
+ss_advance_horizon(void)
+{
+	XLogRecPtr	horizon = ss_applied_horizon();
+
 	SS_CHECK(ss_sync_all(), "syncing the engine");
 	ss_acquire_slot();
+	ss_move_slot(horizon);
+}
+
+/*
+ * On a standby: makes the engine durable and moves the slot up to the replay position read
+ * before the sync. The startup process applies our records as it replays them (standby.c),
+ * so every record that ends below that position is in the engine and now durable.
+ */
+void
+ss_advance_standby_horizon(void)
+{
+	XLogRecPtr	horizon = GetXLogReplayRecPtr(NULL);
+
+	SS_CHECK(ss_sync_all(), "syncing the engine");
+	if (MyReplicationSlot == NULL)
+	{
+		if (SearchNamedReplicationSlot(SS_SLOT_NAME, true) == NULL)
+			return;				/* not seeded: standby.c has reported it */
+		ReplicationSlotAcquire(SS_SLOT_NAME, true);
+	}
+	ss_move_slot(horizon);
+}
+
+/* Moves our acquired slot up to `horizon` (never down), durably, and publishes it. */
+static void
+ss_move_slot(XLogRecPtr horizon)
+{
 	if (horizon <= MyReplicationSlot->data.restart_lsn)
 		return;
 	SpinLockAcquire(&MyReplicationSlot->mutex);

@@ -129,6 +129,12 @@ start_engine(void)
 	XLogRecPtr	end;
 	uint64		applied = 0;
 
+	if (pg_atomic_read_u32(&ss_shared->standby) == 2)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("slipstream: this node was promoted, but its engine was not kept "
+						"current as a standby: %s", ss_shared->replay_error),
+				 errhint("Seed the node again from a primary with scripts/seed_backup.sh.")));
 	if (pg_atomic_read_u32(&ss_shared->replay_state) == SS_REPLAY_READY)
 	{
 		/*
@@ -198,18 +204,20 @@ ss_engine_ready(void)
 	if (ss_shared != NULL && pg_atomic_read_u32(&ss_shared->replay_state) == SS_REPLAY_READY &&
 		ss_is_open())
 		return;
-	if (RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("slipstream tables cannot be accessed during recovery"),
-				 errhint("slipstream replicates through its own backup nodes, not through "
-						 "physical standbys; query the primary.")));
-	ss_engine_attach();
+	if (ss_shared == NULL)
+		ss_engine_attach();		/* reports that the library was not preloaded */
 	for (;;)
 	{
 		state = pg_atomic_read_u32(&ss_shared->replay_state);
 		if (state == SS_REPLAY_READY)
 			break;
+		if (state == SS_REPLAY_FAILED && pg_atomic_read_u32(&ss_shared->standby) == 2)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("slipstream: the engine on this node is not a copy of the "
+							"primary's: %s", ss_shared->replay_error),
+					 errhint("Seed this standby again with scripts/seed_backup.sh; see "
+							 "docs/replication.md.")));
 		if (state == SS_REPLAY_FAILED)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_CORRUPTED),
@@ -220,4 +228,6 @@ ss_engine_ready(void)
 		CHECK_FOR_INTERRUPTS();
 	}
 	ConditionVariableCancelSleep();
+	/* Opened only now: on a standby, the startup process has seeded or checked it first. */
+	ss_engine_attach();
 }

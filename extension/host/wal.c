@@ -7,11 +7,12 @@
  * that carries it can reach disk (the barrier), so a crash can never let PostgreSQL hand the
  * same xid to a new transaction while old engine rows still carry it.
  *
- * Redo in the startup process does nothing: the engine is not usable there. Instead, after
- * every start the worker replays our records from the slot's restart_lsn (a horizon below
- * which every change is durable in the engine, see horizon.c) to the end of WAL, before any
- * backend may touch a slipstream table (startup.c). Every record is idempotent: puts carry
- * whole rows, header records whole header prefixes.
+ * After a crash of a primary, redo in the startup process does nothing: the worker replays our
+ * records from the slot's restart_lsn (a horizon below which every change is durable in the
+ * engine, see horizon.c) to the end of WAL, before any backend may touch a slipstream table
+ * (startup.c). On a standby (archive recovery), the startup process applies each record as it
+ * replays it (standby.c). Every record is idempotent: puts carry whole rows, header records
+ * whole header prefixes, so a record applied twice leaves what applying it once left.
  */
 #include "slipstream.h"
 
@@ -185,12 +186,6 @@ ss_log_reset(uint64 tag)
 	return XLogInsert(SS_RMGR_ID, SS_XLOG_RESET);
 }
 
-/* Redo in the startup process: nothing; the worker replays after recovery (see above). */
-static void
-ss_redo(XLogReaderState *record)
-{
-}
-
 /* pg_waldump's description of a record. */
 static void
 ss_desc(StringInfo buf, XLogReaderState *record)
@@ -234,9 +229,11 @@ ss_identify(uint8 info)
 
 static RmgrData ss_rmgr = {
 	.rm_name = "slipstream",
-	.rm_redo = ss_redo,
+	.rm_redo = ss_standby_redo,
 	.rm_desc = ss_desc,
 	.rm_identify = ss_identify,
+	.rm_startup = ss_standby_startup,
+	.rm_cleanup = ss_standby_cleanup,
 };
 
 /* Registers the resource manager (from _PG_init, under shared_preload_libraries). */
@@ -277,8 +274,8 @@ apply_header(uint32 keyspace, uint64 rowid, const char *header, SsBatch *batch)
 }
 
 /* Applies one of our WAL records to the engine. */
-static void
-apply_record(XLogReaderState *record)
+void
+ss_apply_record(XLogReaderState *record)
 {
 	char	   *data = XLogRecGetData(record);
 	uint32		data_len = XLogRecGetDataLen(record);
@@ -413,7 +410,7 @@ ss_replay_wal(XLogRecPtr start, XLogRecPtr end)
 							errormsg ? errormsg : "unknown error")));
 		if (XLogRecGetRmid(reader) == SS_RMGR_ID)
 		{
-			apply_record(reader);
+			ss_apply_record(reader);
 			applied++;
 		}
 		CHECK_FOR_INTERRUPTS();

@@ -3,8 +3,11 @@
  * engine up (startup.c: recovery and WAL replay, then the gate opens for backends), then
  * loops: engine background work (log flushes, compactions, GC), advancing the durable horizon,
  * and dropping keyspaces whose relation files PostgreSQL has removed (DROP TABLE, TRUNCATE,
- * DROP DATABASE, aborted CREATE). SIGTERM ends it after a final sync; after a crash the
- * postmaster restarts it.
+ * DROP DATABASE, aborted CREATE). On a standby it runs while recovery goes on: the startup
+ * process applies our records (standby.c) and the worker does the background work, keeps the
+ * engine durable up to the replay position and sweeps; after a promotion it goes on as a
+ * primary's worker. SIGTERM ends it after a final sync; after a crash the postmaster restarts
+ * it.
  */
 #include "slipstream.h"
 
@@ -29,15 +32,15 @@
 /* How often stale keyspaces are looked for. */
 #define SS_SWEEP_INTERVAL_MS 5000
 
-/* Registers a restartable worker of this library that starts once recovery has finished. */
-void
-ss_register_bgworker(const char *function, const char *name)
+/* Registers a restartable worker of this library that starts at `start_time`. */
+static void
+register_worker_at(const char *function, const char *name, BgWorkerStartTime start_time)
 {
 	BackgroundWorker worker;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_start_time = start_time;
 	worker.bgw_restart_time = 1;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "slipstream");
 	snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", function);
@@ -46,11 +49,22 @@ ss_register_bgworker(const char *function, const char *name)
 	RegisterBackgroundWorker(&worker);
 }
 
-/* Registers the engine worker (from _PG_init). */
+/* Registers a restartable worker of this library that starts once recovery has finished. */
+void
+ss_register_bgworker(const char *function, const char *name)
+{
+	register_worker_at(function, name, BgWorkerStart_RecoveryFinished);
+}
+
+/*
+ * Registers the engine worker (from _PG_init). It starts with the postmaster, since on a
+ * standby it keeps the engine durable while recovery goes on (run_standby); on a primary it
+ * waits for the end of crash recovery.
+ */
 void
 ss_register_worker(void)
 {
-	ss_register_bgworker("ss_worker_main", "worker");
+	register_worker_at("ss_worker_main", "worker", BgWorkerStart_PostmasterStart);
 }
 
 typedef struct SweepState
@@ -108,6 +122,85 @@ sweep_keyspaces(void)
 								state.dropped)));
 }
 
+/* Reloads the configuration when asked and ends with the postmaster; true on shutdown. */
+static bool
+worker_interrupts(void)
+{
+	CHECK_FOR_INTERRUPTS();
+	if (!PostmasterIsAlive())
+		proc_exit(1);			/* the postmaster died: our shared memory goes with it */
+	if (ConfigReloadPending)
+	{
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+	}
+	return ShutdownRequestPending;
+}
+
+/*
+ * While this node is in recovery: on a standby whose startup process applies our records
+ * (standby.c), do the engine's background work, keep it durable up to the replay position
+ * and sweep dropped tables; during a primary's crash recovery, and on a standby whose engine
+ * failed, only wait. Returns when recovery has ended (a promotion, or the end of crash
+ * recovery); exits on shutdown.
+ */
+static void
+run_during_recovery(void)
+{
+	TimestampTz last_horizon = 0;
+	TimestampTz last_sweep = 0;
+
+	while (RecoveryInProgress())
+	{
+		bool		did_work = false;
+		TimestampTz now;
+
+		if (worker_interrupts())
+		{
+			if (pg_atomic_read_u32(&ss_shared->standby) == 1)
+				ss_advance_standby_horizon();
+			proc_exit(1);
+		}
+		if (pg_atomic_read_u32(&ss_shared->standby) != 1 ||
+			pg_atomic_read_u32(&ss_shared->replay_state) != SS_REPLAY_READY)
+		{
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 100,
+							 PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			continue;
+		}
+		ss_engine_attach();
+		SS_CHECK(ss_background_work(&did_work), "engine background work");
+		now = GetCurrentTimestamp();
+		if (TimestampDifferenceExceeds(last_horizon, now, ss_sync_interval_ms))
+		{
+			ss_advance_standby_horizon();
+			last_horizon = now;
+		}
+		if (TimestampDifferenceExceeds(last_sweep, now, SS_SWEEP_INTERVAL_MS) &&
+			ss_sweep_allowed())
+		{
+			sweep_keyspaces();
+			last_sweep = now;
+		}
+		if (!did_work)
+			ss_wait_for_background_work(ss_worker_naptime_ms);
+	}
+}
+
+/* A promoted standby whose engine failed: nothing to run, and nothing to retry, until told to stop. */
+static void
+idle_until_shutdown(void)
+{
+	while (!worker_interrupts())
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1000,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+	proc_exit(0);
+}
+
 /* The worker's entry point. */
 void
 ss_worker_main(Datum arg)
@@ -122,6 +215,9 @@ ss_worker_main(Datum arg)
 	CurrentResourceOwner = ResourceOwnerCreate(NULL, "slipstream worker");
 	ss_shared->worker_pid = MyProcPid;
 
+	run_during_recovery();
+	if (pg_atomic_read_u32(&ss_shared->standby) == 2)
+		idle_until_shutdown();
 	ss_engine_startup();
 
 	loop_context = AllocSetContextCreate(TopMemoryContext, "slipstream worker loop",
@@ -132,14 +228,8 @@ ss_worker_main(Datum arg)
 		TimestampTz now;
 		MemoryContext old = MemoryContextSwitchTo(loop_context);
 
-		CHECK_FOR_INTERRUPTS();
-		if (!PostmasterIsAlive())
-			proc_exit(1);		/* the postmaster died: our shared memory goes with it */
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
+		if (worker_interrupts())
+			break;
 		SS_CHECK(ss_background_work(&did_work), "engine background work");
 		now = GetCurrentTimestamp();
 		if (TimestampDifferenceExceeds(last_horizon, now, ss_sync_interval_ms))

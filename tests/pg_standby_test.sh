@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# pg_standby_test.sh: a standby seeded by scripts/seed_backup.sh carries slipstream tables
+# through PostgreSQL's own streaming replication (the baseline mode: the standby's startup
+# process applies our WAL records to its engine). Checks, against the primary, after each of:
+# the seed; inserts, updates, deletes, TRUNCATE, CREATE and DROP TABLE, large values; a SIGKILL
+# of the standby under a write load and its restart; a promotion (then writes and
+# slipstream.verify on the new primary). Also: a standby copied without the seed refuses to
+# read slipstream tables with a hint, and keeps replaying heap tables.
+#   tests/pg_standby_test.sh [scratch dir] [base port]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+scratch=${1:-${SLIPSTREAM_SCRATCH:-/tmp/slipstream-standby}}
+base=${2:-55660}
+pg="$root/scripts/pg_cluster.sh"
+primary="$scratch/primary"
+standby="$scratch/standby"
+raw="$scratch/raw"
+pgbin=/usr/lib/postgresql/15/bin
+
+as_postgres() { if [ "$(id -un)" = postgres ]; then "$@"; else runuser -u postgres -- "$@"; fi; }
+
+rm -rf "$scratch"
+mkdir -p "$scratch"
+[ "$(id -u)" = 0 ] && chown postgres: "$scratch"
+"$pg" init "$primary" "$base" "slipstream.sync_interval = 200ms" >/dev/null
+"$pg" start "$primary"
+trap 'for c in "$primary" "$standby" "$raw"; do "$pg" stop "$c" immediate >/dev/null 2>&1 || true; done' EXIT
+p_sql() { "$pg" psql "$primary" -qAt "$@"; }
+s_sql() { "$pg" psql "$standby" -qAt "$@"; }
+
+p_sql -c "CREATE EXTENSION slipstream" \
+  -c "CREATE TABLE t (id int PRIMARY KEY, v text) USING slipstream" \
+  -c "CREATE TABLE big (id int PRIMARY KEY, v text) USING slipstream" \
+  -c "CREATE TABLE gone (id int) USING slipstream" \
+  -c "CREATE TABLE h (id int PRIMARY KEY, v text)" \
+  -c "INSERT INTO t SELECT g, md5(g::text) FROM generate_series(1, 5000) g" \
+  -c "INSERT INTO big SELECT g, repeat(md5(g::text), 100) FROM generate_series(1, 200) g" \
+  -c "INSERT INTO gone SELECT generate_series(1, 100)" \
+  -c "INSERT INTO h SELECT g, md5(g::text) FROM generate_series(1, 1000) g" >/dev/null
+
+# Seeds a standby in directory $1 (port $2) from the primary; extra arguments go to the script.
+seed() {
+  local dir=$1 port=$2
+  shift 2
+  rm -rf "$dir"
+  mkdir -p "$dir/sock"
+  [ "$(id -u)" = 0 ] && chown -R postgres: "$dir"
+  as_postgres "$root/scripts/seed_backup.sh" \
+    --connstring "host=$primary/sock port=$base user=postgres dbname=postgres" \
+    --datadir "$dir/data" --set "port = $port" \
+    --set "unix_socket_directories = '$dir/sock'" "$@"
+}
+
+# What a table holds, as one line (count and an order-independent checksum).
+summary() { echo "SELECT count(*), coalesce(sum(hashtext(id::text || ':' || v)), 0) FROM $1"; }
+
+# Waits until the standby has replayed everything the primary has flushed.
+wait_caught_up() {
+  local target
+  target=$(p_sql -c "SELECT pg_current_wal_flush_lsn()")
+  for _ in $(seq 1 600); do
+    [ "$(s_sql -c "SELECT pg_last_wal_replay_lsn() >= '$target'" 2>/dev/null)" = t ] && return 0
+    sleep 0.1
+  done
+  echo "the standby did not catch up to $target" >&2
+  tail -20 "$standby/server.log" >&2
+  return 1
+}
+
+# Compares every table on the primary and the standby.
+compare() {
+  local what=$1
+  wait_caught_up
+  for table in "${@:2}"; do
+    local p s
+    p=$(p_sql -c "$(summary "$table")")
+    s=$(s_sql -c "$(summary "$table")")
+    if [ "$p" != "$s" ]; then
+      echo "$what: $table differs: primary $p, standby $s" >&2
+      exit 1
+    fi
+  done
+  echo "$what: standby matches the primary ($(s_sql -c "SELECT count(*) FROM t") rows in t)"
+}
+
+# 1. A seeded streaming standby.
+seed "$standby" $((base + 1)) --streaming --name s1 >/dev/null
+"$pg" start "$standby"
+compare "after the seed" t big h
+
+# 2. Every kind of change.
+p_sql -c "UPDATE t SET v = v || 'u' WHERE id % 3 = 0" \
+  -c "DELETE FROM t WHERE id % 7 = 0" \
+  -c "UPDATE big SET v = repeat('z', 3000) WHERE id < 50" \
+  -c "TRUNCATE gone" -c "INSERT INTO gone SELECT generate_series(1, 10)" \
+  -c "CREATE TABLE fresh (id int PRIMARY KEY, v text) USING slipstream" \
+  -c "INSERT INTO fresh SELECT g, g::text FROM generate_series(1, 300) g" \
+  -c "VACUUM t" >/dev/null
+compare "after updates, deletes, truncate, create, vacuum" t big h fresh
+[ "$(s_sql -c "SELECT count(*) FROM gone")" = 10 ] || { echo "gone differs" >&2; exit 1; }
+p_sql -c "DROP TABLE gone" >/dev/null
+compare "after a drop" t fresh
+
+# 3. The standby killed under a write load after a restartpoint that passed its engine's
+# horizon (held back by a long sync interval), restarted: the records between the horizon and
+# the restartpoint are applied from its pg_wal before redo, the rest by redo.
+echo "slipstream.sync_interval = 1h" >>"$standby/data/postgresql.conf"
+s_sql -c "SELECT pg_reload_conf()" >/dev/null
+( for i in $(seq 1 3000); do
+    echo "INSERT INTO t VALUES (100000 + $i, 'load $i') ON CONFLICT (id) DO UPDATE SET v = 'again';"
+    echo "UPDATE t SET v = 'load' WHERE id = $((i % 4000 + 1));"
+  done | "$pg" psql "$primary" -qAt >/dev/null ) &
+load=$!
+sleep 1
+p_sql -c "CHECKPOINT" >/dev/null
+wait_caught_up
+s_sql -c "CHECKPOINT" >/dev/null
+"$pg" kill "$standby"
+sed -i '/^slipstream.sync_interval = 1h$/d' "$standby/data/postgresql.conf"
+"$pg" start "$standby"
+wait "$load"
+grep -q "before redo" "$standby/server.log" ||
+  { echo "the restart did not apply records from below the restartpoint" >&2; exit 1; }
+compare "after a SIGKILL of the standby" t big fresh h
+
+# 4. Promotion: the standby becomes a primary with the same rows, writable and verified.
+s_sql -c "SELECT pg_promote(true, 60)" >/dev/null
+s_sql -c "INSERT INTO t VALUES (-1, 'on the promoted node')" \
+  -c "UPDATE fresh SET v = 'x' WHERE id = 1" >/dev/null
+p_rows=$(p_sql -c "SELECT count(*) FROM t")
+s_rows=$(s_sql -c "SELECT count(*) FROM t")
+[ "$s_rows" = $((p_rows + 1)) ] || { echo "promoted: t has $s_rows rows, expected $((p_rows + 1))" >&2; exit 1; }
+bad=$(s_sql -c "SELECT count(*) FROM slipstream.verify('t') WHERE NOT ok")
+[ "$bad" = 0 ] || { s_sql -c "SELECT * FROM slipstream.verify('t')" >&2; exit 1; }
+echo "promoted: writable, $s_rows rows in t, verify passes"
+"$pg" stop "$standby" fast
+
+# 5. A plain pg_basebackup copy (no seed) keeps replaying heap, and refuses slipstream tables.
+rm -rf "$raw"
+mkdir -p "$raw/sock"
+[ "$(id -u)" = 0 ] && chown -R postgres: "$raw"
+as_postgres "$pgbin/pg_basebackup" -d "host=$primary/sock port=$base user=postgres" \
+  -D "$raw/data" -X stream -c fast -R
+echo "port = $((base + 2))" >>"$raw/data/postgresql.conf"
+echo "unix_socket_directories = '$raw/sock'" >>"$raw/data/postgresql.conf"
+"$pg" start "$raw"
+err=$("$pg" psql "$raw" -qAt -c "SELECT count(*) FROM t" 2>&1 || true)
+case "$err" in
+  *"not a copy of the primary"*) echo "an unseeded standby refuses: ${err#*ERROR:  }" ;;
+  *) echo "an unseeded standby answered: $err" >&2; exit 1 ;;
+esac
+[ "$("$pg" psql "$raw" -qAt -c "SELECT count(*) FROM h")" = 1000 ] || exit 1
+echo "standby test passed"
