@@ -211,6 +211,7 @@ extern XLogRecPtr ss_log_update(Relation rel, uint64 old_rowid, HeapTupleHeader 
 								uint64 new_rowid, HeapTuple new_tuple);
 extern XLogRecPtr ss_log_remove(Relation rel, uint64 *rowids, int nrowids);
 extern XLogRecPtr ss_log_reset(uint64 tag);
+extern void ss_log_conflict(Relation rel, TransactionId horizon);
 extern bool ss_rel_needs_wal(Relation rel);
 /* Applies our records from start to end to the engine; returns how many there were. */
 extern uint64 ss_replay_wal(XLogRecPtr start, XLogRecPtr end);

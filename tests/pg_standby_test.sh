@@ -101,6 +101,36 @@ compare "after updates, deletes, truncate, create, vacuum" t big h fresh
 p_sql -c "DROP TABLE gone" >/dev/null
 compare "after a drop" t fresh
 
+# 2b. A hot-standby query keeps its snapshot while the primary deletes and VACUUMs: it either
+# still sees every row it saw, or is cancelled by a recovery conflict (never a silent loss).
+echo "max_standby_streaming_delay = 0" >>"$standby/data/postgresql.conf"
+s_sql -c "SELECT pg_reload_conf()" >/dev/null
+before=$(s_sql -c "SELECT count(*) FROM t")
+conflict_out="$scratch/conflict.out"
+{ echo "BEGIN ISOLATION LEVEL REPEATABLE READ;"
+  echo "SELECT 'first ' || count(*) FROM t;"
+  echo "SELECT pg_sleep(4);"
+  echo "SELECT 'second ' || count(*) FROM t;"
+  echo "COMMIT;"; } | "$pg" psql "$standby" -qAt -v ON_ERROR_STOP=0 >"$conflict_out" 2>&1 &
+reader=$!
+sleep 1
+p_sql -c "DELETE FROM t WHERE id % 11 = 0" -c "VACUUM t" >/dev/null
+wait "$reader" || true
+first=$(sed -n 's/^first //p' "$conflict_out")
+second=$(sed -n 's/^second //p' "$conflict_out")
+if [ "$first" != "$before" ]; then
+  echo "the reading transaction did not start before the vacuum: $(cat "$conflict_out")" >&2
+  exit 1
+elif [ -n "$second" ] && [ "$second" != "$first" ]; then
+  echo "a standby snapshot lost rows to VACUUM: $first then $second" >&2
+  exit 1
+elif [ -z "$second" ] && ! grep -q "conflict with recovery" "$conflict_out"; then
+  echo "the standby query failed otherwise: $(cat "$conflict_out")" >&2
+  exit 1
+fi
+echo "a standby snapshot under VACUUM: ${second:+kept $second rows}${second:-cancelled by a recovery conflict}"
+compare "after the vacuum" t
+
 # 3. The standby killed under a write load after a restartpoint that passed its engine's
 # horizon (held back by a long sync interval), restarted: the records between the horizon and
 # the restartpoint are applied from its pg_wal before redo, the rest by redo.

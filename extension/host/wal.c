@@ -22,10 +22,12 @@
 #include "access/xloginsert.h"
 #include "access/xlogreader.h"
 #include "access/xlogutils.h"
+#include "catalog/pg_tablespace_d.h"
 #include "miscadmin.h"
 #include "replication/slot.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
+#include "storage/standby.h"
 #include "utils/memutils.h"
 
 #define SS_XLOG_PUT 0x00
@@ -34,6 +36,7 @@
 #define SS_XLOG_UPDATE 0x30
 #define SS_XLOG_REMOVE 0x40
 #define SS_XLOG_RESET 0x50
+#define SS_XLOG_CONFLICT 0x60
 
 typedef struct XlPut
 {
@@ -69,6 +72,13 @@ typedef struct XlUpdate
 	uint32		len;
 	char		old_header[SS_HEADER_SIZE];
 } XlUpdate;
+
+/* Queries on a hot standby whose snapshot may still see what follows must end first. */
+typedef struct XlConflict
+{
+	uint64		tag;
+	TransactionId horizon;		/* as heap's latestRemovedXid */
+} XlConflict;
 
 typedef struct XlRemove
 {
@@ -177,6 +187,21 @@ ss_log_remove(Relation rel, uint64 *rowids, int nrowids)
 	return XLogInsert(SS_RMGR_ID, SS_XLOG_REMOVE);
 }
 
+/*
+ * Logs, before VACUUM removes rows or freezes xmins, the newest xid whose effect it makes
+ * visible to every snapshot: a hot standby cancels the queries that could still tell (as
+ * heap's prune and freeze records make it do).
+ */
+void
+ss_log_conflict(Relation rel, TransactionId horizon)
+{
+	XlConflict	rec = {rel_tag(rel), horizon};
+
+	XLogBeginInsert();
+	XLogRegisterData((char *) &rec, sizeof(rec));
+	(void) XLogInsert(SS_RMGR_ID, SS_XLOG_CONFLICT);
+}
+
 /* Logs that a relation's rows were all discarded in place (non-transactional truncate). */
 XLogRecPtr
 ss_log_reset(uint64 tag)
@@ -223,6 +248,8 @@ ss_identify(uint8 info)
 			return "REMOVE";
 		case SS_XLOG_RESET:
 			return "RESET";
+		case SS_XLOG_CONFLICT:
+			return "CONFLICT";
 	}
 	return NULL;
 }
@@ -291,6 +318,20 @@ ss_apply_record(XLogReaderState *record)
 						errmsg("slipstream: WAL record at %X/%X is too short",
 							   LSN_FORMAT_ARGS(record->ReadRecPtr))));
 	memcpy(&tag, data, sizeof(tag));
+	if (info == SS_XLOG_CONFLICT)
+	{
+		XlConflict	rec;
+		RelFileNode node = {DEFAULTTABLESPACE_OID, (Oid) (tag >> 32), (Oid) tag};
+
+		if (data_len < sizeof(rec))
+			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+							errmsg("slipstream: WAL record at %X/%X is too short",
+								   LSN_FORMAT_ARGS(record->ReadRecPtr))));
+		memcpy(&rec, data, sizeof(rec));
+		if (InHotStandby && TransactionIdIsValid(rec.horizon))
+			ResolveRecoveryConflictWithSnapshot(rec.horizon, node);
+		return;
+	}
 	if (info == SS_XLOG_RESET)
 	{
 		keyspace = ss_keyspace_for_tag(tag, false);

@@ -31,6 +31,7 @@ typedef struct DeadRows
 	uint64	   *rowids;			/* sorted ascending */
 	int64		count;
 	int64		capacity;
+	TransactionId latest_removed;	/* for hot standbys, as heap's latestRemovedXid */
 } DeadRows;
 
 /* Appends a dead row id (scans produce them in ascending order). */
@@ -140,6 +141,9 @@ remove_dead_rows(Relation rel, uint32 keyspace, DeadRows *dead, Relation *indexe
 		ivinfo.strategy = strategy;
 		stats[i] = index_bulk_delete(&ivinfo, stats[i], tid_is_dead, dead);
 	}
+	/* A hot standby first cancels the queries that could still see these rows. */
+	if (ss_rel_needs_wal(rel) && TransactionIdIsValid(dead->latest_removed))
+		ss_log_conflict(rel, dead->latest_removed);
 	for (int64 i = 0; i < dead->count; i += SS_REMOVE_BATCH)
 	{
 		CHECK_FOR_INTERRUPTS();
@@ -163,6 +167,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	int			nindexes;
 	IndexBulkDeleteResult **index_stats;
 	DeadRows	dead = {0};
+	bool		freeze_conflict_logged = false;
 	double		live = 0,
 				recently_dead = 0;
 	TableScanDesc scan;
@@ -196,6 +201,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 		{
 			case HEAPTUPLE_DEAD:
 				dead_rows_add(&dead, rowid);
+				HeapTupleHeaderAdvanceLatestRemovedXid(tuple->t_data, &dead.latest_removed);
 				continue;
 			case HEAPTUPLE_LIVE:
 				live += 1;
@@ -213,6 +219,15 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 			default:
 				live += 1;
 				break;
+		}
+		if (changed && !freeze_conflict_logged && ss_rel_needs_wal(rel))
+		{
+			/* As heap's freeze records: standby queries older than the limit must end. */
+			TransactionId horizon = freeze_limit;
+
+			TransactionIdRetreat(horizon);
+			ss_log_conflict(rel, horizon);
+			freeze_conflict_logged = true;
 		}
 		if (changed && !write_frozen_row(rel, keyspace, tuple, &original))
 			memcpy(tuple->t_data, &original, SS_HEADER_SIZE);	/* account for what stays */
