@@ -81,6 +81,11 @@ RETURNS TABLE(primary_name text, buffer integer, stream text, sequence bigint,
               start_lsn pg_lsn, valid_bytes bigint, durable_bytes bigint)
 AS 'MODULE_PATHNAME', 'slipstream_backup_buffers' LANGUAGE C VOLATILE;
 
+CREATE FUNCTION promote(wait_seconds integer DEFAULT 60)
+RETURNS pg_lsn
+AS 'MODULE_PATHNAME', 'slipstream_promote' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION promote(integer) IS 'takes over on a backup: fences the primary (stops serving, open buffers into pg_wal), then promotes';
+
 CREATE FUNCTION seed_snapshot()
 RETURNS TABLE(tag bigint, key bytea, value bytea)
 AS 'MODULE_PATHNAME', 'slipstream_seed_snapshot' LANGUAGE C VOLATILE;
@@ -95,7 +100,7 @@ BEGIN
   FOREACH f IN ARRAY ARRAY['serve_backup(text, text, integer, text)', 'stop_serving()',
                            'add_backup(text, text, text, text)', 'drop_backup(text)',
                            'replication_status()', 'backup_buffer_status()',
-                           'seed_snapshot()'] LOOP
+                           'seed_snapshot()', 'promote(integer)'] LOOP
     EXECUTE format('REVOKE ALL ON FUNCTION slipstream.%s FROM PUBLIC', f);
     EXECUTE format('GRANT EXECUTE ON FUNCTION slipstream.%s TO slipstream_admin', f);
   END LOOP;

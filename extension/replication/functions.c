@@ -13,6 +13,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
 #include "utils/pg_lsn.h"
 #include "utils/timestamp.h"
 
@@ -22,6 +23,7 @@ PG_FUNCTION_INFO_V1(slipstream_add_backup);
 PG_FUNCTION_INFO_V1(slipstream_drop_backup);
 PG_FUNCTION_INFO_V1(slipstream_replication_status);
 PG_FUNCTION_INFO_V1(slipstream_backup_buffers);
+PG_FUNCTION_INFO_V1(slipstream_promote);
 
 /* The text argument `n`, refused if NULL. */
 static char *
@@ -363,4 +365,72 @@ slipstream_backup_buffers(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	return (Datum) 0;
+}
+
+/*
+ * promote(wait_seconds): takes over on a backup whose primary is dead. Fences the primary
+ * first (the backup stops serving: every primary connection is closed and its regions revoked,
+ * so a zombie primary cannot write any more, and the valid prefix of every open buffer is
+ * written into pg_wal), then promotes: the startup process replays all of pg_wal before
+ * recovery ends, and the engine goes on as a primary's (docs/replication.md, "Failures").
+ * Returns the WAL position recovery ended at.
+ */
+Datum
+slipstream_promote(PG_FUNCTION_ARGS)
+{
+	int			wait_seconds = PG_ARGISNULL(0) ? 60 : PG_GETARG_INT32(0);
+	uint32		generation;
+	bool		promoted;
+	TimestampTz deadline;
+
+	ss_require_admin("promote a backup");
+	if (wait_seconds <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait_seconds must be positive"),
+				 errhint("Give how long to wait for the fencing and the promotion, e.g. 60.")));
+	if (!RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("this node is not a standby"),
+				 errhint("slipstream.promote() takes over on a backup seeded with "
+						 "scripts/seed_backup.sh.")));
+
+	/* 1. Fence: stop serving, and wait until the backup worker has persisted and closed all. */
+	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
+	ss_repl->serve.requested = false;
+	generation = ++ss_repl->serve.generation;
+	ss_repl_save_config();
+	LWLockRelease(ss_repl->lock);
+	ss_repl_wake(ss_repl->backup_worker_pgprocno);
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_seconds * 1000);
+	for (;;)
+	{
+		bool		done;
+
+		LWLockAcquire(ss_repl->lock, LW_SHARED);
+		done = ss_repl->serve.running_generation == generation && !ss_repl->serve.serving;
+		LWLockRelease(ss_repl->lock);
+		if (done)
+			break;
+		if (GetCurrentTimestamp() >= deadline)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the backup worker did not stop serving within %d seconds",
+							wait_seconds),
+					 errhint("Check that the slipstream backup worker runs (server log); the "
+							 "node was not promoted.")));
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(10000);
+	}
+
+	/* 2. Promote: replay reaches the end of pg_wal, then recovery ends. */
+	promoted = DatumGetBool(DirectFunctionCall2(pg_promote, BoolGetDatum(true),
+												Int32GetDatum(wait_seconds)));
+	if (!promoted)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the promotion did not finish within %d seconds", wait_seconds),
+				 errhint("It may still finish: check pg_is_in_recovery() and the server log.")));
+	PG_RETURN_LSN(GetXLogInsertRecPtr());
 }

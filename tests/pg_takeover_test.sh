@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# pg_takeover_test.sh: the guarantee of Tailwind replication, tested by killing. Three nodes;
+# each round one is the primary and two are backups (standbys seeded by
+# scripts/seed_backup.sh, fed WAL only by one-sided writes, slipstream.min_sync_backups = 2).
+# Clients commit in remote_memory (or remote_flush) transactions that each insert one row into
+# a slipstream table and one into a heap table; the primary's postmaster is SIGKILLed at a
+# random point; a backup chosen at random takes over with slipstream.promote(). On it:
+#   - every commit that returned to its client is there (both rows);
+#   - nothing is half there (the two tables hold the same transactions);
+#   - slipstream.verify passes and the node takes writes.
+# Then the two other nodes are seeded again from the new primary as its backups, and the next
+# round begins.
+#   tests/pg_takeover_test.sh [scratch dir] [base port] [rounds] [transport] [commit mode]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+scratch=${1:-${SLIPSTREAM_SCRATCH:-/tmp/slipstream-takeover}}
+base=${2:-55700}
+rounds=${3:-${ROUNDS:-5}}
+transport=${4:-${TRANSPORT:-tcp}}
+mode=${5:-remote_memory}
+clients=3
+secret="takeover-test-$RANDOM$RANDOM"
+pg="$root/scripts/pg_cluster.sh"
+nodes=("$scratch/n0" "$scratch/n1" "$scratch/n2")
+
+as_postgres() { if [ "$(id -un)" = postgres ]; then "$@"; else runuser -u postgres -- "$@"; fi; }
+port_of() { echo $((base + $1)); }
+serve_port_of() { echo $((base + 10 + $1)); }
+sql() { local n=$1; shift; "$pg" psql "${nodes[$n]}" -qAt "$@"; }
+
+rm -rf "$scratch"
+mkdir -p "$scratch"
+[ "$(id -u)" = 0 ] && chown postgres: "$scratch"
+trap 'for d in "${nodes[@]}"; do "$pg" stop "$d" immediate >/dev/null 2>&1 || true; done' EXIT
+
+# Seeds node $2 as a backup of node $1 (running), starts it and makes it serve.
+seed_backup() {
+  local p=$1 b=$2 dir=${nodes[$2]}
+  "$pg" stop "$dir" immediate >/dev/null 2>&1 || true
+  rm -rf "$dir"
+  mkdir -p "$dir/sock"
+  [ "$(id -u)" = 0 ] && chown -R postgres: "$dir"
+  as_postgres "$root/scripts/seed_backup.sh" \
+    --connstring "host=${nodes[$p]}/sock port=$(port_of "$p") user=postgres dbname=postgres" \
+    --datadir "$dir/data" --name "n$b" --set "port = $(port_of "$b")" \
+    --set "unix_socket_directories = '$dir/sock'" >/dev/null
+  "$pg" start "$dir"
+  sql "$b" -c "SELECT slipstream.serve_backup('127.0.0.1:$(serve_port_of "$b")', '$secret', 8, '1MB')" >/dev/null
+}
+
+# Makes node $1 ship to node $2 and waits until it streams.
+add_backup() {
+  local p=$1 b=$2
+  sql "$p" -c "SELECT slipstream.add_backup('n$b', '127.0.0.1:$(serve_port_of "$b")', '$transport', '$secret')" >/dev/null
+  for _ in $(seq 1 300); do
+    [ "$(sql "$p" -c "SELECT state FROM slipstream.replication WHERE name = 'n$b'")" = streaming ] && return 0
+    sleep 0.05
+  done
+  echo "backup n$b never streamed: $(sql "$p" -c 'SELECT * FROM slipstream.replication')" >&2
+  tail -5 "${nodes[$b]}/server.log" >&2
+  return 1
+}
+
+# One client: each transaction inserts its (client, seq) into both tables; ACK once COMMIT returned.
+workload() {
+  local c=$1 first=$2
+  echo "SET slipstream.commit_mode = $mode;"
+  for n in $(seq "$first" $((first + 100000))); do
+    echo "BEGIN;"
+    echo "INSERT INTO ledger VALUES ($c, $n, repeat('x', $(((n * 37) % 1500))));"
+    echo "INSERT INTO audit VALUES ($c, $n);"
+    echo "COMMIT;"
+    echo "\\echo ACK $c $n"
+  done
+}
+
+# The first primary: n0, with two fresh backups.
+"$pg" init "${nodes[0]}" "$(port_of 0)" "slipstream.min_sync_backups = 2" \
+  "slipstream.backup_timeout = 2s" "wal_keep_size = 256MB" >/dev/null
+"$pg" start "${nodes[0]}"
+sql 0 -c "CREATE EXTENSION slipstream" \
+  -c "CREATE TABLE ledger (client int, seq int, payload text, PRIMARY KEY (client, seq)) USING slipstream" \
+  -c "CREATE TABLE audit (client int, seq int, PRIMARY KEY (client, seq))" >/dev/null
+primary=0
+for b in 1 2; do seed_backup 0 "$b"; add_backup 0 "$b"; done
+
+acked="$scratch/acked"
+: >"$acked"
+for round in $(seq 1 "$rounds"); do
+  pids=()
+  for c in $(seq 1 "$clients"); do
+    workload "$c" $((round * 1000000)) | "$pg" psql "${nodes[$primary]}" -qAt >"$scratch/client$c.out" 2>&1 &
+    pids+=($!)
+  done
+  sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 0.5 + (r % 2000) / 1000 }')"
+  "$pg" kill "${nodes[$primary]}" 2>/dev/null
+  for p in "${pids[@]}"; do wait "$p" || true; done
+  for c in $(seq 1 "$clients"); do sed -n 's/^ACK //p' "$scratch/client$c.out" >>"$acked"; done
+
+  # Take over on one of the two backups, at random.
+  backups=()
+  for n in 0 1 2; do [ "$n" != "$primary" ] && backups+=("$n"); done
+  new=${backups[$((RANDOM % 2))]}
+  sql "$new" -c "SELECT slipstream.promote(60)" >/dev/null
+  sql "$new" -c "SELECT client || ' ' || seq FROM ledger" | sort >"$scratch/ledger"
+  sql "$new" -c "SELECT client || ' ' || seq FROM audit" | sort >"$scratch/audit"
+  sort "$acked" >"$scratch/acked.sorted"
+  missing=$(comm -23 "$scratch/acked.sorted" "$scratch/ledger" | wc -l)
+  half=$(comm -3 "$scratch/ledger" "$scratch/audit" | wc -l)
+  bad=$(sql "$new" -c "SELECT count(*) FROM slipstream.verify('ledger') WHERE NOT ok")
+  echo "round $round: n$primary killed, n$new took over: $(wc -l <"$scratch/acked.sorted") acknowledged, $missing missing, $half half-visible, verify failures $bad"
+  if [ "$missing" != 0 ] || [ "$half" != 0 ] || [ "$bad" != 0 ]; then
+    comm -23 "$scratch/acked.sorted" "$scratch/ledger" | head -5 >&2
+    comm -3 "$scratch/ledger" "$scratch/audit" | head -5 >&2
+    echo "takeover test FAILED" >&2
+    exit 1
+  fi
+  sql "$new" -c "INSERT INTO ledger VALUES (0, $round, 'written on the new primary')" \
+    -c "INSERT INTO audit VALUES (0, $round)" >/dev/null
+  echo "0 $round" >>"$acked"
+
+  # The two others become the new primary's backups.
+  primary=$new
+  for n in 0 1 2; do
+    [ "$n" = "$primary" ] && continue
+    seed_backup "$primary" "$n"
+    add_backup "$primary" "$n"
+  done
+done
+[ "$(wc -l <"$acked")" -ge 10 ] || { echo "too few commits were acknowledged" >&2; exit 1; }
+echo "takeover test ($transport, $mode, $rounds rounds) passed"
