@@ -48,9 +48,35 @@ INSERT INTO repl_t VALUES (1);
 RESET slipstream.commit_mode;
 DROP TABLE repl_t;
 
+-- promote: only on a standby, with a positive wait
+SELECT slipstream.promote();
+SELECT slipstream.promote(0);
+SELECT pg_is_in_recovery() AS still_in_recovery;
+
+-- seed_snapshot: every row of a permanent table under its tag, and one trailer row (tag 0)
+-- carrying the dump's horizon and end (16 bytes); unlogged and temporary tables are left out
+CREATE TABLE seed_t (id int, v text) USING slipstream;
+INSERT INTO seed_t SELECT g, repeat('v', g) FROM generate_series(1, 25) g;
+CREATE UNLOGGED TABLE seed_u (id int) USING slipstream;
+INSERT INTO seed_u VALUES (1);
+CREATE TEMP TABLE seed_tmp (id int) USING slipstream;
+INSERT INTO seed_tmp VALUES (1);
+CREATE FUNCTION pg_temp.tag_of(rel regclass) RETURNS bigint LANGUAGE sql AS
+  $$ SELECT ((SELECT oid FROM pg_database WHERE datname = current_database())::bigint << 32)
+            | pg_relation_filenode(rel)::bigint $$;
+SELECT count(*) FILTER (WHERE tag = pg_temp.tag_of('seed_t')) AS seed_t_rows,
+       count(*) FILTER (WHERE tag = pg_temp.tag_of('seed_u')) AS unlogged_rows,
+       count(*) FILTER (WHERE tag = pg_temp.tag_of('seed_tmp')) AS temp_rows,
+       count(*) FILTER (WHERE tag = 0) AS trailers,
+       bool_and(length(value) = 16) FILTER (WHERE tag = 0) AS trailer_holds_two_lsns
+  FROM slipstream.seed_snapshot();
+DROP TABLE seed_t, seed_u, seed_tmp;
+
 -- permissions: only superusers and members of slipstream_admin
 CREATE ROLE repl_user LOGIN;
 SET ROLE repl_user;
+SELECT slipstream.promote();
+SELECT count(*) FROM slipstream.seed_snapshot();
 SELECT slipstream.add_backup('b2', '127.0.0.1:1', 'tcp', 'sekrit');
 SELECT slipstream.serve_backup('127.0.0.1:0', 'sekrit');
 SELECT * FROM slipstream.replication;
