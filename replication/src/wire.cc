@@ -118,6 +118,7 @@ std::string Encode(const Message& message) {
           w.U64(m.version);
           w.U32(m.buffer_size);
           w.U32(m.buffers);
+          w.U64(m.resume);
           return w.Finish(Type::kHelloOk);
         } else if constexpr (std::is_same_v<T, Open>) {
           w.U32(m.stream);
@@ -179,6 +180,7 @@ Status Decode(std::string_view bytes, Message* message) {
       m.version = r.U64();
       m.buffer_size = r.U32();
       m.buffers = r.U32();
+      m.resume = r.U64();
       if (!r.Done()) return bad("hello reply");
       *message = m;
       return Status::OK();

@@ -11,7 +11,7 @@ namespace {
 
 std::vector<Message> Samples() {
   return {Hello{42, 7, "primary-1"},
-          HelloOk{7, 8u << 20, 4},
+          HelloOk{7, 8u << 20, 4, 0x16000028ull},
           Open{uint32_t(StreamId::kWal), 3, 0x1234567890ull},
           OpenOk{2, 0xdeadbeef000ull, 8u << 20, 0x0123456789abcdefull},
           Close{2, 65536},
@@ -30,6 +30,17 @@ TEST(Wire, EveryMessageRoundTrips) {
     EXPECT_EQ(back.index(), m.index());
     EXPECT_EQ(Encode(back), bytes);
   }
+}
+
+TEST(Wire, HelloOkCarriesTheResumePosition) {
+  Message back;
+  ASSERT_TRUE(Decode(Encode(HelloOk{3, 1u << 20, 2, 0x2a0001000ull}), &back).ok());
+  const auto* ok = std::get_if<HelloOk>(&back);
+  ASSERT_NE(ok, nullptr);
+  EXPECT_EQ(ok->version, 3u);
+  EXPECT_EQ(ok->buffer_size, 1u << 20);
+  EXPECT_EQ(ok->buffers, 2u);
+  EXPECT_EQ(ok->resume, 0x2a0001000ull);
 }
 
 TEST(Wire, TruncatedExtendedAndForeignBytesAreRefused) {

@@ -53,6 +53,9 @@ struct HelloOk {
   uint64_t version;      // the highest version the backup has seen for this primary
   uint32_t buffer_size;  // every buffer's length
   uint32_t buffers;      // buffers the primary may hold open at once
+  // The WAL position where the backup's durable copy of this primary's WAL stream ends (0: it
+  // holds none). The primary ships from here, so a reconnect never leaves a gap.
+  uint64_t resume;
 };
 // Asks for a buffer for segment `sequence` of a stream, starting at stream position `start`.
 struct Open {
