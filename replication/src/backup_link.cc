@@ -50,6 +50,7 @@ Status BackupLink::Connect(const LinkOptions& options, std::unique_ptr<BackupLin
   if (ok == nullptr) return Status::InvalidArgument("backup answered HELLO with something else");
   l->buffer_size_ = ok->buffer_size;
   l->buffers_ = ok->buffers;
+  l->resume_ = ok->resume;
   *link = std::move(l);
   return Status::OK();
 }

@@ -88,7 +88,8 @@ Status BackupServer::Session::Handle(const Message& message) {
   return Status::InvalidArgument("a message a primary does not send");
 }
 
-// Checks cluster and version, then registers this primary's share of pre-zeroed buffers.
+// Checks cluster and version, registers this primary's share of pre-zeroed buffers, and tells
+// where the durable copy of its WAL ends.
 Status BackupServer::Session::OnHello(const Hello& hello) {
   if (!primary().empty()) return Status::InvalidArgument("a second HELLO");
   const BackupOptions& o = server_->options_;
@@ -135,7 +136,9 @@ Status BackupServer::Session::OnHello(const Hello& hello) {
     primary_ = hello.primary;
     buffers_ = std::move(buffers);
   }
-  return Reply(HelloOk{seen, o.buffer_size, granted});
+  // Asked only now that an older session has persisted its open buffers: they count.
+  uint64_t resume = server_->store_->ResumePosition(hello.primary, uint32_t(StreamId::kWal));
+  return Reply(HelloOk{seen, o.buffer_size, granted, resume});
 }
 
 Status BackupServer::Session::OnOpen(const Open& open) {

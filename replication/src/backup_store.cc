@@ -9,6 +9,11 @@
 #include <cinttypes>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "buffer_scan.h"
+#include "slipstream/engine/log_scanner.h"
 
 namespace slipstream::replication {
 
@@ -42,6 +47,20 @@ Status SyncDirectory(const std::string& dir) {
 
 }  // namespace
 
+uint64_t ContiguousEnd(const std::vector<PersistedRecord>& records, uint64_t from) {
+  uint64_t end = from;
+  bool started = from != 0;
+  for (const PersistedRecord& r : records) {
+    if (!started) {
+      end = r.position;
+      started = true;
+    }
+    if (r.position > end) break;  // a gap: what lies beyond it is not contiguous
+    end = std::max(end, r.position + r.length);
+  }
+  return end;
+}
+
 std::string FileBackupStore::SegmentPath(const SegmentId& segment) const {
   char name[64];
   std::snprintf(name, sizeof(name), "%s-%016" PRIx64, StreamName(segment.stream), segment.sequence);
@@ -59,6 +78,56 @@ std::vector<std::string> FileBackupStore::SegmentFiles(const std::string& primar
   }
   std::sort(files.begin(), files.end());  // fixed-width hex sequences sort by number
   return files;
+}
+
+// Scans every file (a file is the valid prefix of a buffer, so the scan reads it whole); a
+// damaged file is reported, and the records of the others are still listed.
+Status FileBackupStore::PersistedRecords(const std::string& primary, uint32_t stream,
+                                         std::vector<std::string>* files,
+                                         std::vector<PersistedRecord>* records) const {
+  *files = SegmentFiles(primary, stream);
+  records->clear();
+  Status first_error;
+  for (uint32_t f = 0; f < files->size(); f++) {
+    const std::string& path = (*files)[f];
+    std::ifstream in(path, std::ios::binary);
+    std::string image((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) {
+      if (first_error.ok()) first_error = Status::IOError("cannot read " + path);
+      continue;
+    }
+    engine::LogScan scan = engine::ScanLogSegment(image.data(), image.size());
+    if (!scan.header_ok) {
+      // A file created by a crash before its first write holds nothing; anything else is damage.
+      if (scan.stopped_at_damage && first_error.ok()) {
+        first_error = Status::IOError(path + ": no valid segment header");
+      }
+      continue;
+    }
+    if (scan.header.kind != uint32_t(KindOfStream(stream))) {
+      if (first_error.ok()) first_error = Status::IOError(path + ": a segment of another stream");
+      continue;
+    }
+    for (const engine::ScannedRecord& r : scan.records) {
+      if (r.type != engine::LogRecordType::kWal) continue;
+      uint32_t offset = uint32_t(r.payload.data() - image.data());
+      records->push_back(PersistedRecord{r.lsn, uint32_t(r.payload.size()), f, offset});
+    }
+  }
+  // Files are in sequence order, which follows the stream; a stable sort keeps ties in it.
+  std::stable_sort(
+      records->begin(), records->end(),
+      [](const PersistedRecord& a, const PersistedRecord& b) { return a.position < b.position; });
+  return first_error;
+}
+
+// A damaged file ends the contiguous run where its records would have been: the primary then
+// ships that range again rather than leave a hole.
+uint64_t FileBackupStore::ResumePosition(const std::string& primary, uint32_t stream) {
+  std::vector<std::string> files;
+  std::vector<PersistedRecord> records;
+  (void)PersistedRecords(primary, stream, &files, &records);
+  return ContiguousEnd(records, 0);
 }
 
 // Writes the new part at its offset, then fsyncs the file and, the first time, the directory.

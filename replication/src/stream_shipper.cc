@@ -181,6 +181,10 @@ uint64_t StreamShipper::Placed(int count) const {
   return KthHighest(count, &Target::placed);
 }
 
+uint64_t StreamShipper::Durable(int count) const {
+  return KthHighest(count, &Target::durable);
+}
+
 Status StreamShipper::WaitPlaced(uint64_t position, int count, int timeout_ms) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (Placed(count) < position) {

@@ -1,6 +1,7 @@
 // The Tailwind protocol between a primary and backups, on the shm and tcp transports: open,
 // append, close and flush; buffer exhaustion and reuse; versions; fencing; a primary that
-// dies or tears its last write; a backup that dies under a shipper.
+// dies or tears its last write; a backup that dies under a shipper; the resume position a
+// backup gives in its hello.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -307,6 +308,24 @@ TEST_P(Protocol, AMalformedPeerIsDroppedAndTheServerGoesOn) {
   // A real primary is still served.
   std::unique_ptr<BackupLink> link;
   EXPECT_TRUE(BackupLink::Connect(Link(b, GetParam()), &link).ok());
+}
+
+TEST_P(Protocol, HelloTellsWhereTheBackupsCopyEnds) {
+  Backup b(GetParam());
+  std::unique_ptr<BackupLink> link;
+  ASSERT_TRUE(BackupLink::Connect(Link(b, GetParam()), &link).ok());
+  EXPECT_EQ(link->resume(), 0u) << "a new backup holds nothing";
+  StreamShipper shipper(kWal, 1000, 1000, {link.get()});
+  std::mt19937_64 rng(4);
+  std::string stream = RandomBytes(rng, 3 * kBufferSize);
+  for (size_t at = 0; at < stream.size(); at += 5000) {
+    ASSERT_TRUE(shipper.Append(1000 + at, std::string_view(stream).substr(at, 5000)).ok());
+  }
+  ASSERT_TRUE(shipper.WaitPlaced(shipper.end(), 1, 5000).ok());
+  link.reset();  // the open buffer is persisted when the session ends
+  ASSERT_TRUE(Eventually([&] { return b.server->Primaries().empty(); }));
+  ASSERT_TRUE(BackupLink::Connect(Link(b, GetParam()), &link).ok());
+  EXPECT_EQ(link->resume(), 1000 + stream.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Protocol, ::testing::Values("shm", "tcp"),

@@ -36,6 +36,9 @@ class BackupLink {
 
   uint32_t buffer_size() const { return buffer_size_; }
   uint32_t buffers() const { return buffers_; }
+  // Where the backup's durable copy of this primary's WAL ends (0: it holds none): the
+  // position to ship from so that its copy has no gap.
+  uint64_t resume() const { return resume_; }
   const std::string& address() const { return options_.address; }
 
   // Opens a buffer for segment `sequence` of `stream` (WouldBlock: the backup has none free).
@@ -84,6 +87,7 @@ class BackupLink {
   std::unique_ptr<ControlPort> port_;
   uint32_t buffer_size_ = 0;
   uint32_t buffers_ = 0;
+  uint64_t resume_ = 0;
   std::map<uint32_t, OpenBuffer> open_;
   Status failed_;
 };

@@ -1,7 +1,8 @@
 // BackupStore: where a backup makes the buffers it received durable. The backup server hands
 // it valid prefixes only (found by the Tailwind scan); what the store does with them is its
-// business: FileBackupStore keeps buffer images as files (tests, tools), the PostgreSQL
-// backup writes the WAL they carry into its pg_wal.
+// business: FileBackupStore keeps buffer images as files (tests, tools, a backup that is only
+// an archive), WalDirectoryStore (wal_directory_store.h) also writes the WAL they carry into
+// the pg_wal of a backup that is a PostgreSQL standby.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,25 @@ class BackupStore {
   // The highest version seen for a primary (0: none), and recording a higher one durably.
   virtual Status LoadVersion(const std::string& primary, uint64_t* version) = 0;
   virtual Status SaveVersion(const std::string& primary, uint64_t version) = 0;
+
+  // The stream position where the durably persisted, gap-free copy of a primary's stream ends
+  // (0: the store holds none of it). A reconnecting primary ships from there.
+  virtual uint64_t ResumePosition(const std::string& primary, uint32_t stream) = 0;
 };
+
+// Where one valid record of a persisted segment lies: its stream position and length, the
+// file holding it (an index into the file list it came with) and its payload's offset there.
+struct PersistedRecord {
+  uint64_t position = 0;
+  uint32_t length = 0;
+  uint32_t file = 0;
+  uint32_t offset = 0;
+};
+
+// The end of the contiguous run of `records` (ordered by position) that starts at or below
+// `from` and reaches beyond it; `from` if none does. With from = 0 the run starts at the first
+// record.
+uint64_t ContiguousEnd(const std::vector<PersistedRecord>& records, uint64_t from);
 
 // Keeps each segment as the file DIR/PRIMARY/STREAM-SEQUENCE (the image prefix, fsynced) and
 // each primary's version in DIR/PRIMARY/VERSION.
@@ -45,11 +64,19 @@ class FileBackupStore : public BackupStore {
                  bool closed) override;
   Status LoadVersion(const std::string& primary, uint64_t* version) override;
   Status SaveVersion(const std::string& primary, uint64_t version) override;
+  // The end of the contiguous records of the persisted segments (every file scanned).
+  uint64_t ResumePosition(const std::string& primary, uint32_t stream) override;
 
   // The path of a segment's file.
   std::string SegmentPath(const SegmentId& segment) const;
   // Every segment file of a primary's stream, by sequence.
   std::vector<std::string> SegmentFiles(const std::string& primary, uint32_t stream) const;
+  // The valid records of every persisted segment of a primary's stream, ordered by position
+  // (overlaps, from a primary that shipped a range again, included); `files` gets
+  // SegmentFiles(). A file without a valid header of the stream's kind is an error.
+  Status PersistedRecords(const std::string& primary, uint32_t stream,
+                          std::vector<std::string>* files,
+                          std::vector<PersistedRecord>* records) const;
 
  private:
   std::string directory_;

@@ -37,6 +37,9 @@ class StreamShipper {
 
   // The highest position placed on at least `count` backups (the start if none).
   uint64_t Placed(int count) const;
+  // The highest position known durable on at least `count` backups (closed buffers and
+  // flushes; the start if none): where such a backup resumes at worst.
+  uint64_t Durable(int count) const;
   // Polls until Placed(count) >= position (Timeout, or Unavailable when fewer than `count`
   // backups are left).
   Status WaitPlaced(uint64_t position, int count, int timeout_ms);
