@@ -1,7 +1,7 @@
 // The Tailwind protocol between a primary and backups, on the shm and tcp transports: open,
 // append, close and flush; buffer exhaustion and reuse; versions; fencing; a primary that
 // dies or tears its last write; a backup that dies under a shipper; the resume position a
-// backup gives in its hello.
+// backup gives in its hello, and a primary that resumes there after the backup restarted.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -20,6 +20,8 @@
 #include "slipstream/replication/backup_link.h"
 #include "slipstream/replication/backup_server.h"
 #include "slipstream/replication/stream_shipper.h"
+#include "slipstream/replication/wal_directory_store.h"
+#include "wal_files.h"
 
 namespace slipstream::replication {
 namespace {
@@ -326,6 +328,124 @@ TEST_P(Protocol, HelloTellsWhereTheBackupsCopyEnds) {
   ASSERT_TRUE(Eventually([&] { return b.server->Primaries().empty(); }));
   ASSERT_TRUE(BackupLink::Connect(Link(b, GetParam()), &link).ok());
   EXPECT_EQ(link->resume(), 1000 + stream.size());
+}
+
+// The bytes of WAL positions [position, position + n) in a pg_wal directory.
+std::string ReadWal(const std::string& dir, uint64_t segment_size, uint64_t position, size_t n) {
+  std::string out;
+  while (out.size() < n) {
+    uint64_t p = position + out.size();
+    std::ifstream in(dir + "/" + WalFileName(1, p / segment_size, segment_size), std::ios::binary);
+    std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (file.size() != segment_size) break;
+    size_t take = std::min<size_t>(n - out.size(), segment_size - p % segment_size);
+    out.append(file, p % segment_size, take);
+  }
+  return out;
+}
+
+// A backup that is a standby: its server persists into a WalDirectoryStore. It is "restarted"
+// from a copy of its directories taken while it ran, which is what a crash leaves: the closed
+// and flushed buffers, not the placed bytes of the open one. The primary reconnects, resumes
+// at the position the hello gives, and the standby's pg_wal ends up holding the whole stream.
+TEST_P(Protocol, APrimaryResumesWithNoGapAfterTheBackupRestarts) {
+  constexpr uint64_t kSegment = 1ull << 20;
+  const uint64_t start = 3 * kSegment - 4000;  // where the standby's own WAL ends
+  TempDir before, after;
+  for (const TempDir* d : {&before, &after}) {
+    std::filesystem::create_directories(d->path() + "/images");
+    std::filesystem::create_directories(d->path() + "/pg_wal");
+  }
+  auto open_store = [&](const TempDir& d, std::unique_ptr<WalDirectoryStore>* store) {
+    WalDirectoryOptions o;
+    o.image_directory = d.path() + "/images";
+    o.wal_directory = d.path() + "/pg_wal";
+    o.segment_size = kSegment;
+    o.resume = start;  // the replay position: it does not move in this test
+    Status s = WalDirectoryStore::Open(o, store);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  };
+  BackupOptions bo;
+  bo.transport = Transport(GetParam());
+  bo.buffers = 8;
+  bo.buffers_per_primary = 4;
+  bo.buffer_size = kBufferSize;
+  std::unique_ptr<WalDirectoryStore> store;
+  open_store(before, &store);
+  auto server = std::make_unique<BackupServer>(bo, store.get());
+  ASSERT_TRUE(server->Start().ok());
+  LinkOptions lo;
+  lo.address = server->address();
+  lo.transport = Transport(GetParam());
+  lo.primary = "p1";
+  std::unique_ptr<BackupLink> link;
+  ASSERT_TRUE(BackupLink::Connect(lo, &link).ok());
+  ASSERT_EQ(link->resume(), start);
+
+  // Ship across buffers and a WAL segment boundary, flush, then place more without a flush.
+  std::mt19937_64 rng(5);
+  std::string stream = RandomBytes(rng, 5 * kBufferSize + 1234);
+  auto shipper = std::make_unique<StreamShipper>(kWal, start, start, std::vector{link.get()});
+  size_t flushed_at = 4 * kBufferSize;
+  for (size_t at = 0; at < flushed_at; at += 3000) {
+    size_t n = std::min<size_t>(3000, flushed_at - at);
+    ASSERT_TRUE(shipper->Append(start + at, std::string_view(stream).substr(at, n)).ok());
+  }
+  uint64_t durable = 0;
+  ASSERT_TRUE(shipper->Flush(1, 5000, &durable).ok());
+  ASSERT_EQ(durable, start + flushed_at);
+  size_t placed_to = flushed_at + 5000;
+  ASSERT_TRUE(
+      shipper->Append(start + flushed_at, std::string_view(stream).substr(flushed_at, 5000)).ok());
+  ASSERT_TRUE(shipper->WaitPlaced(start + placed_to, 1, 5000).ok());
+  ASSERT_EQ(shipper->Durable(1), start + flushed_at);
+  std::filesystem::copy(
+      before.path(), after.path(),
+      std::filesystem::copy_options::recursive | std::filesystem::copy_options::overwrite_existing);
+  shipper.reset();
+  link.reset();
+  server.reset();
+  store.reset();
+
+  // The backup comes back: its hello says where its durable WAL ends, below what was placed.
+  open_store(after, &store);
+  server = std::make_unique<BackupServer>(bo, store.get());
+  ASSERT_TRUE(server->Start().ok());
+  lo.address = server->address();
+  ASSERT_TRUE(BackupLink::Connect(lo, &link).ok());
+  uint64_t resume = link->resume();
+  EXPECT_EQ(resume, start + flushed_at);
+  EXPECT_LT(resume, start + placed_to);
+
+  // A primary that ships from beyond the resume position leaves a gap: refused, and the link
+  // that tried is dropped.
+  shipper =
+      std::make_unique<StreamShipper>(kWal, resume + 100, resume + 100, std::vector{link.get()});
+  ASSERT_TRUE(
+      shipper->Append(resume + 100, std::string_view(stream).substr(resume - start + 100, 1000))
+          .ok());
+  Status s = shipper->Flush(1, 5000, &durable);
+  EXPECT_FALSE(s.ok());
+  ASSERT_EQ(shipper->failures().size(), 1u);
+  EXPECT_NE(shipper->failures()[0].find("gap"), std::string::npos) << shipper->failures()[0];
+  shipper.reset();
+  ASSERT_TRUE(BackupLink::Connect(lo, &link).ok());
+  ASSERT_EQ(link->resume(), resume) << "the refused bytes were not written";
+
+  // Resuming at the position the hello gives: the rest of the stream, then more.
+  shipper = std::make_unique<StreamShipper>(kWal, resume, resume, std::vector{link.get()});
+  for (uint64_t at = resume - start; at < stream.size(); at += 3000) {
+    size_t n = std::min<size_t>(3000, stream.size() - at);
+    ASSERT_TRUE(shipper->Append(start + at, std::string_view(stream).substr(at, n)).ok());
+  }
+  ASSERT_TRUE(shipper->Flush(1, 5000, &durable).ok());
+  EXPECT_EQ(durable, start + stream.size());
+  EXPECT_EQ(store->WalEnd(), start + stream.size());
+  EXPECT_EQ(ReadWal(after.path() + "/pg_wal", kSegment, start, stream.size()), stream);
+  shipper.reset();
+  link.reset();
+  server.reset();
+  EXPECT_EQ(store->ResumePosition("p1", kWal), start + stream.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Protocol, ::testing::Values("shm", "tcp"),

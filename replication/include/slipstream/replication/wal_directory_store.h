@@ -1,0 +1,65 @@
+// WalDirectoryStore: the store of a backup that is a PostgreSQL standby (standby.signal, no
+// primary_conninfo). Every valid prefix it is handed is kept as a buffer image (a
+// FileBackupStore: a backup that crashes in the middle of writing WAL redoes the write from
+// it), and the WAL its records carry is written at its WAL positions into the standby's pg_wal,
+// from which the startup process replays it.
+//
+// The WAL in pg_wal stays one gap-free stream: it starts where the standby's own WAL ended
+// when the store was opened, a record that lies below its end is written again (the same
+// bytes: harmless), and a record that starts beyond its end is refused with an error naming the
+// gap, so a primary reconnects and resumes from ResumePosition() rather than leave a hole the
+// startup process would stop at.
+//
+// Thread-safe: the backup server's sessions persist concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "slipstream/replication/backup_store.h"
+
+namespace slipstream::replication {
+
+class WalFileWriter;
+
+struct WalDirectoryOptions {
+  std::string image_directory;          // where buffer images are kept ($PGDATA/slipstream_backup)
+  std::string wal_directory;            // the standby's pg_wal
+  uint32_t timeline = 1;                // the timeline the standby replays (it names the files)
+  uint64_t segment_size = 16ull << 20;  // the cluster's WAL segment size
+  uint64_t resume = 0;  // where the standby's own WAL ends now (its replay position; 0: none)
+};
+
+class WalDirectoryStore : public BackupStore {
+ public:
+  // Validates the options, then redoes from the kept images the WAL that continues the
+  // standby's own beyond `resume` (written before a crash, or never written because of it).
+  static Status Open(const WalDirectoryOptions& options, std::unique_ptr<WalDirectoryStore>* store);
+  ~WalDirectoryStore() override;
+
+  Status Persist(const SegmentId& segment, const char* image, uint32_t from, uint32_t to,
+                 bool closed) override;
+  Status LoadVersion(const std::string& primary, uint64_t* version) override;
+  Status SaveVersion(const std::string& primary, uint64_t version) override;
+  // WAL: the end of the gap-free WAL in pg_wal (never below the resume position it was opened
+  // with), whichever primary asks; other streams: the end of their kept images.
+  uint64_t ResumePosition(const std::string& primary, uint32_t stream) override;
+
+  // The end of the gap-free WAL in pg_wal.
+  uint64_t WalEnd();
+
+ private:
+  explicit WalDirectoryStore(const WalDirectoryOptions& options);
+  // Writes the WAL of the kept images of every primary that continues the stream at end_.
+  Status Redo();
+
+  WalDirectoryOptions options_;
+  FileBackupStore images_;
+  std::mutex mu_;  // writer_ and end_
+  std::unique_ptr<WalFileWriter> writer_;
+  uint64_t end_;
+};
+
+}  // namespace slipstream::replication

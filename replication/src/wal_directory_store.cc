@@ -1,0 +1,130 @@
+// WalDirectoryStore: see wal_directory_store.h.
+#include "slipstream/replication/wal_directory_store.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "slipstream/engine/log_scanner.h"
+#include "wal_files.h"
+
+namespace slipstream::replication {
+
+namespace {
+
+constexpr uint32_t kWalStream = uint32_t(StreamId::kWal);
+
+// A WAL position as PostgreSQL prints it (%X/%X).
+std::string Lsn(uint64_t position) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%X/%X", uint32_t(position >> 32), uint32_t(position));
+  return text;
+}
+
+Status Gap(const std::string& primary, uint64_t end, uint64_t next) {
+  return Status::InvalidArgument("gap in the WAL of primary " + primary +
+                                 ": this backup's WAL ends at " + Lsn(end) +
+                                 " but the next record starts at " + Lsn(next) +
+                                 "; not written (the primary must resume at " + Lsn(end) + ")");
+}
+
+}  // namespace
+
+WalDirectoryStore::WalDirectoryStore(const WalDirectoryOptions& options)
+    : options_(options),
+      images_(options.image_directory),
+      writer_(std::make_unique<WalFileWriter>(options.wal_directory, options.timeline,
+                                              options.segment_size)),
+      end_(options.resume) {}
+
+WalDirectoryStore::~WalDirectoryStore() = default;
+
+Status WalDirectoryStore::Open(const WalDirectoryOptions& options,
+                               std::unique_ptr<WalDirectoryStore>* store) {
+  if (!IsValidWalSegmentSize(options.segment_size)) {
+    return Status::InvalidArgument("the WAL segment size must be a power of two from 1 MB to 1 GB");
+  }
+  if (options.timeline == 0) return Status::InvalidArgument("timeline 0 does not exist");
+  std::error_code ec;
+  if (!std::filesystem::is_directory(options.wal_directory, ec)) {
+    return Status::InvalidArgument(options.wal_directory + " is not a directory");
+  }
+  std::unique_ptr<WalDirectoryStore> s(new WalDirectoryStore(options));
+  Status st = s->Redo();
+  if (!st.ok()) return st;
+  *store = std::move(s);
+  return Status::OK();
+}
+
+// Records of every primary's images, by position; those that continue the stream at end_ are
+// written. A damaged image ends the redo where its records would have been.
+Status WalDirectoryStore::Redo() {
+  std::vector<std::string> files;
+  std::vector<PersistedRecord> records;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(options_.image_directory, ec)) {
+    std::string primary = entry.path().filename().string();
+    if (!entry.is_directory(ec) || !IsValidName(primary)) continue;
+    std::vector<std::string> of_files;
+    std::vector<PersistedRecord> of_records;
+    (void)images_.PersistedRecords(primary, kWalStream, &of_files, &of_records);
+    for (PersistedRecord r : of_records) {
+      r.file += uint32_t(files.size());
+      records.push_back(r);
+    }
+    files.insert(files.end(), of_files.begin(), of_files.end());
+  }
+  std::stable_sort(
+      records.begin(), records.end(),
+      [](const PersistedRecord& a, const PersistedRecord& b) { return a.position < b.position; });
+  std::lock_guard<std::mutex> lock(mu_);
+  return WriteContiguousRecords(files, records, writer_.get(), &end_);
+}
+
+// The image first: once it is durable, a crash before the WAL is written loses nothing (Redo).
+Status WalDirectoryStore::Persist(const SegmentId& segment, const char* image, uint32_t from,
+                                  uint32_t to, bool closed) {
+  Status s = images_.Persist(segment, image, from, to, closed);
+  if (!s.ok() || segment.stream != kWalStream) return s;
+  engine::LogScan scan = engine::ScanLogSegment(image, to);
+  if (!scan.header_ok) return Status::InvalidArgument("persisting a segment without a header");
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t end = end_;
+  bool wrote = false;
+  for (const engine::ScannedRecord& r : scan.records) {
+    if (r.offset < from || r.type != engine::LogRecordType::kWal) continue;  // done before
+    if (end == 0) end = r.lsn;  // the first WAL this store holds
+    if (r.lsn > end) {
+      s = Gap(segment.primary, end, r.lsn);
+      break;
+    }
+    s = writer_->Write(r.lsn, r.payload);
+    if (!s.ok()) break;
+    end = std::max(end, r.lsn + r.payload.size());
+    wrote = true;
+  }
+  // What was written before a gap or an error is kept: it continues the stream.
+  Status synced = writer_->Sync();
+  if (synced.ok() && wrote) end_ = end;
+  return s.ok() ? synced : s;
+}
+
+Status WalDirectoryStore::LoadVersion(const std::string& primary, uint64_t* version) {
+  return images_.LoadVersion(primary, version);
+}
+
+Status WalDirectoryStore::SaveVersion(const std::string& primary, uint64_t version) {
+  return images_.SaveVersion(primary, version);
+}
+
+uint64_t WalDirectoryStore::ResumePosition(const std::string& primary, uint32_t stream) {
+  if (stream != kWalStream) return images_.ResumePosition(primary, stream);
+  return WalEnd();
+}
+
+uint64_t WalDirectoryStore::WalEnd() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return end_;
+}
+
+}  // namespace slipstream::replication

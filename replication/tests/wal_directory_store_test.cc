@@ -1,0 +1,324 @@
+// WalDirectoryStore and the WAL files it writes, on real files in a temporary directory: WAL
+// file names, bytes at their WAL positions across a segment boundary, the resume position, a
+// gap refused, an overlap written again harmlessly, the redo from kept images after a crash,
+// and FileBackupStore's resume position over overlapping and gapped segments.
+#include "slipstream/replication/wal_directory_store.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include "slipstream/engine/log_writer.h"
+#include "wal_files.h"
+
+namespace slipstream::replication {
+namespace {
+
+constexpr uint32_t kWal = uint32_t(StreamId::kWal);
+constexpr uint64_t kSegment = 1ull << 20;  // the smallest WAL segment PostgreSQL allows
+constexpr uint32_t kImageSize = 64 * 1024;
+
+// A directory removed at the end, with the image and pg_wal directories of one backup.
+class Dirs {
+ public:
+  Dirs() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base ? base : "/tmp") + "/slipstream-waldir-XXXXXX";
+    root_ = mkdtemp(tmpl.data());
+    std::filesystem::create_directories(images());
+    std::filesystem::create_directories(wal());
+  }
+  ~Dirs() { std::filesystem::remove_all(root_); }
+  std::string images() const { return root_ + "/images"; }
+  std::string wal() const { return root_ + "/pg_wal"; }
+
+ private:
+  std::string root_;
+};
+
+// One buffer image being filled the way a primary fills it: records, each append followed by
+// its checksum.
+class Image {
+ public:
+  explicit Image(uint64_t sequence) : bytes_(kImageSize, '\0') {
+    engine::StartLogSegment(bytes_.data(), kImageSize, engine::LogKind::kWal, sequence, 0, 99,
+                            &cursor_);
+  }
+  // Appends a record of `payload` at stream position `position`; returns the valid end.
+  uint32_t Append(uint64_t position, const std::string& payload) {
+    engine::AppendRecord(bytes_.data(), &cursor_, engine::LogRecordType::kWal, position, {payload});
+    engine::AppendChecksum(bytes_.data(), &cursor_);
+    return cursor_.pos;
+  }
+  const char* data() const { return bytes_.data(); }
+
+ private:
+  std::string bytes_;
+  engine::LogCursor cursor_;
+};
+
+std::string Random(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = char(rng());
+  return s;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// The bytes of WAL positions [position, position + n) in a pg_wal directory.
+std::string ReadWal(const std::string& dir, uint32_t timeline, uint64_t position, size_t n) {
+  std::string out;
+  while (out.size() < n) {
+    uint64_t p = position + out.size();
+    std::string file = ReadFile(dir + "/" + WalFileName(timeline, p / kSegment, kSegment));
+    if (file.size() != kSegment) return out;  // missing or short: the caller sees it
+    size_t take = std::min<size_t>(n - out.size(), kSegment - p % kSegment);
+    out.append(file, p % kSegment, take);
+  }
+  return out;
+}
+
+std::unique_ptr<WalDirectoryStore> OpenStore(const Dirs& d, uint64_t resume,
+                                             uint32_t timeline = 1) {
+  WalDirectoryOptions o;
+  o.image_directory = d.images();
+  o.wal_directory = d.wal();
+  o.timeline = timeline;
+  o.segment_size = kSegment;
+  o.resume = resume;
+  std::unique_ptr<WalDirectoryStore> store;
+  Status s = WalDirectoryStore::Open(o, &store);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return store;
+}
+
+TEST(WalFiles, NamesArePostgresXLogFileNames) {
+  constexpr uint64_t k16MB = 16ull << 20;
+  EXPECT_EQ(WalFileName(1, 0, k16MB), "000000010000000000000000");
+  EXPECT_EQ(WalFileName(1, 3, k16MB), "000000010000000000000003");
+  // 0/FF000000 and 1/02000000: 256 segments of 16 MB per 4 GB "log id".
+  EXPECT_EQ(WalFileName(1, 0xff, k16MB), "0000000100000000000000FF");
+  EXPECT_EQ(WalFileName(1, 0x102, k16MB), "000000010000000100000002");
+  EXPECT_EQ(WalFileName(0x2a, 5, 1ull << 30), "0000002A0000000100000001");
+  EXPECT_EQ(WalFileName(2, 4097, kSegment), "000000020000000100000001");
+  EXPECT_TRUE(IsValidWalSegmentSize(kSegment));
+  EXPECT_TRUE(IsValidWalSegmentSize(1ull << 30));
+  EXPECT_FALSE(IsValidWalSegmentSize(kSegment / 2));
+  EXPECT_FALSE(IsValidWalSegmentSize(3 * kSegment));
+  EXPECT_FALSE(IsValidWalSegmentSize(2ull << 30));
+}
+
+TEST(WalDirectoryStore, BytesLandAtTheirPositionsAcrossASegmentBoundary) {
+  Dirs d;
+  uint64_t start = 5 * kSegment - 1000;  // the standby's WAL ends 1000 bytes before segment 5
+  auto store = OpenStore(d, start, /*timeline=*/3);
+  EXPECT_EQ(store->ResumePosition("p1", kWal), start);
+  Image image(start);
+  std::string a = Random(3000, 1), b = Random(500, 2);
+  image.Append(start, a);
+  uint32_t to = image.Append(start + a.size(), b);
+  Status s = store->Persist(SegmentId{"p1", kWal, start, start}, image.data(), 0, to, false);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  // Segment 4 ends with the first 1000 bytes, segment 5 starts with the rest.
+  std::string seg4 = ReadFile(d.wal() + "/000000030000000000000004");
+  std::string seg5 = ReadFile(d.wal() + "/000000030000000000000005");
+  ASSERT_EQ(seg4.size(), kSegment);
+  ASSERT_EQ(seg5.size(), kSegment);
+  EXPECT_EQ(seg4.substr(kSegment - 1000), a.substr(0, 1000));
+  EXPECT_EQ(seg5.substr(0, 2000), a.substr(1000));
+  EXPECT_EQ(seg5.substr(2000, 500), b);
+  EXPECT_EQ(seg4.substr(0, kSegment - 1000), std::string(kSegment - 1000, '\0'));
+  EXPECT_EQ(seg5.substr(2500), std::string(kSegment - 2500, '\0'));
+  EXPECT_EQ(store->ResumePosition("p1", kWal), start + 3500);
+  EXPECT_EQ(store->ResumePosition("another-name", kWal), start + 3500) << "one pg_wal";
+  EXPECT_EQ(store->WalEnd(), start + 3500);
+  // The image is kept, as FileBackupStore keeps it.
+  FileBackupStore images(d.images());
+  EXPECT_EQ(images.ResumePosition("p1", kWal), start + 3500);
+  // Nothing but the two segments (no temporary file is left).
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(d.wal())) {
+    (void)e;
+    files++;
+  }
+  EXPECT_EQ(files, 2u);
+}
+
+TEST(WalDirectoryStore, OnlyRecordsNewlyValidAreWritten) {
+  Dirs d;
+  uint64_t start = 2 * kSegment;
+  auto store = OpenStore(d, start);
+  Image image(start);
+  std::string a = Random(100, 3), b = Random(200, 4);
+  uint32_t first = image.Append(start, a);
+  SegmentId id{"p1", kWal, start, start};
+  ASSERT_TRUE(store->Persist(id, image.data(), 0, first, false).ok());
+  // Damage what was written: a second persist of the same buffer must not write `a` again.
+  std::string path = d.wal() + "/" + WalFileName(1, 2, kSegment);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.write("XXXX", 4);
+  }
+  uint32_t second = image.Append(start + a.size(), b);
+  ASSERT_TRUE(store->Persist(id, image.data(), first, second, true).ok());
+  std::string wal = ReadWal(d.wal(), 1, start, 300);
+  EXPECT_EQ(wal.substr(0, 4), "XXXX");
+  EXPECT_EQ(wal.substr(4), a.substr(4) + b);
+  EXPECT_EQ(store->WalEnd(), start + 300);
+}
+
+TEST(WalDirectoryStore, AGapIsRefusedAndNothingIsWrittenPastIt) {
+  Dirs d;
+  uint64_t start = 3 * kSegment + 100;
+  auto store = OpenStore(d, start);
+  Image image(start + 4096);
+  std::string a = Random(1000, 5);
+  uint32_t to = image.Append(start + 4096, a);  // 4096 bytes missing before it
+  Status s =
+      store->Persist(SegmentId{"p1", kWal, start + 4096, start + 4096}, image.data(), 0, to, false);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("gap"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("0/300064"), std::string::npos) << "names the end: " << s.ToString();
+  EXPECT_NE(s.message().find("0/301064"), std::string::npos) << "names the next: " << s.ToString();
+  EXPECT_EQ(store->ResumePosition("p1", kWal), start);
+  EXPECT_FALSE(std::filesystem::exists(d.wal() + "/" + WalFileName(1, 3, kSegment)));
+  // A record that continues the WAL after a contiguous one in the same append is still
+  // written up to the gap.
+  Image two(start);
+  std::string b = Random(50, 6);
+  two.Append(start, b);
+  uint32_t end = two.Append(start + 4096, a);
+  s = store->Persist(SegmentId{"p1", kWal, start, start}, two.data(), 0, end, false);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(store->ResumePosition("p1", kWal), start + 50);
+  EXPECT_EQ(ReadWal(d.wal(), 1, start, 50), b);
+}
+
+TEST(WalDirectoryStore, AnOverlapIsWrittenAgainHarmlessly) {
+  Dirs d;
+  uint64_t start = kSegment + 8;
+  auto store = OpenStore(d, start);
+  std::string stream = Random(6000, 7);
+  Image first(start);
+  uint32_t to = first.Append(start, stream.substr(0, 4000));
+  ASSERT_TRUE(store->Persist(SegmentId{"p1", kWal, start, start}, first.data(), 0, to, true).ok());
+  // A primary that resumed lower (from the standby's replay position, say) ships 1000..6000.
+  Image again(start + 1000);
+  uint32_t again_to = again.Append(start + 1000, stream.substr(1000));
+  Status s = store->Persist(SegmentId{"p1", kWal, start + 1000, start + 1000}, again.data(), 0,
+                            again_to, true);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(ReadWal(d.wal(), 1, start, stream.size()), stream);
+  EXPECT_EQ(store->ResumePosition("p1", kWal), start + stream.size());
+  // Wholly below the end: nothing changes.
+  Image old(start);
+  uint32_t old_to = old.Append(start, stream.substr(0, 10));
+  ASSERT_TRUE(
+      store->Persist(SegmentId{"p1", kWal, start, start}, old.data(), 0, old_to, true).ok());
+  EXPECT_EQ(store->ResumePosition("p1", kWal), start + stream.size());
+  EXPECT_EQ(ReadWal(d.wal(), 1, start, stream.size()), stream);
+}
+
+TEST(WalDirectoryStore, AnExistingSegmentFileIsWrittenInPlace) {
+  Dirs d;
+  uint64_t start = 7 * kSegment + 512;
+  // PostgreSQL may have recycled an old segment under this name: its stale bytes stay around
+  // what is written (its reader tells them apart by their page addresses).
+  std::string path = d.wal() + "/" + WalFileName(1, 7, kSegment);
+  {
+    std::ofstream f(path, std::ios::binary);
+    f << std::string(kSegment, '\xab');
+  }
+  auto store = OpenStore(d, start);
+  Image image(start);
+  std::string a = Random(700, 8);
+  uint32_t to = image.Append(start, a);
+  ASSERT_TRUE(store->Persist(SegmentId{"p1", kWal, start, start}, image.data(), 0, to, false).ok());
+  std::string file = ReadFile(path);
+  ASSERT_EQ(file.size(), kSegment);
+  EXPECT_EQ(file.substr(512, 700), a);
+  EXPECT_EQ(file.substr(0, 512), std::string(512, '\xab'));
+  EXPECT_EQ(file.substr(1212, 100), std::string(100, '\xab'));
+}
+
+// A backup that crashed after keeping an image and before writing its WAL: opening the store
+// again writes it, and the resume position covers it.
+TEST(WalDirectoryStore, OpeningRedoesTheWalOfKeptImages) {
+  Dirs d;
+  uint64_t start = 4 * kSegment - 300;
+  std::string stream = Random(5000, 9);
+  FileBackupStore images(d.images());
+  Image one(start), two(start + 3000);
+  uint32_t one_to = one.Append(start, stream.substr(0, 3000));
+  uint32_t two_to = two.Append(start + 3000, stream.substr(3000));
+  ASSERT_TRUE(
+      images.Persist(SegmentId{"p1", kWal, start, start}, one.data(), 0, one_to, true).ok());
+  ASSERT_TRUE(
+      images.Persist(SegmentId{"p1", kWal, start + 1, start + 3000}, two.data(), 0, two_to, false)
+          .ok());
+  // An image beyond a gap is not redone.
+  Image far(start + 9000);
+  uint32_t far_to = far.Append(start + 9000, Random(100, 10));
+  ASSERT_TRUE(
+      images.Persist(SegmentId{"p1", kWal, start + 2, start + 9000}, far.data(), 0, far_to, false)
+          .ok());
+  // The standby had replayed up to 1000 bytes into the stream.
+  auto store = OpenStore(d, start + 1000);
+  EXPECT_EQ(store->ResumePosition("p1", kWal), start + 5000);
+  EXPECT_EQ(ReadWal(d.wal(), 1, start, 5000), stream);
+  EXPECT_EQ(ReadWal(d.wal(), 1, start + 9000, 100), std::string(100, '\0'));
+  // Images that end below the standby's own WAL change nothing.
+  auto ahead = OpenStore(d, start + 6000);
+  EXPECT_EQ(ahead->ResumePosition("p1", kWal), start + 6000);
+}
+
+TEST(WalDirectoryStore, BadOptionsAreRefused) {
+  Dirs d;
+  WalDirectoryOptions o;
+  o.image_directory = d.images();
+  o.wal_directory = d.wal();
+  std::unique_ptr<WalDirectoryStore> store;
+  o.segment_size = 3 * kSegment;
+  EXPECT_FALSE(WalDirectoryStore::Open(o, &store).ok());
+  o.segment_size = kSegment;
+  o.timeline = 0;
+  EXPECT_FALSE(WalDirectoryStore::Open(o, &store).ok());
+  o.timeline = 1;
+  o.wal_directory = d.wal() + "/missing";
+  EXPECT_FALSE(WalDirectoryStore::Open(o, &store).ok());
+}
+
+TEST(FileBackupStore, ResumePositionIsTheEndOfTheContiguousRecords) {
+  Dirs d;
+  FileBackupStore store(d.images());
+  EXPECT_EQ(store.ResumePosition("p1", kWal), 0u) << "holds none";
+  Image a(1000), b(1500), c(5000);
+  uint32_t a_to = a.Append(1000, Random(1000, 11));  // 1000..2000
+  uint32_t b_to = b.Append(1500, Random(1000, 12));  // 1500..2500, overlapping a
+  uint32_t c_to = c.Append(5000, Random(10, 13));    // beyond a gap
+  ASSERT_TRUE(store.Persist(SegmentId{"p1", kWal, 1000, 1000}, a.data(), 0, a_to, true).ok());
+  EXPECT_EQ(store.ResumePosition("p1", kWal), 2000u);
+  ASSERT_TRUE(store.Persist(SegmentId{"p1", kWal, 1500, 1500}, b.data(), 0, b_to, true).ok());
+  ASSERT_TRUE(store.Persist(SegmentId{"p1", kWal, 5000, 5000}, c.data(), 0, c_to, true).ok());
+  EXPECT_EQ(store.ResumePosition("p1", kWal), 2500u);
+  EXPECT_EQ(store.ResumePosition("p2", kWal), 0u) << "per primary";
+  // A file created by a crash before its first write holds nothing and harms nothing.
+  std::ofstream(d.images() + "/p1/wal-00000000000000ff").close();
+  EXPECT_EQ(store.ResumePosition("p1", kWal), 2500u);
+  std::vector<std::string> files;
+  std::vector<PersistedRecord> records;
+  EXPECT_TRUE(store.PersistedRecords("p1", kWal, &files, &records).ok());
+  EXPECT_EQ(records.size(), 3u);
+}
+
+}  // namespace
+}  // namespace slipstream::replication
