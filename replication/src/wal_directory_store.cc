@@ -28,6 +28,36 @@ Status Gap(const std::string& primary, uint64_t end, uint64_t next) {
                                  "; not written (the primary must resume at " + Lsn(end) + ")");
 }
 
+// Bytes compared where kept images and pg_wal both hold the WAL.
+constexpr uint64_t kHistoryCheck = 64 * 1024;
+
+// Whether the kept images (`records`, by position) continue the WAL that pg_wal holds below
+// `end` as the same history: the bytes just below `end` that an image holds too must be equal.
+// Images copied from another node (say, a promoted backup's, by a base backup) may hold another
+// history at the same positions; redoing them would break the standby's WAL. Images that start
+// at `end` exactly have nothing to compare and continue it (a primary that shipped from the
+// resume position this store gave).
+bool SameHistory(const WalDirectoryOptions& o, const std::vector<std::string>& files,
+                 const std::vector<PersistedRecord>& records, uint64_t end) {
+  // An image record holding the byte just below `end`. Without one, only a record that starts
+  // at `end` exactly can be redone, and there is nothing to compare.
+  const PersistedRecord* holder = nullptr;
+  for (const PersistedRecord& r : records) {
+    if (r.position >= end) break;
+    if (r.position + r.length >= end) holder = &r;
+  }
+  if (holder == nullptr) return true;
+  // Within the segment of that byte: the one pg_wal surely still holds.
+  uint64_t from = std::max({holder->position, end > kHistoryCheck ? end - kHistoryCheck : 0,
+                            (end - 1) / o.segment_size * o.segment_size});
+  std::string image, wal;
+  return ReadRecord(files, *holder, uint32_t(from - holder->position), uint32_t(end - from), &image)
+             .ok() &&
+         ReadWal(o.wal_directory, o.timeline, o.segment_size, from, size_t(end - from), &wal)
+             .ok() &&
+         image == wal;
+}
+
 }  // namespace
 
 WalDirectoryStore::WalDirectoryStore(const WalDirectoryOptions& options)
@@ -78,6 +108,7 @@ Status WalDirectoryStore::Redo() {
       records.begin(), records.end(),
       [](const PersistedRecord& a, const PersistedRecord& b) { return a.position < b.position; });
   std::lock_guard<std::mutex> lock(mu_);
+  if (end_ != 0 && !SameHistory(options_, files, records, end_)) return Status::OK();
   return WriteContiguousRecords(files, records, writer_.get(), &end_);
 }
 

@@ -140,6 +140,36 @@ Status WalFileWriter::Sync() {
   return s;
 }
 
+// One pread per segment file touched.
+Status ReadWal(const std::string& directory, uint32_t timeline, uint64_t segment_size,
+               uint64_t position, size_t n, std::string* out) {
+  out->assign(n, '\0');
+  size_t done = 0;
+  while (done < n) {
+    uint64_t p = position + done;
+    std::string path = directory + "/" + WalFileName(timeline, p / segment_size, segment_size);
+    size_t take = size_t(std::min<uint64_t>(n - done, segment_size - p % segment_size));
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Errno("open " + path);
+    ssize_t r = pread(fd, out->data() + done, take, off_t(p % segment_size));
+    close(fd);
+    if (r != ssize_t(take)) return Status::IOError("short read of " + path);
+    done += take;
+  }
+  return Status::OK();
+}
+
+Status ReadRecord(const std::vector<std::string>& files, const PersistedRecord& record,
+                  uint32_t from, uint32_t n, std::string* out) {
+  const std::string& path = files[record.file];
+  out->assign(n, '\0');
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno("open " + path);
+  ssize_t r = pread(fd, out->data(), n, off_t(record.offset) + from);
+  close(fd);
+  return r == ssize_t(n) ? Status::OK() : Status::IOError("short read of " + path);
+}
+
 // Reads each payload with one pread from its file, keeping the last file open: records come
 // in position order, which is mostly file order.
 Status WriteContiguousRecords(const std::vector<std::string>& files,

@@ -55,6 +55,15 @@ class WalFileWriter {
   bool created_ = false;          // a file was created since the last Sync
 };
 
+// Reads WAL positions [position, position + n) from the segment files of a directory into
+// *out (IOError when a file is missing or short).
+Status ReadWal(const std::string& directory, uint32_t timeline, uint64_t segment_size,
+               uint64_t position, size_t n, std::string* out);
+
+// Reads bytes [from, from + n) of a persisted record's payload from its file into *out.
+Status ReadRecord(const std::vector<std::string>& files, const PersistedRecord& record,
+                  uint32_t from, uint32_t n, std::string* out);
+
 // Writes the payloads of the persisted `records` (ordered by position, each in
 // files[record.file]) that continue the WAL at *end, up to the first gap, and syncs them; *end
 // becomes the end of what is durably written, also on an error (when *end is 0, the first record

@@ -271,7 +271,12 @@ TEST(WalDirectoryStore, OpeningRedoesTheWalOfKeptImages) {
   ASSERT_TRUE(
       images.Persist(SegmentId{"p1", kWal, start + 2, start + 9000}, far.data(), 0, far_to, false)
           .ok());
-  // The standby had replayed up to 1000 bytes into the stream.
+  // The standby had replayed up to 1000 bytes into the stream: those are in its pg_wal.
+  {
+    WalFileWriter own(d.wal(), 1, kSegment);
+    ASSERT_TRUE(own.Write(start, stream.substr(0, 1000)).ok());
+    ASSERT_TRUE(own.Sync().ok());
+  }
   auto store = OpenStore(d, start + 1000);
   EXPECT_EQ(store->ResumePosition("p1", kWal), start + 5000);
   EXPECT_EQ(ReadWal(d.wal(), 1, start, 5000), stream);
@@ -279,6 +284,26 @@ TEST(WalDirectoryStore, OpeningRedoesTheWalOfKeptImages) {
   // Images that end below the standby's own WAL change nothing.
   auto ahead = OpenStore(d, start + 6000);
   EXPECT_EQ(ahead->ResumePosition("p1", kWal), start + 6000);
+}
+
+// Images of another history (copied from a node that was a backup of another primary) are not
+// redone: the bytes both hold below the standby's WAL end differ.
+TEST(WalDirectoryStore, ImagesOfAnotherHistoryAreNotRedone) {
+  Dirs d;
+  uint64_t start = 6 * kSegment + 100;
+  FileBackupStore images(d.images());
+  Image old(start);
+  uint32_t to = old.Append(start, Random(4000, 20));
+  ASSERT_TRUE(images.Persist(SegmentId{"old", kWal, start, start}, old.data(), 0, to, true).ok());
+  std::string own = Random(2000, 21);
+  {
+    WalFileWriter writer(d.wal(), 1, kSegment);
+    ASSERT_TRUE(writer.Write(start, own).ok());
+    ASSERT_TRUE(writer.Sync().ok());
+  }
+  auto store = OpenStore(d, start + 2000);
+  EXPECT_EQ(store->ResumePosition("p1", kWal), start + 2000);
+  EXPECT_EQ(ReadWal(d.wal(), 1, start, 4000), own + std::string(2000, '\0'));
 }
 
 TEST(WalDirectoryStore, BadOptionsAreRefused) {

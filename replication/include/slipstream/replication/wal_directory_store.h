@@ -35,7 +35,9 @@ struct WalDirectoryOptions {
 class WalDirectoryStore : public BackupStore {
  public:
   // Validates the options, then redoes from the kept images the WAL that continues the
-  // standby's own beyond `resume` (written before a crash, or never written because of it).
+  // standby's own beyond `resume` (written before a crash, or never written because of it), so
+  // that a primary need not ship again what this backup holds. Images that disagree with pg_wal
+  // on the bytes just below `resume` are of another history and are left alone.
   static Status Open(const WalDirectoryOptions& options, std::unique_ptr<WalDirectoryStore>* store);
   ~WalDirectoryStore() override;
 
