@@ -13,7 +13,7 @@ DEBIAN_PACKAGES = cmake g++ make pkg-config googletest libgtest-dev libgmock-dev
 
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build extension install demo demo-engine bench test test-sanitize test-pg check check-format format clean bench-rdma bench-pg
+.PHONY: all deps build extension install demo demo-replication demo-engine bench test test-sanitize test-pg check check-format format clean bench-rdma bench-pg
 
 all: build
 
@@ -43,6 +43,11 @@ install: extension
 demo: install
 	scripts/demo.sh
 
+# Replication on this machine: a primary and two backups, pgbench in remote_memory, the status
+# views, a hot-standby read, the primary killed and a backup taking over with nothing lost.
+demo-replication: install
+	scripts/demo_replication.sh
+
 # The engine alone against RocksDB (the old demo).
 demo-engine: build
 	$(BUILD)/bench/engine_bench --num=$(DEMO_NUM)
@@ -61,8 +66,10 @@ test-sanitize: deps
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
 
 # pg_regress and isolation suites on a private cluster run by the postgres OS user, the
-# contention and crash tests, the replication kill test (a primary and a backup, tcp and shm,
-# 20 rounds), and a smoke run of the YCSB benchmark (every workload, verify).
+# contention and crash tests, the replication kill tests (a primary and a backup, tcp and shm,
+# 20 rounds; a backup killed under load; a seeded streaming standby; takeovers after SIGKILL
+# of the primary with two backups, 24 rounds over tcp, shm and remote_flush), and a smoke run
+# of the YCSB benchmark (every workload, verify).
 test-pg: install
 	scripts/pg_regress.sh
 	tests/pg_preload_test.sh
@@ -72,6 +79,10 @@ test-pg: install
 	tests/pg_replication_test.sh /tmp/slipstream-replication-tcp 55620 10 tcp
 	tests/pg_replication_test.sh /tmp/slipstream-replication-shm 55630 10 shm
 	tests/pg_replication_backup_test.sh /tmp/slipstream-replication-backup 55650 tcp
+	tests/pg_standby_test.sh /tmp/slipstream-standby 55660
+	tests/pg_takeover_test.sh /tmp/slipstream-takeover-tcp 55700 12 tcp remote_memory
+	tests/pg_takeover_test.sh /tmp/slipstream-takeover-shm 55720 8 shm remote_memory
+	tests/pg_takeover_test.sh /tmp/slipstream-takeover-flush 55740 4 tcp remote_flush
 	bench/ycsb_pg.sh --records=2000 --seconds=1 --mixes=SD --port=55471 --scratch=/tmp/slipstream-ycsb-smoke
 
 # Every test: formatting, the plain build, the sanitizer build and the PostgreSQL suites.
