@@ -124,10 +124,21 @@ Status FileBackupStore::PersistedRecords(const std::string& primary, uint32_t st
 // A damaged file ends the contiguous run where its records would have been: the primary then
 // ships that range again rather than leave a hole.
 uint64_t FileBackupStore::ResumePosition(const std::string& primary, uint32_t stream) {
+  StreamKey key(primary, stream);
+  uint64_t persists;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = resume_.find(key);
+    if (it != resume_.end()) return it->second;
+    persists = persists_[key];
+  }
   std::vector<std::string> files;
   std::vector<PersistedRecord> records;
   (void)PersistedRecords(primary, stream, &files, &records);
-  return ContiguousEnd(records, 0);
+  uint64_t end = ContiguousEnd(records, 0);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (persists_[key] == persists) resume_[key] = end;
+  return end;
 }
 
 // Writes the new part at its offset, then fsyncs the file and, the first time, the directory.
@@ -148,6 +159,11 @@ Status FileBackupStore::Persist(const SegmentId& segment, const char* image, uin
   close(fd);
   if (s.ok() && !existed) s = SyncDirectory(dir);
   if (s.ok() && fresh) s = SyncDirectory(directory_);
+  // Whatever happened, the files may have changed: a kept ResumePosition answer is stale.
+  std::lock_guard<std::mutex> lock(mu_);
+  StreamKey key(segment.primary, segment.stream);
+  persists_[key]++;
+  resume_.erase(key);
   return s;
 }
 

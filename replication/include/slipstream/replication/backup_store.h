@@ -6,7 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "slipstream/replication/wire.h"
@@ -64,7 +67,8 @@ class FileBackupStore : public BackupStore {
                  bool closed) override;
   Status LoadVersion(const std::string& primary, uint64_t* version) override;
   Status SaveVersion(const std::string& primary, uint64_t version) override;
-  // The end of the contiguous records of the persisted segments (every file scanned).
+  // The end of the contiguous records of the persisted segments: every file is scanned, once
+  // after each persist to the stream (the answer is kept until then).
   uint64_t ResumePosition(const std::string& primary, uint32_t stream) override;
 
   // The path of a segment's file.
@@ -79,7 +83,14 @@ class FileBackupStore : public BackupStore {
                           std::vector<PersistedRecord>* records) const;
 
  private:
+  using StreamKey = std::pair<std::string, uint32_t>;  // primary, stream
+
   std::string directory_;
+  std::mutex mu_;  // resume_, persists_
+  // ResumePosition's answer per stream, and the persists to the stream counted so far: an
+  // answer is kept only if no persist happened while its scan ran.
+  std::map<StreamKey, uint64_t> resume_;
+  std::map<StreamKey, uint64_t> persists_;
 };
 
 }  // namespace slipstream::replication
