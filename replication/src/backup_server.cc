@@ -2,6 +2,7 @@
 #include "slipstream/replication/backup_server.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "buffer_scan.h"
@@ -51,6 +52,8 @@ class BackupServer::Session {
   }
   // Persists the valid prefix of an open buffer beyond what is durable.
   Status PersistPrefix(Buffer* b, bool closed, uint32_t* valid);
+  // Persists the valid prefixes of every open buffer (the periodic persist).
+  Status PersistOpen();
   // Ends the session: no more writes land, open buffers are persisted, regions freed.
   void Shutdown();
 
@@ -65,12 +68,20 @@ class BackupServer::Session {
   std::vector<Buffer> buffers_;
 };
 
+// A storage failure of the periodic persist ends the session like a protocol error: the primary
+// reconnects and resumes where the durable copy ends.
 void BackupServer::Session::Run() {
   Status s = port_.Init();
+  auto interval = std::chrono::milliseconds(server_->options_.persist_interval_ms);
+  auto next_persist = std::chrono::steady_clock::now() + interval;
   while (s.ok() && !stop_.load()) {
     s = port_.Poll(50, nullptr);
     Message m;
     while (s.ok() && port_.Next(&m)) s = Handle(m);
+    if (s.ok() && interval.count() > 0 && std::chrono::steady_clock::now() >= next_persist) {
+      s = PersistOpen();
+      next_persist = std::chrono::steady_clock::now() + interval;
+    }
   }
   if (!s.ok() && !stop_.load() && s.code() != Status::Code::kDisconnected) {
     server_->RecordError("primary " + primary() + ": " + s.ToString());
@@ -164,6 +175,17 @@ Status BackupServer::Session::PersistPrefix(Buffer* b, bool closed, uint32_t* va
                                       std::max(*valid, b->durable), closed);
   if (s.ok()) b->durable = std::max(*valid, b->durable);
   return s;
+}
+
+Status BackupServer::Session::PersistOpen() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Buffer& b : buffers_) {
+    if (!b.open) continue;
+    uint32_t valid;
+    Status s = PersistPrefix(&b, false, &valid);
+    if (!s.ok()) return s;
+  }
+  return Status::OK();
 }
 
 // The length must be exactly the valid prefix: a primary never closes at anything else.

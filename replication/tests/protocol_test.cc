@@ -330,6 +330,36 @@ TEST_P(Protocol, HelloTellsWhereTheBackupsCopyEnds) {
   EXPECT_EQ(link->resume(), 1000 + stream.size());
 }
 
+// With a persist interval, what is placed becomes durable without a close or a flush.
+TEST_P(Protocol, OpenBuffersArePersistedPeriodically) {
+  TempDir dir;
+  FileBackupStore store(dir.path());
+  BackupOptions o;
+  o.transport = Transport(GetParam());
+  o.buffer_size = kBufferSize;
+  o.persist_interval_ms = 20;
+  BackupServer server(o, &store);
+  ASSERT_TRUE(server.Start().ok());
+  LinkOptions lo;
+  lo.address = server.address();
+  lo.transport = Transport(GetParam());
+  lo.primary = "p1";
+  std::unique_ptr<BackupLink> link;
+  ASSERT_TRUE(BackupLink::Connect(lo, &link).ok());
+  StreamShipper shipper(kWal, 500, 500, {link.get()});
+  std::mt19937_64 rng(6);
+  std::string stream;
+  for (int round = 0; round < 3; round++) {
+    std::string chunk = RandomBytes(rng, 7000);
+    ASSERT_TRUE(shipper.Append(500 + stream.size(), chunk).ok());
+    stream += chunk;
+    ASSERT_TRUE(shipper.WaitPlaced(shipper.end(), 1, 5000).ok());
+    EXPECT_TRUE(Eventually([&] { return store.ResumePosition("p1", kWal) == shipper.end(); }))
+        << "round " << round;
+  }
+  EXPECT_EQ(shipper.Durable(1), 500u) << "the primary was told of no close or flush";
+}
+
 // The bytes of WAL positions [position, position + n) in a pg_wal directory.
 std::string ReadWal(const std::string& dir, uint64_t segment_size, uint64_t position, size_t n) {
   std::string out;

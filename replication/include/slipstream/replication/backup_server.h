@@ -30,6 +30,10 @@ struct BackupOptions {
   uint32_t buffers = 16;                // buffers in all, over every primary
   uint32_t buffers_per_primary = 4;     // buffers one primary may hold open at once
   uint32_t buffer_size = 8u << 20;      // bytes per buffer
+  // Every this many ms the valid prefixes of open buffers are persisted too, not only on close,
+  // flush and the end of a session (0: never). A standby's startup process replays only what
+  // is persisted: without it, the last WAL of a quiet primary waits for the next close.
+  uint32_t persist_interval_ms = 0;
 };
 
 // One buffer as the status view shows it.
