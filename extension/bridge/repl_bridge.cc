@@ -12,11 +12,13 @@
 #include "slipstream/replication/backup_link.h"
 #include "slipstream/replication/backup_server.h"
 #include "slipstream/replication/stream_shipper.h"
+#include "slipstream/replication/wal_directory_store.h"
 
 namespace repl = slipstream::replication;
 
 struct SsBackupServer {
-  std::unique_ptr<repl::FileBackupStore> store;
+  std::unique_ptr<repl::BackupStore> store;
+  repl::WalDirectoryStore* wal_store = nullptr;  // the store, when it writes into pg_wal
   std::unique_ptr<repl::BackupServer> server;
 };
 
@@ -26,6 +28,10 @@ struct SsBackupConn {
 };
 
 namespace {
+
+// A standby replays only what its backup server has persisted into pg_wal: open buffers are
+// persisted this often, so that hot-standby reads trail the primary by about this much.
+constexpr uint32_t kStandbyPersistIntervalMs = 100;
 
 // Copies a message into a caller's error buffer (SS_REPL_ERROR_SIZE bytes).
 void SetError(char* error, const std::string& message) {
@@ -47,6 +53,13 @@ bool Guard(char* error, Body body) {
   return false;
 }
 
+// The stream of a connection, or an error when ss_backup_start has not made it yet.
+repl::Status Shipper(SsBackupConn* conn, repl::StreamShipper** shipper) {
+  *shipper = conn->shipper.get();
+  return *shipper != nullptr ? repl::Status::OK()
+                             : repl::Status::InvalidArgument("the WAL stream is not started");
+}
+
 // Blocks every signal while it lives: threads started meanwhile (transport agents, backup
 // sessions) inherit the mask, so PostgreSQL's signal handlers only ever run on its own thread.
 class BlockSignals {
@@ -66,19 +79,34 @@ class BlockSignals {
 
 extern "C" {
 
-bool ss_backup_server_start(const char* listen, const char* secret, uint32_t buffers,
-                            uint32_t buffer_size, const char* directory, SsBackupServer** server,
+bool ss_backup_server_start(const SsBackupServerOptions* options, SsBackupServer** server,
                             char* bound, size_t bound_size, char* error) {
   BlockSignals blocked;
   return Guard(error, [&] {
     auto s = std::make_unique<SsBackupServer>();
-    s->store = std::make_unique<repl::FileBackupStore>(directory);
+    if (options->wal_directory != nullptr) {
+      repl::WalDirectoryOptions w;
+      w.image_directory = options->directory;
+      w.wal_directory = options->wal_directory;
+      w.timeline = options->timeline;
+      w.segment_size = options->wal_segment_size;
+      w.resume = options->resume_lsn;
+      std::unique_ptr<repl::WalDirectoryStore> store;
+      repl::Status st = repl::WalDirectoryStore::Open(w, &store);
+      if (!st.ok()) return st;
+      s->wal_store = store.get();
+      s->store = std::move(store);
+    } else {
+      s->store = std::make_unique<repl::FileBackupStore>(options->directory);
+    }
     repl::BackupOptions o;
-    o.address = listen;
-    o.transport.secret = secret;
-    o.buffers = buffers;
-    o.buffers_per_primary = buffers < 4 ? buffers : 4;
-    o.buffer_size = buffer_size;
+    o.address = options->listen;
+    o.transport.secret = options->secret;
+    o.system_id = options->system_id;
+    o.buffers = options->buffers;
+    o.buffers_per_primary = options->buffers < 4 ? options->buffers : 4;
+    o.buffer_size = options->buffer_size;
+    if (s->wal_store != nullptr) o.persist_interval_ms = kStandbyPersistIntervalMs;
     s->server = std::make_unique<repl::BackupServer>(o, s->store.get());
     repl::Status st = s->server->Start();
     if (!st.ok()) return st;
@@ -130,9 +158,17 @@ bool ss_backup_server_last_error(SsBackupServer* server, char* error) {
   }
 }
 
+uint64_t ss_backup_server_wal_end(SsBackupServer* server) {
+  try {
+    return server->wal_store != nullptr ? server->wal_store->WalEnd() : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
 bool ss_backup_connect(const char* address, const char* transport, const char* secret,
                        uint64_t system_id, uint64_t version, const char* primary,
-                       uint64_t start_lsn, SsBackupConn** conn, char* error) {
+                       SsBackupConn** conn, uint64_t* resume, char* error) {
   BlockSignals blocked;
   return Guard(error, [&] {
     repl::LinkOptions o;
@@ -145,37 +181,58 @@ bool ss_backup_connect(const char* address, const char* transport, const char* s
     auto c = std::make_unique<SsBackupConn>();
     repl::Status s = repl::BackupLink::Connect(o, &c->link);
     if (!s.ok()) return s;
-    // Segment sequences start at the WAL position: unique across reconnects, in WAL order.
-    c->shipper =
-        std::make_unique<repl::StreamShipper>(uint32_t(repl::StreamId::kWal), start_lsn, start_lsn,
-                                              std::vector<repl::BackupLink*>{c->link.get()});
+    *resume = c->link->resume();
     *conn = c.release();
     return repl::Status::OK();
   });
 }
 
-bool ss_backup_append(SsBackupConn* conn, uint64_t lsn, const char* data, size_t len, char* error) {
-  return Guard(error, [&] { return conn->shipper->Append(lsn, std::string_view(data, len)); });
+bool ss_backup_start(SsBackupConn* conn, uint64_t start_lsn, char* error) {
+  return Guard(error, [&] {
+    if (conn->shipper) return repl::Status::InvalidArgument("the WAL stream is started already");
+    // Segment sequences start at the WAL position: unique across reconnects, in WAL order.
+    conn->shipper =
+        std::make_unique<repl::StreamShipper>(uint32_t(repl::StreamId::kWal), start_lsn, start_lsn,
+                                              std::vector<repl::BackupLink*>{conn->link.get()});
+    return repl::Status::OK();
+  });
 }
 
-bool ss_backup_poll(SsBackupConn* conn, int timeout_ms, uint64_t* placed, char* error) {
+bool ss_backup_append(SsBackupConn* conn, uint64_t lsn, const char* data, size_t len, char* error) {
   return Guard(error, [&] {
-    repl::Status s = conn->shipper->Poll(timeout_ms);
-    *placed = conn->shipper->Placed(1);
-    if (s.ok() && conn->shipper->live() == 0) s = repl::Status::Disconnected("backup lost");
-    if (!s.ok() && !conn->shipper->failures().empty()) {
-      s = repl::Status::Disconnected(conn->shipper->failures()[0]);
+    repl::StreamShipper* shipper;
+    repl::Status s = Shipper(conn, &shipper);
+    return s.ok() ? shipper->Append(lsn, std::string_view(data, len)) : s;
+  });
+}
+
+bool ss_backup_poll(SsBackupConn* conn, int timeout_ms, uint64_t* placed, uint64_t* durable,
+                    char* error) {
+  return Guard(error, [&] {
+    repl::StreamShipper* shipper;
+    repl::Status s = Shipper(conn, &shipper);
+    if (!s.ok()) return s;
+    s = shipper->Poll(timeout_ms);
+    *placed = shipper->Placed(1);
+    *durable = shipper->Durable(1);
+    if (s.ok() && shipper->live() == 0) s = repl::Status::Disconnected("backup lost");
+    if (!s.ok() && !shipper->failures().empty()) {
+      s = repl::Status::Disconnected(shipper->failures()[0]);
     }
     return s;
   });
 }
 
 bool ss_backup_flush(SsBackupConn* conn, int timeout_ms, uint64_t* durable, char* error) {
-  return Guard(error, [&] { return conn->shipper->Flush(1, timeout_ms, durable); });
+  return Guard(error, [&] {
+    repl::StreamShipper* shipper;
+    repl::Status s = Shipper(conn, &shipper);
+    return s.ok() ? shipper->Flush(1, timeout_ms, durable) : s;
+  });
 }
 
 uint64_t ss_backup_sent(SsBackupConn* conn) {
-  return conn->shipper->end();
+  return conn->shipper ? conn->shipper->end() : 0;
 }
 
 void ss_backup_disconnect(SsBackupConn* conn) {

@@ -32,11 +32,28 @@ typedef struct SsBufferRow
 	uint32_t	durable;
 } SsBufferRow;
 
+/* How a backup serves. */
+typedef struct SsBackupServerOptions
+{
+	const char *listen;			/* "HOST:PORT" */
+	const char *secret;
+	uint32_t	buffers;
+	uint32_t	buffer_size;
+	const char *directory;		/* where buffer images are kept */
+	uint64_t	system_id;		/* serve only primaries of this cluster (0: any) */
+	/*
+	 * A backup that is a standby: the WAL received is also written into its pg_wal (NULL: the
+	 * images only, for a node that is not in recovery).
+	 */
+	const char *wal_directory;
+	uint32_t	timeline;		/* the timeline it replays (names the WAL files) */
+	uint64_t	wal_segment_size;
+	uint64_t	resume_lsn;		/* where its own WAL ends now (its replay position) */
+} SsBackupServerOptions;
+
 /* Starts serving primaries; *bound gets the address actually listened on. */
-extern bool ss_backup_server_start(const char *listen, const char *secret, uint32_t buffers,
-								   uint32_t buffer_size, const char *directory,
-								   SsBackupServer **server, char *bound, size_t bound_size,
-								   char *error);
+extern bool ss_backup_server_start(const SsBackupServerOptions *options, SsBackupServer **server,
+								   char *bound, size_t bound_size, char *error);
 /* Stops (persisting every open buffer) and frees. */
 extern void ss_backup_server_stop(SsBackupServer *server);
 /* Fills up to `max` rows with the open buffers; returns how many. */
@@ -45,23 +62,34 @@ extern int	ss_backup_server_buffers(SsBackupServer *server, SsBufferRow *rows, i
 extern bool ss_backup_server_fence(SsBackupServer *server, const char *primary, char *error);
 /* Copies the newest session error (if any) into `error`; false if there is none. */
 extern bool ss_backup_server_last_error(SsBackupServer *server, char *error);
+/* The end of the gap-free WAL written into pg_wal (0 when only images are kept). */
+extern uint64_t ss_backup_server_wal_end(SsBackupServer *server);
 
 /* ---- primary side ---- */
 
 typedef struct SsBackupConn SsBackupConn;
 
-/* Connects to a backup and says hello; WAL will be shipped from `start_lsn`. */
+/*
+ * Connects to a backup and says hello; *resume gets where the backup's durable copy of this
+ * primary's WAL ends (0: it holds none). Nothing is shipped before ss_backup_start.
+ */
 extern bool ss_backup_connect(const char *address, const char *transport, const char *secret,
 							  uint64_t system_id, uint64_t version, const char *primary,
-							  uint64_t start_lsn, SsBackupConn **conn, char *error);
+							  SsBackupConn **conn, uint64_t *resume, char *error);
+/* Starts the WAL stream at `start_lsn` (once, after ss_backup_connect). */
+extern bool ss_backup_start(SsBackupConn *conn, uint64_t start_lsn, char *error);
 /* Ships WAL bytes [lsn, lsn + len) (lsn must be where the last call ended). */
 extern bool ss_backup_append(SsBackupConn *conn, uint64_t lsn, const char *data, size_t len,
 							 char *error);
-/* Processes completions; *placed gets the WAL position placed on the backup. */
-extern bool ss_backup_poll(SsBackupConn *conn, int timeout_ms, uint64_t *placed, char *error);
+/*
+ * Processes completions; *placed gets the WAL position placed on the backup, *durable the one
+ * known durable there (closed buffers and flushes: where it resumes after a crash at worst).
+ */
+extern bool ss_backup_poll(SsBackupConn *conn, int timeout_ms, uint64_t *placed,
+						   uint64_t *durable, char *error);
 /* Makes everything shipped durable on the backup; *durable gets the durable position. */
 extern bool ss_backup_flush(SsBackupConn *conn, int timeout_ms, uint64_t *durable, char *error);
-/* The position after the last shipped byte. */
+/* The position after the last shipped byte (0 before ss_backup_start). */
 extern uint64_t ss_backup_sent(SsBackupConn *conn);
 extern void ss_backup_disconnect(SsBackupConn *conn);
 

@@ -2,13 +2,20 @@
  * replication/backup_worker.c: the backup server worker. When serve_backup() has configured
  * this node as a backup, it runs a BackupServer (replication/backup_server.h) whose buffers
  * primaries fill with one-sided writes; segments are made durable under
- * $PGDATA/slipstream_backup/<primary>/. It publishes the buffers it holds for the
- * slipstream.backup_buffers view and restarts the server when the configuration changes.
- * SIGTERM stops it, persisting every open buffer first.
+ * $PGDATA/slipstream_backup/<primary>/. On a backup that is a standby (in recovery) the WAL
+ * they carry is also written into pg_wal (WalDirectoryStore), from which the startup process
+ * replays it; the worker wakes the startup process when more has arrived. A node that is not in
+ * recovery keeps the images only: a primary's WAL never goes into the pg_wal of a primary. It
+ * publishes the buffers it holds for the slipstream.backup_buffers view and restarts the
+ * server when the configuration changes or the node leaves recovery. SIGTERM stops it,
+ * persisting every open buffer first.
  */
 #include "slipstream.h"
 #include "replication/repl.h"
 
+#include "access/xlog.h"
+#include "access/xlog_internal.h"
+#include "access/xlogrecovery.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -20,23 +27,46 @@
 
 PGDLLEXPORT void ss_backup_worker_main(Datum arg);
 
-/* Starts serving per the current configuration, recording the outcome. */
+/*
+ * Starts serving per the current configuration, recording the outcome. *standby says whether
+ * the server writes into pg_wal: it does when this node is in recovery, from where its replay
+ * has reached, and then serves only primaries of its own cluster.
+ */
 static SsBackupServer *
-start_server(uint32 generation)
+start_server(uint32 generation, bool *standby)
 {
 	SsServeConfig copy;
+	SsBackupServerOptions options;
 	SsBackupServer *server = NULL;
 	char		bound[SS_REPL_TEXT] = "";
 	char		error[SS_REPL_ERROR_SIZE] = "";
 	char		directory[MAXPGPATH];
+	char		wal_directory[MAXPGPATH];
 	bool		ok;
 
 	LWLockAcquire(ss_repl->lock, LW_SHARED);
 	copy = ss_repl->serve;
 	LWLockRelease(ss_repl->lock);
 	snprintf(directory, sizeof(directory), "%s/slipstream_backup", DataDir);
-	ok = ss_backup_server_start(copy.listen, copy.secret, copy.buffers, copy.buffer_size,
-								directory, &server, bound, sizeof(bound), error);
+	memset(&options, 0, sizeof(options));
+	options.listen = copy.listen;
+	options.secret = copy.secret;
+	options.buffers = copy.buffers;
+	options.buffer_size = copy.buffer_size;
+	options.directory = directory;
+	*standby = RecoveryInProgress();
+	if (*standby)
+	{
+		TimeLineID	tli;
+
+		options.resume_lsn = GetXLogReplayRecPtr(&tli);
+		options.timeline = tli;
+		options.wal_segment_size = wal_segment_size;
+		snprintf(wal_directory, sizeof(wal_directory), "%s/" XLOGDIR, DataDir);
+		options.wal_directory = wal_directory;
+		options.system_id = GetSystemIdentifier();
+	}
+	ok = ss_backup_server_start(&options, &server, bound, sizeof(bound), error);
 	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
 	ss_repl->serve.running_generation = generation;
 	ss_repl->serve.serving = ok;
@@ -44,7 +74,11 @@ start_server(uint32 generation)
 	strlcpy(ss_repl->serve.error, ok ? "" : error, sizeof(ss_repl->serve.error));
 	ss_repl->serve.nrows = 0;
 	LWLockRelease(ss_repl->lock);
-	if (ok)
+	if (ok && *standby)
+		ereport(LOG, (errmsg("slipstream: serving as a backup at %s, writing the WAL received "
+							 "into pg_wal from %X/%X on timeline %u",
+							 bound, LSN_FORMAT_ARGS(options.resume_lsn), options.timeline)));
+	else if (ok)
 		ereport(LOG, (errmsg("slipstream: serving as a backup at %s", bound)));
 	else
 		ereport(LOG, (errmsg("slipstream: cannot serve as a backup at %s: %s", copy.listen, error)));
@@ -74,6 +108,8 @@ ss_backup_worker_main(Datum arg)
 {
 	SsBackupServer *server = NULL;
 	uint32		serving_generation = 0;
+	bool		standby = false;	/* the server writes into pg_wal */
+	XLogRecPtr	wal_end = InvalidXLogRecPtr;	/* of pg_wal, when the startup process was woken */
 
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -90,6 +126,13 @@ ss_backup_worker_main(Datum arg)
 		requested = ss_repl->serve.requested;
 		generation = ss_repl->serve.generation;
 		LWLockRelease(ss_repl->lock);
+		/* Promoted: this node is a primary now, whose pg_wal no primary may write into. */
+		if (server != NULL && standby && !RecoveryInProgress())
+		{
+			ereport(LOG, (errmsg("slipstream: recovery has ended: the backup server stops "
+								 "writing into pg_wal and keeps buffer images only")));
+			serving_generation = 0;
+		}
 		if (generation != serving_generation)
 		{
 			if (server != NULL)
@@ -98,8 +141,9 @@ ss_backup_worker_main(Datum arg)
 				server = NULL;
 			}
 			serving_generation = generation;
+			standby = false;
 			if (requested)
-				server = start_server(generation);
+				server = start_server(generation, &standby);
 			else
 			{
 				LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
@@ -110,6 +154,17 @@ ss_backup_worker_main(Datum arg)
 			}
 		}
 		publish_buffers(server);
+		if (server != NULL && standby)
+		{
+			XLogRecPtr	end = ss_backup_server_wal_end(server);
+
+			/* More WAL to replay: without this the startup process looks every 5 s. */
+			if (end > wal_end)
+			{
+				WakeupRecovery();
+				wal_end = end;
+			}
+		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 100,
 						 PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
@@ -117,5 +172,10 @@ ss_backup_worker_main(Datum arg)
 	if (server != NULL)
 		ss_backup_server_stop(server);
 	ss_repl->backup_worker_pgprocno = -1;
-	proc_exit(0);
+	/*
+	 * Exit code 1: the postmaster starts us again unless it is shutting down. A SIGTERM also
+	 * comes from the checkpointer invalidating our slot, or from pg_terminate_backend, and must
+	 * not end replication until the next server start.
+	 */
+	proc_exit(1);
 }

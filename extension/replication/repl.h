@@ -5,7 +5,8 @@
  * Tailwind's one-sided writes, and committing backends wait in their commit callback
  * (commit_wait.c) until the WAL of their commit is placed (remote_memory) or durable
  * (remote_flush) on slipstream.min_sync_backups backups. On a backup, the backup worker
- * (backup_worker.c) serves primaries from a bounded pool of buffers. Both are configured by
+ * (backup_worker.c) serves primaries from a bounded pool of buffers, and on a backup that is a
+ * standby writes the WAL they ship into its pg_wal for replay. Both are configured by
  * SQL functions (functions.c) whose settings live in shared memory and in the file
  * $PGDATA/slipstream_replication.conf (repl_shmem.c), so they survive restarts.
  */
@@ -17,6 +18,7 @@
 #include "access/xlogdefs.h"
 #include "datatype/timestamp.h"
 #include "port/atomics.h"
+#include "postmaster/bgworker.h"
 #include "storage/lwlock.h"
 
 #include "bridge/repl_bridge.h"
@@ -96,6 +98,8 @@ typedef enum SsCommitMode
 extern int	ss_commit_mode;
 
 /* repl_shmem.c */
+extern void ss_register_bgworker_at(const char *function, const char *name,
+									BgWorkerStartTime start_time);
 extern void ss_repl_define_settings(void);
 extern void ss_repl_shmem_request(void);
 extern void ss_repl_shmem_startup(void);

@@ -5,8 +5,10 @@
  * durability when a remote_flush commit waits, publishes the positions reached on
  * slipstream.min_sync_backups backups, and wakes the committing backends that waited for them.
  *
- * The replication slot "slipstream_backups" keeps the WAL from the oldest position a backup
- * may need again (where it resumes after its link dropped) until it has been placed.
+ * A backup tells, when it connects, where its durable copy of this primary's WAL ends (its
+ * resume position), and the WAL is shipped from exactly there: its copy never has a gap. The
+ * replication slot "slipstream_backups" keeps the WAL from the oldest position a backup may
+ * resume from: the lowest resume position, then durable position, of the configured backups.
  */
 #include "slipstream.h"
 #include "replication/repl.h"
@@ -33,6 +35,7 @@
 #define SS_SHIP_SLOT "slipstream_backups"
 #define SS_SHIP_CHUNK (1024 * 1024)
 #define SS_RECONNECT_MS 500
+#define SS_REFUSED_RETRY_MS 5000	/* after a refusal that needs a re-seed */
 
 PGDLLEXPORT void ss_shipper_main(Datum arg);
 PGDLLEXPORT void ss_backup_worker_main(Datum arg);
@@ -48,12 +51,17 @@ typedef struct ShipLink
 static ShipLink links[SS_MAX_BACKUPS];
 static char wal_buffer[SS_SHIP_CHUNK];
 
-/* Registers the shipper and the backup worker (from _PG_init). */
+/*
+ * Registers the shipper and the backup worker (from _PG_init). The backup worker starts once a
+ * standby is consistent (with hot_standby on; otherwise after recovery), since a backup that is
+ * a standby receives WAL while it replays.
+ */
 void
 ss_register_repl_workers(void)
 {
 	ss_register_bgworker("ss_shipper_main", "shipper");
-	ss_register_bgworker("ss_backup_worker_main", "backup server");
+	ss_register_bgworker_at("ss_backup_worker_main", "backup server",
+							BgWorkerStart_ConsistentState);
 }
 
 /* The name this primary gives itself at its backups: cluster_name, or "primary". */
@@ -109,6 +117,49 @@ ship_slot_restart(void)
 	return restart;
 }
 
+/*
+ * Makes the slot keep the WAL from `start` on (moving it back if it is ahead), then checks that
+ * the WAL is still there: a checkpoint may have removed it meanwhile (as ReplicationSlotReserveWal
+ * fears), or long ago (a slot invalidated by max_slot_wal_keep_size). If it is gone, a slot that
+ * was moved back is put back, and false returned.
+ */
+static bool
+hold_wal_from(XLogRecPtr start)
+{
+	XLogRecPtr	before;
+	XLogSegNo	segno;
+	bool		moved = false;
+
+	ss_acquire_named_slot(SS_SHIP_SLOT, "the backups have not yet received");
+	before = MyReplicationSlot->data.restart_lsn;
+	if (before == InvalidXLogRecPtr || start < before)
+	{
+		SpinLockAcquire(&MyReplicationSlot->mutex);
+		MyReplicationSlot->data.restart_lsn = start;
+		SpinLockRelease(&MyReplicationSlot->mutex);
+		ReplicationSlotsComputeRequiredLSN();
+		moved = true;
+	}
+	XLByteToSeg(start, segno, wal_segment_size);
+	if (XLogGetLastRemovedSegno() >= segno)
+	{
+		if (moved)
+		{
+			SpinLockAcquire(&MyReplicationSlot->mutex);
+			MyReplicationSlot->data.restart_lsn = before;
+			SpinLockRelease(&MyReplicationSlot->mutex);
+			ReplicationSlotsComputeRequiredLSN();
+		}
+		return false;
+	}
+	if (moved)
+	{
+		ReplicationSlotMarkDirty();
+		ReplicationSlotSave();
+	}
+	return true;
+}
+
 /* Moves the slot to the oldest position a configured backup may resume from. */
 static void
 advance_ship_slot(XLogRecPtr oldest)
@@ -145,31 +196,133 @@ link_failed(int i, const char *error)
 	LWLockRelease(ss_repl->lock);
 }
 
-/* Connects slot i, shipping from where it left off (or from the current WAL segment). */
+/*
+ * Drops the slot slipstream_seed_NAME that scripts/seed_backup.sh created on this primary to
+ * keep the WAL a freshly seeded standby needs until its first connection as backup NAME; once
+ * it streams, our own slot keeps that WAL. A slot in use (a streaming standby's) is left alone.
+ */
 static void
-connect_link(int i, XLogRecPtr flush)
+drop_seed_slot(const char *backup)
+{
+	char		name[NAMEDATALEN];
+	ReplicationSlot *slot;
+	bool		idle;
+	int			n = snprintf(name, sizeof(name), "slipstream_seed_");
+
+	for (const char *c = backup; *c != '\0' && n < NAMEDATALEN - 1; c++)
+		name[n++] = ((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_') ? *c : '_';
+	name[n] = '\0';
+	LWLockAcquire(ReplicationSlotControlLock, LW_SHARED);
+	slot = SearchNamedReplicationSlot(name, false);
+	idle = slot != NULL && slot->active_pid == 0 && SlotIsPhysical(slot);
+	LWLockRelease(ReplicationSlotControlLock);
+	if (!idle)
+		return;
+	/* Dropping acquires the slot, and a process holds one slot at a time. */
+	if (MyReplicationSlot != NULL)
+		ReplicationSlotRelease();
+	PG_TRY();
+	{
+		ReplicationSlotDrop(name, true);
+		ereport(LOG, (errmsg("slipstream: dropped replication slot \"%s\": backup \"%s\" streams",
+							 name, backup)));
+	}
+	PG_CATCH();
+	{
+		/* Taken meanwhile (or not removable): it stays, and the shipper goes on. */
+		EmitErrorReport();
+		FlushErrorState();
+		LWLockReleaseAll();
+		if (MyReplicationSlot != NULL)
+			ReplicationSlotRelease();
+	}
+	PG_END_TRY();
+	ss_acquire_named_slot(SS_SHIP_SLOT, "the backups have not yet received");
+}
+
+/*
+ * Records why slot i cannot stream until its backup is re-seeded, logging it once; it is tried
+ * again now and then (the re-seed is the user's, and nothing tells us when it is done).
+ */
+static void
+refuse_link(int i, const char *error)
+{
+	bool		repeated;
+	char		name[sizeof(ss_repl->backups[i].name)];
+
+	LWLockAcquire(ss_repl->lock, LW_SHARED);
+	repeated = strcmp(ss_repl->backups[i].error, error) == 0;
+	strlcpy(name, ss_repl->backups[i].name, sizeof(name));
+	LWLockRelease(ss_repl->lock);
+	if (!repeated)
+		ereport(WARNING,
+				(errmsg("slipstream: cannot ship WAL to backup \"%s\": %s", name, error)));
+	link_failed(i, error);
+	links[i].next_attempt = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														SS_REFUSED_RETRY_MS);
+}
+
+/*
+ * Connects slot i and starts its WAL stream where the backup's durable copy ends (its resume
+ * position); a backup that holds none starts where it left off, or at the current WAL segment.
+ */
+static void
+connect_link(int i)
 {
 	SsBackupSlot copy;
+	XLogRecPtr	flush = GetFlushRecPtr(NULL);
 	XLogRecPtr	start;
+	uint64		resume = 0;
 	char		error[SS_REPL_ERROR_SIZE];
 
 	LWLockAcquire(ss_repl->lock, LW_SHARED);
 	copy = ss_repl->backups[i];
 	LWLockRelease(ss_repl->lock);
-	/*
-	 * A new backup starts at the beginning of the current WAL segment (still in pg_wal), so it
-	 * holds whole segment files, page headers included.
-	 */
-	start = copy.placed_lsn != InvalidXLogRecPtr ? copy.placed_lsn :
-		flush - XLogSegmentOffset(flush, wal_segment_size);
-	/* After a restart, resume where the slot says every backup had its WAL placed. */
-	if (copy.placed_lsn == InvalidXLogRecPtr && ship_slot_restart() != InvalidXLogRecPtr)
-		start = ship_slot_restart();
 	links[i].generation = copy.generation;
 	if (!ss_backup_connect(copy.address, copy.transport, copy.secret, GetSystemIdentifier(),
-						   copy.version, primary_name(), start, &links[i].conn, error))
+						   copy.version, primary_name(), &links[i].conn, &resume, error))
 	{
 		links[i].conn = NULL;
+		link_failed(i, error);
+		return;
+	}
+	if (resume != InvalidXLogRecPtr)
+	{
+		/* Anywhere else leaves a gap in its copy, or ships again what it has. */
+		start = resume;
+		if (start > flush)
+		{
+			/* Without the flush position, which moves: the message is logged once. */
+			snprintf(error, sizeof(error),
+					 "the backup holds WAL up to %X/%X, beyond this primary's flushed WAL: it "
+					 "copies another history; re-seed it",
+					 LSN_FORMAT_ARGS(start));
+			refuse_link(i, error);
+			return;
+		}
+	}
+	else
+	{
+		/*
+		 * A backup that holds none of our WAL starts at the beginning of the current WAL segment
+		 * (still in pg_wal), so it holds whole segment files, page headers included; one that
+		 * lost what it had, where it had it placed; after a restart, where the slot says.
+		 */
+		start = copy.placed_lsn != InvalidXLogRecPtr ? copy.placed_lsn :
+			flush - XLogSegmentOffset(flush, wal_segment_size);
+		if (copy.placed_lsn == InvalidXLogRecPtr && ship_slot_restart() != InvalidXLogRecPtr)
+			start = ship_slot_restart();
+	}
+	if (!hold_wal_from(start))
+	{
+		snprintf(error, sizeof(error),
+				 "the WAL from %X/%X it needs next is no longer on this primary; re-seed the backup",
+				 LSN_FORMAT_ARGS(start));
+		refuse_link(i, error);
+		return;
+	}
+	if (!ss_backup_start(links[i].conn, start, error))
+	{
 		link_failed(i, error);
 		return;
 	}
@@ -178,13 +331,16 @@ connect_link(int i, XLogRecPtr flush)
 	ss_repl->backups[i].start_lsn = start;
 	ss_repl->backups[i].sent_lsn = start;
 	ss_repl->backups[i].placed_lsn = start;
-	if (ss_repl->backups[i].durable_lsn < start)
+	/* A resume position is exactly what the backup holds durably, lower than we knew or not. */
+	if (resume != InvalidXLogRecPtr || ss_repl->backups[i].durable_lsn < start)
 		ss_repl->backups[i].durable_lsn = start;
 	ss_repl->backups[i].last_ok = GetCurrentTimestamp();
 	ss_repl->backups[i].error[0] = '\0';
 	LWLockRelease(ss_repl->lock);
-	ereport(LOG, (errmsg("slipstream: shipping WAL to backup \"%s\" at %s from %X/%X",
-						 copy.name, copy.address, LSN_FORMAT_ARGS(start))));
+	ereport(LOG, (errmsg("slipstream: shipping WAL to backup \"%s\" at %s from %X/%X%s",
+						 copy.name, copy.address, LSN_FORMAT_ARGS(start),
+						 resume != InvalidXLogRecPtr ? " (where its durable copy ends)" : "")));
+	drop_seed_slot(copy.name);
 }
 
 /* Ships flushed WAL to one connected backup and collects its progress. */
@@ -213,7 +369,7 @@ ship_to(int i, XLogRecPtr flush, TimeLineID tli, bool want_flush, bool waiters)
 	/* While commits wait, wait here for the placement (a few ms at most) rather than sleep. */
 	for (int spins = 0;; spins++)
 	{
-		if (!ss_backup_poll(conn, spins == 0 ? 0 : 1, &placed, error))
+		if (!ss_backup_poll(conn, spins == 0 ? 0 : 1, &placed, &durable, error))
 		{
 			link_failed(i, error);
 			return;
@@ -223,11 +379,14 @@ ship_to(int i, XLogRecPtr flush, TimeLineID tli, bool want_flush, bool waiters)
 	}
 	if (want_flush)
 	{
-		if (!ss_backup_flush(conn, ss_backup_timeout_ms, &durable, error))
+		uint64		flushed = 0;
+
+		if (!ss_backup_flush(conn, ss_backup_timeout_ms, &flushed, error))
 		{
 			link_failed(i, error);
 			return;
 		}
+		durable = Max(durable, flushed);
 	}
 	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
 	ss_repl->backups[i].sent_lsn = ss_backup_sent(conn);
@@ -322,6 +481,7 @@ ss_shipper_main(Datum arg)
 		bool		want_flush = pg_atomic_read_u64(&ss_repl->flush_wanted) >
 			pg_atomic_read_u64(&ss_repl->durable_lsn);
 		XLogRecPtr	oldest = InvalidXLogRecPtr;
+		bool		unknown = false;	/* a backup whose position is not known yet */
 		TimestampTz now = GetCurrentTimestamp();
 		bool		waiters = someone_waits();
 
@@ -348,20 +508,26 @@ ss_shipper_main(Datum arg)
 			if (!in_use)
 				continue;
 			if (links[i].conn == NULL && now >= links[i].next_attempt)
-				connect_link(i, flush);
+				connect_link(i);
 			if (links[i].conn != NULL)
 				ship_to(i, flush, tli, want_flush, waiters);
+			/*
+			 * A backup resumes at worst where its WAL is known durable. One that has not
+			 * connected since this primary started may need anything the slot still keeps.
+			 */
 			LWLockAcquire(ss_repl->lock, LW_SHARED);
-			if (ss_repl->backups[i].placed_lsn != InvalidXLogRecPtr &&
-				(oldest == InvalidXLogRecPtr || ss_repl->backups[i].placed_lsn < oldest))
-				oldest = ss_repl->backups[i].placed_lsn;
+			if (ss_repl->backups[i].durable_lsn == InvalidXLogRecPtr)
+				unknown = true;
+			else if (oldest == InvalidXLogRecPtr || ss_repl->backups[i].durable_lsn < oldest)
+				oldest = ss_repl->backups[i].durable_lsn;
 			LWLockRelease(ss_repl->lock);
 		}
 		publish_and_wake();
 		if (ss_repl_configured_backups() > 0)
 		{
 			ss_acquire_named_slot(SS_SHIP_SLOT, "the backups have not yet received");
-			advance_ship_slot(oldest);
+			if (!unknown)
+				advance_ship_slot(oldest);
 		}
 		else if (SearchNamedReplicationSlot(SS_SHIP_SLOT, true) != NULL)
 		{
@@ -388,5 +554,10 @@ ss_shipper_main(Datum arg)
 		if (links[i].conn != NULL)
 			ss_backup_disconnect(links[i].conn);
 	ss_repl->shipper_pgprocno = -1;
-	proc_exit(0);
+	/*
+	 * Exit code 1: the postmaster starts us again unless it is shutting down. A SIGTERM also
+	 * comes from the checkpointer invalidating our slot, or from pg_terminate_backend, and must
+	 * not end replication until the next server start.
+	 */
+	proc_exit(1);
 }
