@@ -343,14 +343,12 @@ connect_link(int i)
 	drop_seed_slot(copy.name);
 }
 
-/* Ships flushed WAL to one connected backup and collects its progress. */
+/* Appends the flushed WAL a connected backup lacks with one-sided writes (no waiting). */
 static void
-ship_to(int i, XLogRecPtr flush, TimeLineID tli, bool want_flush, bool waiters)
+ship_to(int i, XLogRecPtr flush, TimeLineID tli)
 {
 	char		error[SS_REPL_ERROR_SIZE];
 	SsBackupConn *conn = links[i].conn;
-	uint64		placed = 0;
-	uint64		durable = 0;
 
 	while (ss_backup_sent(conn) < flush)
 	{
@@ -366,7 +364,21 @@ ship_to(int i, XLogRecPtr flush, TimeLineID tli, bool want_flush, bool waiters)
 			return;
 		}
 	}
-	/* While commits wait, wait here for the placement (a few ms at most) rather than sleep. */
+}
+
+/*
+ * Collects a backup's progress: its placements (waiting a little for them while commits
+ * wait, since every backup was appended to first, their round trips overlap) and, when a
+ * remote_flush commit waits, its durable position.
+ */
+static void
+collect_from(int i, bool want_flush, bool waiters)
+{
+	char		error[SS_REPL_ERROR_SIZE];
+	SsBackupConn *conn = links[i].conn;
+	uint64		placed = 0;
+	uint64		durable = 0;
+
 	for (int spins = 0;; spins++)
 	{
 		if (!ss_backup_poll(conn, spins == 0 ? 0 : 1, &placed, &durable, error))
@@ -510,13 +522,21 @@ ss_shipper_main(Datum arg)
 			if (links[i].conn == NULL && now >= links[i].next_attempt)
 				connect_link(i);
 			if (links[i].conn != NULL)
-				ship_to(i, flush, tli, want_flush, waiters);
+				ship_to(i, flush, tli);
+		}
+		/* Every backup was written to: now their placements, whose round trips overlap. */
+		for (int i = 0; i < SS_MAX_BACKUPS; i++)
+		{
+			if (links[i].conn != NULL)
+				collect_from(i, want_flush, waiters);
 			/*
 			 * A backup resumes at worst where its WAL is known durable. One that has not
 			 * connected since this primary started may need anything the slot still keeps.
 			 */
 			LWLockAcquire(ss_repl->lock, LW_SHARED);
-			if (ss_repl->backups[i].durable_lsn == InvalidXLogRecPtr)
+			if (!ss_repl->backups[i].in_use)
+				;				/* not configured */
+			else if (ss_repl->backups[i].durable_lsn == InvalidXLogRecPtr)
 				unknown = true;
 			else if (oldest == InvalidXLogRecPtr || ss_repl->backups[i].durable_lsn < oldest)
 				oldest = ss_repl->backups[i].durable_lsn;
