@@ -87,6 +87,14 @@ compare() {
 seed "$standby" $((base + 1)) --streaming --name s1 >/dev/null
 "$pg" start "$standby"
 compare "after the seed" t big h
+# What only a primary does is refused on the standby, with a reason.
+for call in "slipstream.add_backup('x', '127.0.0.1:1', 'tcp', 's')" "count(*) FROM slipstream.seed_snapshot()"; do
+  err=$(s_sql -c "SELECT $call" 2>&1 || true)
+  case "$err" in
+    *"only"*"primary"*) ;;
+    *) echo "the standby did not refuse $call: $err" >&2; exit 1 ;;
+  esac
+done
 
 # 2. Every kind of change.
 p_sql -c "UPDATE t SET v = v || 'u' WHERE id % 3 = 0" \
