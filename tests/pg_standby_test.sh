@@ -139,6 +139,23 @@ fi
 echo "a standby snapshot under VACUUM: ${second:+kept $second rows}${second:-cancelled by a recovery conflict}"
 compare "after the vacuum" t
 
+# 2c. Hot-standby cursors opened at different times pin every memtable but the active one, so
+# replaying large inserts must wait for them (as replay waits for conflicting queries): it
+# waits, says so, and goes on once they end; it never gives the standby's engine up.
+p_sql -c "CREATE TABLE w (id int, v text) USING slipstream" >/dev/null
+wait_caught_up
+for n in 1 2 3 4; do
+  s_sql -c "BEGIN" -c "DECLARE c CURSOR FOR SELECT * FROM t" -c "FETCH 1 FROM c" \
+    -c "SELECT pg_sleep(45)" -c "COMMIT" >/dev/null 2>&1 &
+  sleep 1
+  p_sql -c "INSERT INTO w SELECT g + $n * 100000, repeat('x', 300) FROM generate_series(1, 20000) g" >/dev/null
+done
+wait
+compare "after replay waited for pinned memtables" w t
+if ! grep -q "replay waits for hot-standby queries" "$standby/server.log"; then
+  echo "(replay did not have to wait for the cursors this time)"
+fi
+
 # 3. The standby killed under a write load after a restartpoint that passed its engine's
 # horizon (held back by a long sync interval), restarted: the records between the horizon and
 # the restartpoint are applied from its pg_wal before redo, the rest by redo.

@@ -33,6 +33,7 @@
 #include "access/xlogreader.h"
 #include "miscadmin.h"
 #include "port/pg_bswap.h"
+#include "postmaster/startup.h"
 #include "storage/fd.h"
 #include "utils/memutils.h"
 
@@ -298,13 +299,15 @@ start_applying(void)
 }
 
 /*
- * Runs `body` in the startup process; an error marks the standby's engine failed instead of
- * ending recovery (the startup process has no transaction to abort: locks are released here).
+ * Runs `body` once in the startup process; returns 0 when it succeeded, else the error's code
+ * (its message in `message`). The startup process has no transaction to abort: locks are
+ * released here.
  */
-static void
-guarded(void (*body) (XLogReaderState *), XLogReaderState *record)
+static int
+run_once(void (*body) (XLogReaderState *), XLogReaderState *record, char *message, size_t size)
 {
 	MemoryContext context = CurrentMemoryContext;
+	volatile int code = 0;
 
 	PG_TRY();
 	{
@@ -319,10 +322,40 @@ guarded(void (*body) (XLogReaderState *), XLogReaderState *record)
 		FlushErrorState();
 		LWLockReleaseAll();
 		ConditionVariableCancelSleep();
-		fail_standby(edata->message);
+		code = edata->sqlerrcode != 0 ? edata->sqlerrcode : ERRCODE_INTERNAL_ERROR;
+		strlcpy(message, edata->message, size);
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
+	return code;
+}
+
+/*
+ * Runs `body` in the startup process. An engine that is busy (hot-standby queries hold the
+ * memory a write needs: SS_BUSY) is waited for, as replay waits for conflicting queries; any
+ * other error marks the standby's engine failed instead of ending recovery.
+ */
+static void
+guarded(void (*body) (XLogReaderState *), XLogReaderState *record)
+{
+	char		message[256];
+	bool		warned = false;
+	int			code;
+
+	while ((code = run_once(body, record, message, sizeof(message))) == ERRCODE_OBJECT_IN_USE)
+	{
+		if (!warned)
+			ereport(WARNING,
+					(errmsg("slipstream: replay waits for hot-standby queries that hold engine "
+							"memory: %s", message),
+					 errhint("Long-running queries or open cursors on slipstream tables delay "
+							 "replay on this standby until they finish.")));
+		warned = true;
+		HandleStartupProcInterrupts();
+		pg_usleep(100000L);
+	}
+	if (code != 0)
+		fail_standby(message);
 }
 
 /* rm_startup's body, in the shape guarded() takes. */
