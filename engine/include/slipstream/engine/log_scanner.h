@@ -35,4 +35,12 @@ struct LogScan {
 // Scans `size` bytes of a segment image and returns its valid prefix and records.
 LogScan ScanLogSegment(const char* base, size_t size);
 
+// Continues the scan of a segment image whose bytes below `from` were scanned before, so that
+// a buffer that grows (a backup's, on every flush) costs only its new bytes. `from` and `chain`
+// are the valid_end and chain of that earlier scan, and the bytes below `from` must not have
+// changed since. The header is read and checked again (header_ok, header); records holds only
+// those at offsets >= from; valid_end, chain and stopped_at_damage are what ScanLogSegment
+// would return. A `from` at or below the header's end, or beyond `size`, scans from the start.
+LogScan ScanLogSegmentFrom(const char* base, size_t size, uint32_t from, uint32_t chain);
+
 }  // namespace slipstream::engine
