@@ -32,11 +32,14 @@ class BackupServer::Session {
   void AppendStatus(std::vector<BufferStatus>* out);
 
  private:
+  // An open buffer remembers how far its scans got, so that each scan reads only the bytes
+  // appended since (a FLUSH per group commit would otherwise rescan megabytes each time).
   struct Buffer {
     rdma::LocalRegion region;
     bool open = false;
     SegmentId segment;
-    uint32_t durable = 0;
+    ScanPoint durable;  // the end of the persisted prefix (and the chain there)
+    ScanPoint scanned;  // the furthest valid end a scan found (>= durable)
   };
 
   void Run();
@@ -50,6 +53,10 @@ class BackupServer::Session {
   Status Refuse(ErrorCode code, const std::string& why) {
     return Reply(Error{uint32_t(code), why});
   }
+  // Scans an open buffer from the end of its durable prefix.
+  engine::LogScan ScanFromDurable(Buffer* b);
+  // Persists what `scan` (a ScanFromDurable of b) found valid beyond the durable prefix.
+  Status Persist(Buffer* b, const engine::LogScan& scan, bool closed);
   // Persists the valid prefix of an open buffer beyond what is durable.
   Status PersistPrefix(Buffer* b, bool closed, uint32_t* valid);
   // Persists the valid prefixes of every open buffer (the periodic persist).
@@ -158,7 +165,8 @@ Status BackupServer::Session::OnOpen(const Open& open) {
     Buffer& b = buffers_[i];
     if (b.open) continue;
     b.open = true;
-    b.durable = 0;
+    b.durable = ScanPoint{};
+    b.scanned = ScanPoint{};
     b.segment = SegmentId{primary_, open.stream, open.sequence, open.start};
     rdma::RemoteRegion r = connection_->Describe(b.region);
     return Reply(OpenOk{i, r.addr, r.length, r.rkey});
@@ -167,14 +175,32 @@ Status BackupServer::Session::OnOpen(const Open& open) {
                                           " buffers of primary " + primary_ + " are open");
 }
 
-Status BackupServer::Session::PersistPrefix(Buffer* b, bool closed, uint32_t* valid) {
-  *valid = ValidPrefix(b->region.addr, uint32_t(b->region.length), b->segment.stream,
-                       b->segment.sequence);
-  if (*valid <= b->durable && !closed) return Status::OK();
-  Status s = server_->store_->Persist(b->segment, b->region.addr, b->durable,
-                                      std::max(*valid, b->durable), closed);
-  if (s.ok()) b->durable = std::max(*valid, b->durable);
+engine::LogScan BackupServer::Session::ScanFromDurable(Buffer* b) {
+  return ScanBuffer(b->region.addr, uint32_t(b->region.length), b->segment.stream,
+                    b->segment.sequence, b->durable);
+}
+
+// Nothing new is persisted again; a closed buffer is persisted even so (its store may finish
+// the segment). A scan that found less than is durable (a header damaged since) persists
+// nothing new.
+Status BackupServer::Session::Persist(Buffer* b, const engine::LogScan& scan, bool closed) {
+  bool grew = scan.valid_end > b->durable.offset;
+  if (!grew && !closed) return Status::OK();
+  static const std::vector<engine::ScannedRecord> kNone;
+  uint32_t to = grew ? scan.valid_end : b->durable.offset;
+  Status s = server_->store_->Persist(b->segment, b->region.addr, b->durable.offset, to,
+                                      grew ? scan.records : kNone, closed);
+  if (s.ok() && grew) {
+    b->durable = ScanPoint{scan.valid_end, scan.chain};
+    if (b->scanned.offset < b->durable.offset) b->scanned = b->durable;
+  }
   return s;
+}
+
+Status BackupServer::Session::PersistPrefix(Buffer* b, bool closed, uint32_t* valid) {
+  engine::LogScan scan = ScanFromDurable(b);
+  *valid = scan.valid_end;
+  return Persist(b, scan, closed);
 }
 
 Status BackupServer::Session::PersistOpen() {
@@ -196,14 +222,13 @@ Status BackupServer::Session::OnClose(const Close& close) {
                   "buffer " + std::to_string(close.buffer) + " is not open");
   }
   Buffer& b = buffers_[close.buffer];
-  uint32_t valid =
-      ValidPrefix(b.region.addr, uint32_t(b.region.length), b.segment.stream, b.segment.sequence);
-  if (valid != close.length) {
+  engine::LogScan scan = ScanFromDurable(&b);
+  if (scan.valid_end != close.length) {
     return Refuse(ErrorCode::kBadLength, "close at " + std::to_string(close.length) +
                                              " but the valid prefix ends at " +
-                                             std::to_string(valid));
+                                             std::to_string(scan.valid_end));
   }
-  Status s = PersistPrefix(&b, true, &valid);
+  Status s = Persist(&b, scan, true);
   if (!s.ok()) return Refuse(ErrorCode::kStorage, s.ToString());
   std::memset(b.region.addr, 0, b.region.length);  // pre-zeroed for its next use
   b.open = false;
@@ -225,7 +250,7 @@ Status BackupServer::Session::OnFlush(const Flush& flush) {
                                              " but the valid prefix ends at " +
                                              std::to_string(valid));
   }
-  return Reply(FlushOk{flush.buffer, b.durable});
+  return Reply(FlushOk{flush.buffer, b.durable.offset});
 }
 
 void BackupServer::Session::Shutdown() {
@@ -250,15 +275,17 @@ void BackupServer::Session::Shutdown() {
   server_->ReturnBuffers(returned);
 }
 
+// Each buffer is scanned from the furthest valid end found before, which moves on.
 void BackupServer::Session::AppendStatus(std::vector<BufferStatus>* out) {
   std::lock_guard<std::mutex> lock(mu_);
   for (uint32_t i = 0; i < buffers_.size(); i++) {
-    const Buffer& b = buffers_[i];
+    Buffer& b = buffers_[i];
     if (!b.open) continue;
-    uint32_t valid =
-        ValidPrefix(b.region.addr, uint32_t(b.region.length), b.segment.stream, b.segment.sequence);
+    engine::LogScan scan = ScanBuffer(b.region.addr, uint32_t(b.region.length), b.segment.stream,
+                                      b.segment.sequence, b.scanned);
+    if (scan.valid_end > b.scanned.offset) b.scanned = ScanPoint{scan.valid_end, scan.chain};
     out->push_back(BufferStatus{primary_, i, b.segment.stream, b.segment.sequence, b.segment.start,
-                                valid, b.durable});
+                                scan.valid_end, b.durable.offset});
   }
 }
 

@@ -143,7 +143,9 @@ uint64_t FileBackupStore::ResumePosition(const std::string& primary, uint32_t st
 
 // Writes the new part at its offset, then fsyncs the file and, the first time, the directory.
 Status FileBackupStore::Persist(const SegmentId& segment, const char* image, uint32_t from,
-                                uint32_t to, bool closed) {
+                                uint32_t to, const std::vector<engine::ScannedRecord>& records,
+                                bool closed) {
+  (void)records;
   (void)closed;
   std::string dir = directory_ + "/" + segment.primary;
   std::error_code ec;

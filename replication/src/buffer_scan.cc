@@ -1,4 +1,4 @@
-// ValidPrefix: see buffer_scan.h.
+// ScanBuffer and ValidPrefix: see buffer_scan.h.
 #include "buffer_scan.h"
 
 namespace slipstream::replication {
@@ -15,13 +15,22 @@ engine::LogKind KindOfStream(uint32_t stream) {
   return engine::LogKind::kWal;
 }
 
-uint32_t ValidPrefix(const char* image, uint32_t size, uint32_t stream, uint64_t sequence) {
-  engine::LogScan scan = engine::ScanLogSegment(image, size);
+// The header is checked on every scan (it is 64 bytes): a buffer whose header is not the one
+// it was opened for has no valid prefix, however far an earlier scan got.
+engine::LogScan ScanBuffer(const char* image, uint32_t size, uint32_t stream, uint64_t sequence,
+                           ScanPoint from) {
+  engine::LogScan scan = engine::ScanLogSegmentFrom(image, size, from.offset, from.chain);
   if (!scan.header_ok || scan.header.kind != uint32_t(KindOfStream(stream)) ||
       scan.header.sequence != sequence || scan.header.segment_size != size) {
-    return 0;
+    scan.valid_end = 0;
+    scan.chain = 0;
+    scan.records.clear();
   }
-  return scan.valid_end;
+  return scan;
+}
+
+uint32_t ValidPrefix(const char* image, uint32_t size, uint32_t stream, uint64_t sequence) {
+  return ScanBuffer(image, size, stream, sequence, ScanPoint{}).valid_end;
 }
 
 }  // namespace slipstream::replication

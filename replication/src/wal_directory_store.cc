@@ -114,15 +114,14 @@ Status WalDirectoryStore::Redo() {
 
 // The image first: once it is durable, a crash before the WAL is written loses nothing (Redo).
 Status WalDirectoryStore::Persist(const SegmentId& segment, const char* image, uint32_t from,
-                                  uint32_t to, bool closed) {
-  Status s = images_.Persist(segment, image, from, to, closed);
+                                  uint32_t to, const std::vector<engine::ScannedRecord>& records,
+                                  bool closed) {
+  Status s = images_.Persist(segment, image, from, to, records, closed);
   if (!s.ok() || segment.stream != kWalStream) return s;
-  engine::LogScan scan = engine::ScanLogSegment(image, to);
-  if (!scan.header_ok) return Status::InvalidArgument("persisting a segment without a header");
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t end = end_;
   bool wrote = false;
-  for (const engine::ScannedRecord& r : scan.records) {
+  for (const engine::ScannedRecord& r : records) {
     if (r.offset < from || r.type != engine::LogRecordType::kWal) continue;  // done before
     if (end == 0) end = r.lsn;  // the first WAL this store holds
     if (r.lsn > end) {

@@ -2,6 +2,7 @@
 // at a random byte (everything after it never arrived) and/or hit by a random bit flip. The
 // valid prefix must end exactly at the last append that was whole and undamaged: never
 // beyond it (a damaged or torn record accepted) and never before it (an acknowledged one lost).
+// A scan resumed where an earlier one ended (as the backup's persists are) finds the same.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -92,6 +93,50 @@ TEST(ScanFuzz, TornAndFlippedBuffersKeepExactlyTheWholeAppends) {
   }
   EXPECT_GT(torn, 30000);
   EXPECT_GT(flipped, 30000);
+}
+
+// The backup's scans resume where the durable prefix ended: a buffer scanned once when some
+// appends had arrived, then torn and flipped only beyond that point (the bytes below it are
+// never written again), and scanned again from there, finds what one full scan finds, and
+// the records of the second scan are those beyond the first's end.
+TEST(ScanFuzz, ResumedScansFindWhatFullScansFind) {
+  std::mt19937_64 rng(20261202);
+  for (int cases = 0; cases < 20000; cases++) {
+    uint64_t sequence = rng() % 1000;
+    Image img = MakeImage(rng, sequence);
+    uint32_t used = img.ends.back();
+    // The first scan, when the appends up to ends[k] had arrived.
+    size_t k = rng() % img.ends.size();
+    std::string early(img.bytes.begin(), img.bytes.begin() + img.ends[k]);
+    early.resize(kSize, '\0');
+    engine::LogScan first = ScanBuffer(early.data(), kSize, uint32_t(StreamId::kWal), sequence, {});
+    ASSERT_EQ(first.valid_end, img.ends[k]);
+    ScanPoint point{first.valid_end, first.chain};
+    // Then the rest arrives, torn and/or flipped beyond the point.
+    std::string bytes = img.bytes;
+    if (used > point.offset) {
+      int kind = int(rng() % 3);
+      if (kind != 1) {
+        uint32_t tear = point.offset + uint32_t(rng() % (used - point.offset + 1));
+        std::fill(bytes.begin() + tear, bytes.end(), '\0');
+      }
+      if (kind != 0) bytes[point.offset + rng() % (used - point.offset)] ^= char(1u << (rng() % 8));
+    }
+    engine::LogScan full = engine::ScanLogSegment(bytes.data(), kSize);
+    engine::LogScan resumed =
+        ScanBuffer(bytes.data(), kSize, uint32_t(StreamId::kWal), sequence, point);
+    ASSERT_EQ(resumed.valid_end,
+              ValidPrefix(bytes.data(), kSize, uint32_t(StreamId::kWal), sequence))
+        << "case " << cases;
+    ASSERT_EQ(resumed.chain, full.chain) << "case " << cases;
+    size_t beyond = 0;
+    for (const engine::ScannedRecord& r : full.records) beyond += r.offset >= point.offset;
+    ASSERT_EQ(resumed.records.size(), beyond) << "case " << cases;
+    // A resumed scan still checks which segment the buffer holds.
+    ASSERT_EQ(
+        ScanBuffer(bytes.data(), kSize, uint32_t(StreamId::kWal), sequence + 1, point).valid_end,
+        0u);
+  }
 }
 
 TEST(ScanFuzz, ABufferOfAnotherSegmentOrStreamIsNotValid) {

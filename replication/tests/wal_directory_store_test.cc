@@ -13,6 +13,7 @@
 #include <iterator>
 #include <random>
 
+#include "slipstream/engine/log_scanner.h"
 #include "slipstream/engine/log_writer.h"
 #include "wal_files.h"
 
@@ -101,6 +102,22 @@ std::unique_ptr<WalDirectoryStore> OpenStore(const Dirs& d, uint64_t resume,
   return store;
 }
 
+// The valid records of image[0, to) at offsets >= from: what the backup server hands a store.
+std::vector<engine::ScannedRecord> Records(const char* image, uint32_t from, uint32_t to) {
+  engine::LogScan scan = engine::ScanLogSegment(image, to);
+  std::vector<engine::ScannedRecord> records;
+  for (const engine::ScannedRecord& r : scan.records) {
+    if (r.offset >= from) records.push_back(r);
+  }
+  return records;
+}
+
+// Persists image[from, to) as the backup server does: Persist with the records of [from, to).
+Status Persist(BackupStore* store, const SegmentId& id, const char* image, uint32_t from,
+               uint32_t to, bool closed) {
+  return store->Persist(id, image, from, to, Records(image, from, to), closed);
+}
+
 TEST(WalFiles, NamesArePostgresXLogFileNames) {
   constexpr uint64_t k16MB = 16ull << 20;
   EXPECT_EQ(WalFileName(1, 0, k16MB), "000000010000000000000000");
@@ -126,7 +143,7 @@ TEST(WalDirectoryStore, BytesLandAtTheirPositionsAcrossASegmentBoundary) {
   std::string a = Random(3000, 1), b = Random(500, 2);
   image.Append(start, a);
   uint32_t to = image.Append(start + a.size(), b);
-  Status s = store->Persist(SegmentId{"p1", kWal, start, start}, image.data(), 0, to, false);
+  Status s = Persist(store.get(), SegmentId{"p1", kWal, start, start}, image.data(), 0, to, false);
   ASSERT_TRUE(s.ok()) << s.ToString();
   // Segment 4 ends with the first 1000 bytes, segment 5 starts with the rest.
   std::string seg4 = ReadFile(d.wal() + "/000000030000000000000004");
@@ -161,7 +178,7 @@ TEST(WalDirectoryStore, OnlyRecordsNewlyValidAreWritten) {
   std::string a = Random(100, 3), b = Random(200, 4);
   uint32_t first = image.Append(start, a);
   SegmentId id{"p1", kWal, start, start};
-  ASSERT_TRUE(store->Persist(id, image.data(), 0, first, false).ok());
+  ASSERT_TRUE(Persist(store.get(), id, image.data(), 0, first, false).ok());
   // Damage what was written: a second persist of the same buffer must not write `a` again.
   std::string path = d.wal() + "/" + WalFileName(1, 2, kSegment);
   {
@@ -169,7 +186,7 @@ TEST(WalDirectoryStore, OnlyRecordsNewlyValidAreWritten) {
     f.write("XXXX", 4);
   }
   uint32_t second = image.Append(start + a.size(), b);
-  ASSERT_TRUE(store->Persist(id, image.data(), first, second, true).ok());
+  ASSERT_TRUE(Persist(store.get(), id, image.data(), first, second, true).ok());
   std::string wal = ReadWal(d.wal(), 1, start, 300);
   EXPECT_EQ(wal.substr(0, 4), "XXXX");
   EXPECT_EQ(wal.substr(4), a.substr(4) + b);
@@ -183,8 +200,8 @@ TEST(WalDirectoryStore, AGapIsRefusedAndNothingIsWrittenPastIt) {
   Image image(start + 4096);
   std::string a = Random(1000, 5);
   uint32_t to = image.Append(start + 4096, a);  // 4096 bytes missing before it
-  Status s =
-      store->Persist(SegmentId{"p1", kWal, start + 4096, start + 4096}, image.data(), 0, to, false);
+  Status s = Persist(store.get(), SegmentId{"p1", kWal, start + 4096, start + 4096}, image.data(),
+                     0, to, false);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("gap"), std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find("0/300064"), std::string::npos) << "names the end: " << s.ToString();
@@ -197,7 +214,7 @@ TEST(WalDirectoryStore, AGapIsRefusedAndNothingIsWrittenPastIt) {
   std::string b = Random(50, 6);
   two.Append(start, b);
   uint32_t end = two.Append(start + 4096, a);
-  s = store->Persist(SegmentId{"p1", kWal, start, start}, two.data(), 0, end, false);
+  s = Persist(store.get(), SegmentId{"p1", kWal, start, start}, two.data(), 0, end, false);
   EXPECT_FALSE(s.ok());
   EXPECT_EQ(store->ResumePosition("p1", kWal), start + 50);
   EXPECT_EQ(ReadWal(d.wal(), 1, start, 50), b);
@@ -210,12 +227,13 @@ TEST(WalDirectoryStore, AnOverlapIsWrittenAgainHarmlessly) {
   std::string stream = Random(6000, 7);
   Image first(start);
   uint32_t to = first.Append(start, stream.substr(0, 4000));
-  ASSERT_TRUE(store->Persist(SegmentId{"p1", kWal, start, start}, first.data(), 0, to, true).ok());
+  ASSERT_TRUE(
+      Persist(store.get(), SegmentId{"p1", kWal, start, start}, first.data(), 0, to, true).ok());
   // A primary that resumed lower (from the standby's replay position, say) ships 1000..6000.
   Image again(start + 1000);
   uint32_t again_to = again.Append(start + 1000, stream.substr(1000));
-  Status s = store->Persist(SegmentId{"p1", kWal, start + 1000, start + 1000}, again.data(), 0,
-                            again_to, true);
+  Status s = Persist(store.get(), SegmentId{"p1", kWal, start + 1000, start + 1000}, again.data(),
+                     0, again_to, true);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_EQ(ReadWal(d.wal(), 1, start, stream.size()), stream);
   EXPECT_EQ(store->ResumePosition("p1", kWal), start + stream.size());
@@ -223,7 +241,7 @@ TEST(WalDirectoryStore, AnOverlapIsWrittenAgainHarmlessly) {
   Image old(start);
   uint32_t old_to = old.Append(start, stream.substr(0, 10));
   ASSERT_TRUE(
-      store->Persist(SegmentId{"p1", kWal, start, start}, old.data(), 0, old_to, true).ok());
+      Persist(store.get(), SegmentId{"p1", kWal, start, start}, old.data(), 0, old_to, true).ok());
   EXPECT_EQ(store->ResumePosition("p1", kWal), start + stream.size());
   EXPECT_EQ(ReadWal(d.wal(), 1, start, stream.size()), stream);
 }
@@ -242,7 +260,8 @@ TEST(WalDirectoryStore, AnExistingSegmentFileIsWrittenInPlace) {
   Image image(start);
   std::string a = Random(700, 8);
   uint32_t to = image.Append(start, a);
-  ASSERT_TRUE(store->Persist(SegmentId{"p1", kWal, start, start}, image.data(), 0, to, false).ok());
+  ASSERT_TRUE(
+      Persist(store.get(), SegmentId{"p1", kWal, start, start}, image.data(), 0, to, false).ok());
   std::string file = ReadFile(path);
   ASSERT_EQ(file.size(), kSegment);
   EXPECT_EQ(file.substr(512, 700), a);
@@ -261,15 +280,15 @@ TEST(WalDirectoryStore, OpeningRedoesTheWalOfKeptImages) {
   uint32_t one_to = one.Append(start, stream.substr(0, 3000));
   uint32_t two_to = two.Append(start + 3000, stream.substr(3000));
   ASSERT_TRUE(
-      images.Persist(SegmentId{"p1", kWal, start, start}, one.data(), 0, one_to, true).ok());
+      Persist(&images, SegmentId{"p1", kWal, start, start}, one.data(), 0, one_to, true).ok());
   ASSERT_TRUE(
-      images.Persist(SegmentId{"p1", kWal, start + 1, start + 3000}, two.data(), 0, two_to, false)
+      Persist(&images, SegmentId{"p1", kWal, start + 1, start + 3000}, two.data(), 0, two_to, false)
           .ok());
   // An image beyond a gap is not redone.
   Image far(start + 9000);
   uint32_t far_to = far.Append(start + 9000, Random(100, 10));
   ASSERT_TRUE(
-      images.Persist(SegmentId{"p1", kWal, start + 2, start + 9000}, far.data(), 0, far_to, false)
+      Persist(&images, SegmentId{"p1", kWal, start + 2, start + 9000}, far.data(), 0, far_to, false)
           .ok());
   // The standby had replayed up to 1000 bytes into the stream: those are in its pg_wal.
   {
@@ -294,7 +313,7 @@ TEST(WalDirectoryStore, ImagesOfAnotherHistoryAreNotRedone) {
   FileBackupStore images(d.images());
   Image old(start);
   uint32_t to = old.Append(start, Random(4000, 20));
-  ASSERT_TRUE(images.Persist(SegmentId{"old", kWal, start, start}, old.data(), 0, to, true).ok());
+  ASSERT_TRUE(Persist(&images, SegmentId{"old", kWal, start, start}, old.data(), 0, to, true).ok());
   std::string own = Random(2000, 21);
   {
     WalFileWriter writer(d.wal(), 1, kSegment);
@@ -330,10 +349,10 @@ TEST(FileBackupStore, ResumePositionIsTheEndOfTheContiguousRecords) {
   uint32_t a_to = a.Append(1000, Random(1000, 11));  // 1000..2000
   uint32_t b_to = b.Append(1500, Random(1000, 12));  // 1500..2500, overlapping a
   uint32_t c_to = c.Append(5000, Random(10, 13));    // beyond a gap
-  ASSERT_TRUE(store.Persist(SegmentId{"p1", kWal, 1000, 1000}, a.data(), 0, a_to, true).ok());
+  ASSERT_TRUE(Persist(&store, SegmentId{"p1", kWal, 1000, 1000}, a.data(), 0, a_to, true).ok());
   EXPECT_EQ(store.ResumePosition("p1", kWal), 2000u);
-  ASSERT_TRUE(store.Persist(SegmentId{"p1", kWal, 1500, 1500}, b.data(), 0, b_to, true).ok());
-  ASSERT_TRUE(store.Persist(SegmentId{"p1", kWal, 5000, 5000}, c.data(), 0, c_to, true).ok());
+  ASSERT_TRUE(Persist(&store, SegmentId{"p1", kWal, 1500, 1500}, b.data(), 0, b_to, true).ok());
+  ASSERT_TRUE(Persist(&store, SegmentId{"p1", kWal, 5000, 5000}, c.data(), 0, c_to, true).ok());
   EXPECT_EQ(store.ResumePosition("p1", kWal), 2500u);
   EXPECT_EQ(store.ResumePosition("p2", kWal), 0u) << "per primary";
   // A file created by a crash before its first write holds nothing and harms nothing.

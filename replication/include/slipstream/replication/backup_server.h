@@ -1,7 +1,8 @@
 // BackupServer: the backup side of Tailwind replication. It accepts authenticated primaries,
 // registers for each a bounded set of pre-zeroed buffers, answers their open, close and
 // flush requests, and makes received segments durable through a BackupStore. It never looks
-// at a record while the primary writes: its CPU works only on the rare control messages.
+// at a record while the primary writes: its CPU works only on the rare control messages, and a
+// persist (close, flush, periodic) scans only the bytes appended since the last one.
 //
 // When a primary's connection ends (it died, or was fenced), the valid prefix of every buffer
 // it held open is found by the Tailwind scan and persisted: what the primary was told was
@@ -66,7 +67,8 @@ class BackupServer {
   // all of that is done; NotFound-like InvalidArgument if it has no session.
   Status Fence(const std::string& primary);
 
-  // The buffers held open now, with their valid prefixes scanned.
+  // The buffers held open now, with their valid prefixes scanned (each scan reads only what
+  // was appended since the last).
   std::vector<BufferStatus> Buffers();
 
   // Primaries connected now.

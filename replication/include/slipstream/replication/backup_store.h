@@ -1,8 +1,9 @@
 // BackupStore: where a backup makes the buffers it received durable. The backup server hands
-// it valid prefixes only (found by the Tailwind scan); what the store does with them is its
-// business: FileBackupStore keeps buffer images as files (tests, tools, a backup that is only
-// an archive), WalDirectoryStore (wal_directory_store.h) also writes the WAL they carry into
-// the pg_wal of a backup that is a PostgreSQL standby.
+// it valid prefixes only (found by the Tailwind scan), each with the records the scan found
+// beyond the previous one; what the store does with them is its business: FileBackupStore keeps
+// buffer images as files (tests, tools, a backup that is only an archive), WalDirectoryStore
+// (wal_directory_store.h) also writes the WAL they carry into the pg_wal of a backup that is a
+// PostgreSQL standby.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "slipstream/engine/log_scanner.h"
 #include "slipstream/replication/wire.h"
 
 namespace slipstream::replication {
@@ -30,9 +32,11 @@ class BackupStore {
 
   // Makes image[0, to) of a segment durable, of which [0, from) already is: `to` ends a valid
   // prefix, and `from` is the `to` of the previous call for the segment (0 at first).
-  // `closed`: no more bytes will follow.
+  // `records` are the valid records at offsets in [from, to), as the scan that found `to`
+  // listed them (their payloads point into `image`): a store needs no scan of its own, so a
+  // persist costs the new bytes only. `closed`: no more bytes will follow.
   virtual Status Persist(const SegmentId& segment, const char* image, uint32_t from, uint32_t to,
-                         bool closed) = 0;
+                         const std::vector<engine::ScannedRecord>& records, bool closed) = 0;
 
   // The highest version seen for a primary (0: none), and recording a higher one durably.
   virtual Status LoadVersion(const std::string& primary, uint64_t* version) = 0;
@@ -63,8 +67,9 @@ class FileBackupStore : public BackupStore {
  public:
   explicit FileBackupStore(std::string directory) : directory_(std::move(directory)) {}
 
+  // Writes image[from, to) and fsyncs it before returning (the records are not needed).
   Status Persist(const SegmentId& segment, const char* image, uint32_t from, uint32_t to,
-                 bool closed) override;
+                 const std::vector<engine::ScannedRecord>& records, bool closed) override;
   Status LoadVersion(const std::string& primary, uint64_t* version) override;
   Status SaveVersion(const std::string& primary, uint64_t version) override;
   // The end of the contiguous records of the persisted segments: every file is scanned, once

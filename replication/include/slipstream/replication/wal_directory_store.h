@@ -41,8 +41,11 @@ class WalDirectoryStore : public BackupStore {
   static Status Open(const WalDirectoryOptions& options, std::unique_ptr<WalDirectoryStore>* store);
   ~WalDirectoryStore() override;
 
+  // Writes and fsyncs the image, then writes into pg_wal the WAL of `records` that continues
+  // it (an overlap again, harmlessly) and fsyncs it; a record beyond the WAL end is refused as
+  // a gap, and what came before it stays written.
   Status Persist(const SegmentId& segment, const char* image, uint32_t from, uint32_t to,
-                 bool closed) override;
+                 const std::vector<engine::ScannedRecord>& records, bool closed) override;
   Status LoadVersion(const std::string& primary, uint64_t* version) override;
   Status SaveVersion(const std::string& primary, uint64_t version) override;
   // WAL: the end of the gap-free WAL in pg_wal (never below the resume position it was opened
