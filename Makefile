@@ -13,7 +13,7 @@ DEBIAN_PACKAGES = cmake g++ make pkg-config googletest libgtest-dev libgmock-dev
 
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build extension install demo demo-replication demo-engine bench test test-sanitize test-pg check check-format format clean bench-rdma bench-pg
+.PHONY: all deps build extension install demo demo-replication demo-engine bench test test-sanitize test-pg check check-format format clean bench-rdma bench-pg bench-replication
 
 all: build
 
@@ -127,3 +127,20 @@ TPCB_ARGS ?=
 bench-pg: install
 	bench/ycsb_pg.sh $(YCSB_ARGS)
 	bench/tpcb_pg.sh $(TPCB_ARGS)
+
+# The replication benchmark of docs/benchmarks.md (bench/replication_pg.sh), in one run:
+# pgbench TPC-B and YCSB A on slipstream tables without replication, with 1 and 2 Tailwind
+# backups (shm and tcp, remote_memory and remote_flush) and with PostgreSQL's synchronous
+# streaming replication (1 and 2 standbys, remote_write and on), and on heap tables without and
+# with streaming replication: tps and its ratio to no replication, p50/p99 latency, CPU per
+# 1,000 commits on the standbys (receiving apart from replay). REPLICATION_ARGS, e.g.
+# --seconds=30, --configs='tw-*' or --quick (a 2-minute smoke run); CSV into
+# results/replication, the plot into docs/replication_bench.png. About 12 minutes on 2 cores.
+REPLICATION_ARGS ?=
+bench-replication: install
+	@command -v gnuplot >/dev/null || { \
+	  echo "installing: gnuplot-nox"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnuplot-nox; \
+	}
+	bench/replication_pg.sh $(REPLICATION_ARGS)
