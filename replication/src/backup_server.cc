@@ -89,6 +89,8 @@ void BackupServer::Session::Run() {
       s = PersistOpen();
       next_persist = std::chrono::steady_clock::now() + interval;
     }
+    // After the answers: what the persists left off their path (a standby's pg_wal fsync).
+    if (s.ok()) s = server_->store_->Settle();
   }
   if (!s.ok() && !stop_.load() && s.code() != Status::Code::kDisconnected) {
     server_->RecordError("primary " + primary() + ": " + s.ToString());
@@ -270,6 +272,8 @@ void BackupServer::Session::Shutdown() {
     returned = uint32_t(buffers_.size());
     buffers_.clear();
   }
+  Status s = server_->store_->Settle();
+  if (!s.ok()) errors.push_back("primary " + primary() + ": " + s.ToString());
   // The server's lock is taken only without the session's (Buffers() nests them the other way).
   for (const std::string& e : errors) server_->RecordError(e);
   server_->ReturnBuffers(returned);

@@ -65,9 +65,13 @@ WalDirectoryStore::WalDirectoryStore(const WalDirectoryOptions& options)
       images_(options.image_directory),
       writer_(std::make_unique<WalFileWriter>(options.wal_directory, options.timeline,
                                               options.segment_size)),
-      end_(options.resume) {}
+      end_(options.resume),
+      written_(options.resume) {}
 
-WalDirectoryStore::~WalDirectoryStore() = default;
+// What was written and not yet settled is fsynced (or, on an error, left to Redo).
+WalDirectoryStore::~WalDirectoryStore() {
+  (void)Settle();
+}
 
 Status WalDirectoryStore::Open(const WalDirectoryOptions& options,
                                std::unique_ptr<WalDirectoryStore>* store) {
@@ -109,17 +113,20 @@ Status WalDirectoryStore::Redo() {
       [](const PersistedRecord& a, const PersistedRecord& b) { return a.position < b.position; });
   std::lock_guard<std::mutex> lock(mu_);
   if (end_ != 0 && !SameHistory(options_, files, records, end_)) return Status::OK();
-  return WriteContiguousRecords(files, records, writer_.get(), &end_);
+  Status s = WriteContiguousRecords(files, records, writer_.get(), &end_);
+  written_ = end_;  // fsynced
+  return s;
 }
 
-// The image first: once it is durable, a crash before the WAL is written loses nothing (Redo).
+// The image first, fsynced: once it is durable, the WAL it carries survives a crash whatever
+// becomes of the writes into pg_wal (Redo). See the header for why pg_wal waits for Settle().
 Status WalDirectoryStore::Persist(const SegmentId& segment, const char* image, uint32_t from,
                                   uint32_t to, const std::vector<engine::ScannedRecord>& records,
                                   bool closed) {
   Status s = images_.Persist(segment, image, from, to, records, closed);
   if (!s.ok() || segment.stream != kWalStream) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  uint64_t end = end_;
+  uint64_t end = written_;
   bool wrote = false;
   for (const engine::ScannedRecord& r : records) {
     if (r.offset < from || r.type != engine::LogRecordType::kWal) continue;  // done before
@@ -134,9 +141,22 @@ Status WalDirectoryStore::Persist(const SegmentId& segment, const char* image, u
     wrote = true;
   }
   // What was written before a gap or an error is kept: it continues the stream.
-  Status synced = writer_->Sync();
-  if (synced.ok() && wrote) end_ = end;
-  return s.ok() ? synced : s;
+  if (wrote) written_ = end;
+  return s;
+}
+
+// A failed fsync may have dropped the written pages (Linux marks them clean): the WAL end stays,
+// and what lies beyond it is written again when a primary ships it again.
+Status WalDirectoryStore::Settle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t written = written_;
+  Status s = writer_->Sync();
+  if (s.ok()) {
+    end_ = written;
+  } else {
+    written_ = end_;
+  }
+  return s;
 }
 
 Status WalDirectoryStore::LoadVersion(const std::string& primary, uint64_t* version) {

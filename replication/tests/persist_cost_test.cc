@@ -2,8 +2,8 @@
 // 2,000 appends of 4,000 bytes fill one 8 MB buffer, each followed by a persist, as a primary in
 // remote_flush does with a FLUSH per group commit. The scan work per persist is the bytes
 // appended since the last one (not the whole prefix again, twice); through the server over shm,
-// a flush costs about the same at the end of the buffer as at its start, also with a standby's
-// store on real files.
+// a flush costs about the same at the end of the buffer as at its start; with a standby's store
+// on real files, the flush is answered after one fsync (the image), pg_wal's following it.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -171,6 +171,7 @@ TEST(PersistCost, FlushesIntoAStandbysPgWal) {
     w.resume = 1ull << 30;
     std::unique_ptr<WalDirectoryStore> store;
     ASSERT_TRUE(WalDirectoryStore::Open(w, &store).ok());
+    // Back to back, a flush waits for the fsync of pg_wal that follows the previous answer.
     FlushRounds(store.get(), "WalDirectoryStore", w.resume, kAppends, 0);
     FlushRounds(store.get(), "WalDirectoryStore", store->WalEnd(), 500, 1000);
   }

@@ -470,8 +470,9 @@ TEST_P(Protocol, APrimaryResumesWithNoGapAfterTheBackupRestarts) {
   }
   ASSERT_TRUE(shipper->Flush(1, 5000, &durable).ok());
   EXPECT_EQ(durable, start + stream.size());
-  EXPECT_EQ(store->WalEnd(), start + stream.size());
+  // The WAL is in pg_wal when the flush is answered; its fsync, and the WAL end, follow.
   EXPECT_EQ(ReadWal(after.path() + "/pg_wal", kSegment, start, stream.size()), stream);
+  EXPECT_TRUE(Eventually([&] { return store->WalEnd() == start + stream.size(); }));
   shipper.reset();
   link.reset();
   server.reset();

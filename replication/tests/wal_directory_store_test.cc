@@ -1,7 +1,8 @@
 // WalDirectoryStore and the WAL files it writes, on real files in a temporary directory: WAL
 // file names, bytes at their WAL positions across a segment boundary, the resume position, a
 // gap refused, an overlap written again harmlessly, the redo from kept images after a crash,
-// and FileBackupStore's resume position over overlapping and gapped segments.
+// the WAL end waiting for the fsync of pg_wal and the crash cases of that order, and
+// FileBackupStore's resume position over overlapping and gapped segments.
 #include "slipstream/replication/wal_directory_store.h"
 
 #include <gtest/gtest.h>
@@ -112,10 +113,22 @@ std::vector<engine::ScannedRecord> Records(const char* image, uint32_t from, uin
   return records;
 }
 
-// Persists image[from, to) as the backup server does: Persist with the records of [from, to).
+// Persists image[from, to) as the backup server does: Persist with the records of [from, to),
+// then Settle (after the answer would have gone out).
 Status Persist(BackupStore* store, const SegmentId& id, const char* image, uint32_t from,
                uint32_t to, bool closed) {
-  return store->Persist(id, image, from, to, Records(image, from, to), closed);
+  Status s = store->Persist(id, image, from, to, Records(image, from, to), closed);
+  Status settled = store->Settle();
+  return s.ok() ? settled : s;
+}
+
+// Overwrites WAL positions [position, position + n) of a pg_wal directory with `bytes` (zeros
+// if empty): what a crash leaves of writes that were not fsynced.
+void OverwriteWal(const std::string& dir, uint64_t position, size_t n, std::string bytes = "") {
+  if (bytes.empty()) bytes.assign(n, '\0');
+  WalFileWriter w(dir, 1, kSegment);
+  ASSERT_TRUE(w.Write(position, bytes).ok());
+  ASSERT_TRUE(w.Sync().ok());
 }
 
 TEST(WalFiles, NamesArePostgresXLogFileNames) {
@@ -323,6 +336,120 @@ TEST(WalDirectoryStore, ImagesOfAnotherHistoryAreNotRedone) {
   auto store = OpenStore(d, start + 2000);
   EXPECT_EQ(store->ResumePosition("p1", kWal), start + 2000);
   EXPECT_EQ(ReadWal(d.wal(), 1, start, 4000), own + std::string(2000, '\0'));
+}
+
+// Persist writes the WAL into pg_wal (so a gap is refused there and then), but the WAL end,
+// which the hello gives and the startup process is woken by, moves only once Settle has
+// fsynced it.
+TEST(WalDirectoryStore, TheWalEndMovesOnlyWhenTheWalIsFsynced) {
+  Dirs d;
+  uint64_t start = 2 * kSegment + 100;
+  auto store = OpenStore(d, start);
+  Image image(start);
+  std::string a = Random(500, 30), b = Random(700, 31);
+  uint32_t first = image.Append(start, a);
+  SegmentId id{"p1", kWal, start, start};
+  ASSERT_TRUE(
+      store->Persist(id, image.data(), 0, first, Records(image.data(), 0, first), false).ok());
+  EXPECT_EQ(ReadWal(d.wal(), 1, start, a.size()), a);
+  EXPECT_EQ(store->WalEnd(), start);
+  EXPECT_EQ(store->ResumePosition("p1", kWal), start);
+  // A second persist before the fsync continues the WAL written: no gap.
+  uint32_t second = image.Append(start + a.size(), b);
+  ASSERT_TRUE(
+      store->Persist(id, image.data(), first, second, Records(image.data(), first, second), false)
+          .ok());
+  EXPECT_EQ(store->WalEnd(), start);
+  ASSERT_TRUE(store->Settle().ok());
+  EXPECT_EQ(store->WalEnd(), start + a.size() + b.size());
+  EXPECT_EQ(store->ResumePosition("p1", kWal), start + a.size() + b.size());
+  EXPECT_EQ(ReadWal(d.wal(), 1, start, a.size() + b.size()), a + b);
+  // Nothing written since: settling again changes nothing.
+  ASSERT_TRUE(store->Settle().ok());
+  EXPECT_EQ(store->WalEnd(), start + a.size() + b.size());
+}
+
+// The crash cases of a persist's order (the image written and fsynced, the WAL written, the
+// answer, the WAL fsynced). A crash may lose WAL writes not yet fsynced, wholly or in part
+// (a hole, a torn tail), and the image of a persist not yet answered, in part, whose WAL may
+// be in pg_wal in part. Each such state, made on a copy of the files, reopens (from a replay
+// position the standby may have reached) to pg_wal holding every answered byte with no gap and
+// a resume position at the end of the durable images; shipping the rest from there fills
+// pg_wal exactly.
+TEST(WalDirectoryStore, ACrashBeforeTheWalIsFsyncedLosesNothingAnswered) {
+  const uint64_t start = 5 * kSegment - 2500;  // the answered WAL crosses a segment boundary
+  const std::string stream = Random(9000, 40);
+  std::mt19937_64 rng(41);
+  for (int c = 0; c < 40; c++) {
+    SCOPED_TRACE("case " + std::to_string(c));
+    Dirs live, crashed;
+    auto store = OpenStore(live, start);
+    Image image(start);
+    SegmentId id{"p1", kWal, start, start};
+    // [0, 3000) settled, [3000, 6000) answered (Persist returned) but not settled, each as
+    // three appends of 1000 bytes; [6000, 9000) the persist in flight, not answered.
+    std::vector<uint32_t> ends;  // image offset after each append
+    for (int i = 0; i < 9; i++)
+      ends.push_back(image.Append(start + i * 1000, stream.substr(i * 1000, 1000)));
+    ASSERT_TRUE(Persist(store.get(), id, image.data(), 0, ends[2], false).ok());
+    ASSERT_TRUE(store
+                    ->Persist(id, image.data(), ends[2], ends[5],
+                              Records(image.data(), ends[2], ends[5]), false)
+                    .ok());
+    std::filesystem::copy(live.images(), crashed.images(),
+                          std::filesystem::copy_options::recursive |
+                              std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::copy(live.wal(), crashed.wal(),
+                          std::filesystem::copy_options::recursive |
+                              std::filesystem::copy_options::overwrite_existing);
+    store.reset();
+    // What the crash lost of the WAL written since the last fsync.
+    const uint64_t settled = start + 3000, answered = start + 6000;
+    switch (rng() % 3) {
+      case 0:  // all of it
+        OverwriteWal(crashed.wal(), settled, 3000);
+        break;
+      case 1: {  // a hole
+        uint64_t at = settled + rng() % 2500;
+        OverwriteWal(crashed.wal(), at, 1 + rng() % 500);
+        break;
+      }
+      case 2: {  // a torn tail
+        uint64_t at = settled + rng() % 3000;
+        OverwriteWal(crashed.wal(), at, answered - at);
+        break;
+      }
+    }
+    // The persist in flight: part of its image, and part of its WAL (or none).
+    uint32_t image_part = uint32_t(rng() % (ends[8] - ends[5] + 1));
+    {
+      FileBackupStore images(crashed.images());
+      std::fstream f(images.SegmentPath(id), std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(ends[5]);
+      f.write(image.data() + ends[5], image_part);
+    }
+    uint32_t wal_part = uint32_t(rng() % 3001);
+    if (wal_part > 0)
+      OverwriteWal(crashed.wal(), answered, wal_part, stream.substr(6000, wal_part));
+    // The whole appends of the in-flight image are durable too.
+    uint64_t durable = answered;
+    for (int i = 6; i < 9; i++) {
+      if (ends[i] <= ends[5] + image_part) durable = start + (i + 1) * 1000;
+    }
+
+    uint64_t replayed = rng() % 2 ? start : settled;
+    auto reopened = OpenStore(crashed, replayed);
+    ASSERT_EQ(reopened->ResumePosition("p1", kWal), durable);
+    ASSERT_EQ(ReadWal(crashed.wal(), 1, start, durable - start), stream.substr(0, durable - start));
+    // The primary ships from the resume position into a new buffer.
+    Image rest(durable);
+    uint32_t to = rest.Append(durable, stream.substr(durable - start));
+    ASSERT_TRUE(
+        Persist(reopened.get(), SegmentId{"p1", kWal, durable, durable}, rest.data(), 0, to, true)
+            .ok());
+    EXPECT_EQ(reopened->WalEnd(), start + stream.size());
+    EXPECT_EQ(ReadWal(crashed.wal(), 1, start, stream.size()), stream);
+  }
 }
 
 TEST(WalDirectoryStore, BadOptionsAreRefused) {

@@ -38,6 +38,13 @@ class BackupStore {
   virtual Status Persist(const SegmentId& segment, const char* image, uint32_t from, uint32_t to,
                          const std::vector<engine::ScannedRecord>& records, bool closed) = 0;
 
+  // Does what a store leaves off the path of the answer to the request that persisted: the
+  // backup server calls it after answering, before it handles the next request (and when a
+  // session ends). What Persist returned OK for is durable already; what Settle does is not
+  // needed for that (WalDirectoryStore: the fsync of the WAL written into pg_wal, which its
+  // images can redo). The default does nothing.
+  virtual Status Settle() { return Status::OK(); }
+
   // The highest version seen for a primary (0: none), and recording a higher one durably.
   virtual Status LoadVersion(const std::string& primary, uint64_t* version) = 0;
   virtual Status SaveVersion(const std::string& primary, uint64_t version) = 0;

@@ -10,6 +10,20 @@
 // gap, so a primary reconnects and resumes from ResumePosition() rather than leave a hole the
 // startup process would stop at.
 //
+// The order of a persist, and why the backup answers after one fsync: the image is written and
+// fsynced; the WAL is written into pg_wal (so a gap or a failed write still refuses the
+// request); the answer goes out; then Settle() fsyncs pg_wal and moves the WAL end. The image
+// must be durable before the answer: after a crash the images are all that tells the store how
+// far pg_wal held WAL beyond the standby's replay position (Redo), and a resume position below
+// what a FLUSH reported durable would make the store refuse the primary's next WAL as a gap, or
+// a primary that released that WAL re-seed this backup. So the other order, pg_wal fsynced
+// first and the image not, is not safe. pg_wal need not be durable before the answer: what a
+// crash loses of it (all, a hole, a torn tail) lies beyond the WAL end the store gave out and is
+// held by a durable image, so Open writes it again; the startup process stops at such damage
+// (WAL records carry CRCs, pages their addresses) rather than replay past it, and is woken only
+// once the WAL is fsynced (its own polling may read it between the write and the fsync, as it
+// could before).
+//
 // Thread-safe: the backup server's sessions persist concurrently.
 #pragma once
 
@@ -39,20 +53,23 @@ class WalDirectoryStore : public BackupStore {
   // that a primary need not ship again what this backup holds. Images that disagree with pg_wal
   // on the bytes just below `resume` are of another history and are left alone.
   static Status Open(const WalDirectoryOptions& options, std::unique_ptr<WalDirectoryStore>* store);
-  ~WalDirectoryStore() override;
+  ~WalDirectoryStore() override;  // settles
 
   // Writes and fsyncs the image, then writes into pg_wal the WAL of `records` that continues
-  // it (an overlap again, harmlessly) and fsyncs it; a record beyond the WAL end is refused as
-  // a gap, and what came before it stays written.
+  // it (an overlap again, harmlessly); a record beyond the WAL end is refused as a gap, and
+  // what came before it stays written. pg_wal is not fsynced here: see Settle().
   Status Persist(const SegmentId& segment, const char* image, uint32_t from, uint32_t to,
                  const std::vector<engine::ScannedRecord>& records, bool closed) override;
+  // fsyncs the WAL written into pg_wal since the last call; then WalEnd and ResumePosition
+  // include it. After a failed fsync they do not, and the next record beyond them is a gap.
+  Status Settle() override;
   Status LoadVersion(const std::string& primary, uint64_t* version) override;
   Status SaveVersion(const std::string& primary, uint64_t version) override;
   // WAL: the end of the gap-free WAL in pg_wal (never below the resume position it was opened
   // with), whichever primary asks; other streams: the end of their kept images.
   uint64_t ResumePosition(const std::string& primary, uint32_t stream) override;
 
-  // The end of the gap-free WAL in pg_wal.
+  // The end of the gap-free WAL in pg_wal, fsynced.
   uint64_t WalEnd();
 
  private:
@@ -62,9 +79,10 @@ class WalDirectoryStore : public BackupStore {
 
   WalDirectoryOptions options_;
   FileBackupStore images_;
-  std::mutex mu_;  // writer_ and end_
+  std::mutex mu_;  // writer_, end_ and written_
   std::unique_ptr<WalFileWriter> writer_;
-  uint64_t end_;
+  uint64_t end_;      // of the gap-free WAL in pg_wal, fsynced
+  uint64_t written_;  // of the gap-free WAL in pg_wal, perhaps not yet fsynced (>= end_)
 };
 
 }  // namespace slipstream::replication
