@@ -56,18 +56,21 @@ void WalFileWriter::CloseAll() {
   open_.clear();
 }
 
-// The file is complete (full size, synced) before its name appears; link() rather than rename()
-// so that a file someone else installed meanwhile is used, never replaced.
+// The file is complete (full size, zeros written, synced) before its name appears; link()
+// rather than rename() so that a file someone else installed meanwhile is used, never
+// replaced. Zeros are written, not a hole left (as PostgreSQL fills its WAL segments): later
+// writes then overwrite allocated blocks, and fdatasync has no metadata to commit.
 Status WalFileWriter::Create(const std::string& path) {
   std::string tmp = TempName(directory_);
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return Errno("create " + tmp);
   Status s;
-  if (ftruncate(fd, off_t(segment_size_)) != 0) {
-    s = Errno("extend " + tmp);
-  } else if (fsync(fd) != 0) {
-    s = Errno("fsync " + tmp);
+  const std::string zeros(std::min<uint64_t>(segment_size_, 1u << 20), '\0');
+  for (uint64_t done = 0; s.ok() && done < segment_size_; done += zeros.size()) {
+    size_t n = size_t(std::min<uint64_t>(zeros.size(), segment_size_ - done));
+    if (pwrite(fd, zeros.data(), n, off_t(done)) != ssize_t(n)) s = Errno("fill " + tmp);
   }
+  if (s.ok() && fsync(fd) != 0) s = Errno("fsync " + tmp);
   close(fd);
   if (s.ok() && link(tmp.c_str(), path.c_str()) != 0 && errno != EEXIST) {
     s = Errno("link " + tmp + " to " + path);
@@ -85,7 +88,7 @@ Status WalFileWriter::Open(uint64_t segno, int* fd) {
   }
   if (open_.size() >= kMaxOpenFiles) {
     for (auto& [n, f] : open_) {
-      if (fsync(f) != 0) return Errno("fsync " + WalFileName(timeline_, n, segment_size_));
+      if (fdatasync(f) != 0) return Errno("fdatasync " + WalFileName(timeline_, n, segment_size_));
     }
     CloseAll();
   }
@@ -125,9 +128,10 @@ Status WalFileWriter::Write(uint64_t position, std::string_view bytes) {
 
 Status WalFileWriter::Sync() {
   Status s;
+  // Segments are full size and their blocks allocated (Create): data alone needs syncing.
   for (auto& [segno, fd] : open_) {
-    if (s.ok() && fsync(fd) != 0)
-      s = Errno("fsync " + WalFileName(timeline_, segno, segment_size_));
+    if (s.ok() && fdatasync(fd) != 0)
+      s = Errno("fdatasync " + WalFileName(timeline_, segno, segment_size_));
   }
   CloseAll();
   if (s.ok() && created_) {
