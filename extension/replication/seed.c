@@ -65,8 +65,12 @@ collect(uint64 tag, uint32 keyspace, void *arg)
 {
 	SeedList   *list = (SeedList *) arg;
 
+	/*
+	 * Keyspaces beyond the room counted were created after the horizon was read: every change
+	 * to them starts at or above it, so replay from the horizon brings them in full.
+	 */
 	if (list->count == list->capacity)
-		return;					/* counted below, then listed again with more room */
+		return;
 	list->items[list->count].tag = tag;
 	list->items[list->count].keyspace = keyspace;
 	list->count++;
