@@ -198,6 +198,10 @@ extern void ss_advance_standby_horizon(void);
 extern void ss_create_slot_at(XLogRecPtr horizon);
 /* The slot's restart_lsn, invalid when there is no slot. */
 extern XLogRecPtr ss_slot_horizon(void);
+/* The restart_lsn of the physical slot `name`, invalid when there is no such slot. */
+extern XLogRecPtr ss_named_slot_restart(const char *name);
+/* Sets and saves the restart_lsn of the slot this process holds. */
+extern void ss_set_slot_restart(XLogRecPtr restart);
 
 /* ---- WAL records (host/wal.c) ---- */
 #define SS_RMGR_ID 128
@@ -234,6 +238,8 @@ extern bool ss_sweep_allowed(void);
 extern bool ss_temp_file_exists(Oid db, Oid relnode);
 extern void ss_register_worker(void);
 extern void ss_register_bgworker(const char *function, const char *name);
+/* The same, for a worker that starts at `start_time` (a BgWorkerStartTime). */
+extern void ss_register_bgworker_at(const char *function, const char *name, int start_time);
 PGDLLEXPORT void ss_worker_main(Datum arg);
 
 /* ---- visibility (visibility.c) ---- */

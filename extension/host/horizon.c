@@ -111,21 +111,16 @@ ss_create_slot_at(XLogRecPtr horizon)
 	if (SearchNamedReplicationSlot(SS_SLOT_NAME, true) != NULL)
 		ReplicationSlotDrop(SS_SLOT_NAME, true);	/* a seed loaded again after a crash */
 	ReplicationSlotCreate(SS_SLOT_NAME, false, RS_PERSISTENT, false);
-	SpinLockAcquire(&MyReplicationSlot->mutex);
-	MyReplicationSlot->data.restart_lsn = horizon;
-	SpinLockRelease(&MyReplicationSlot->mutex);
-	ReplicationSlotMarkDirty();
-	ReplicationSlotSave();
-	ReplicationSlotsComputeRequiredLSN();
+	ss_set_slot_restart(horizon);
 	ReplicationSlotRelease();
 	pg_atomic_write_u64(&ss_shared->durable_horizon, horizon);
 }
 
-/* Where our slot says the engine's durable horizon is (invalid if there is no slot). */
+/* Where the physical slot `name` keeps WAL from (invalid if there is no such slot). */
 XLogRecPtr
-ss_slot_horizon(void)
+ss_named_slot_restart(const char *name)
 {
-	ReplicationSlot *slot = SearchNamedReplicationSlot(SS_SLOT_NAME, true);
+	ReplicationSlot *slot = SearchNamedReplicationSlot(name, true);
 	XLogRecPtr	restart = InvalidXLogRecPtr;
 
 	if (slot != NULL)
@@ -135,6 +130,29 @@ ss_slot_horizon(void)
 		SpinLockRelease(&slot->mutex);
 	}
 	return restart;
+}
+
+/* Where our slot says the engine's durable horizon is (invalid if there is no slot). */
+XLogRecPtr
+ss_slot_horizon(void)
+{
+	return ss_named_slot_restart(SS_SLOT_NAME);
+}
+
+/*
+ * Sets the restart_lsn of the slot this process holds and saves it at once (before WAL below
+ * it may be recycled, so the slot on disk never points at a gap), then lets PostgreSQL
+ * recompute what WAL all slots keep.
+ */
+void
+ss_set_slot_restart(XLogRecPtr restart)
+{
+	SpinLockAcquire(&MyReplicationSlot->mutex);
+	MyReplicationSlot->data.restart_lsn = restart;
+	SpinLockRelease(&MyReplicationSlot->mutex);
+	ReplicationSlotMarkDirty();
+	ReplicationSlotSave();
+	ReplicationSlotsComputeRequiredLSN();
 }
 
 /* Acquires our slot, creating it the first time. */
@@ -205,12 +223,6 @@ ss_move_slot(XLogRecPtr horizon)
 {
 	if (horizon <= MyReplicationSlot->data.restart_lsn)
 		return;
-	SpinLockAcquire(&MyReplicationSlot->mutex);
-	MyReplicationSlot->data.restart_lsn = horizon;
-	SpinLockRelease(&MyReplicationSlot->mutex);
-	ReplicationSlotMarkDirty();
-	/* Saved before WAL below it may be recycled, so the slot on disk never points at a gap. */
-	ReplicationSlotSave();
-	ReplicationSlotsComputeRequiredLSN();
+	ss_set_slot_restart(horizon);
 	pg_atomic_write_u64(&ss_shared->durable_horizon, horizon);
 }

@@ -33,14 +33,14 @@
 #define SS_SWEEP_INTERVAL_MS 5000
 
 /* Registers a restartable worker of this library that starts at `start_time`. */
-static void
-register_worker_at(const char *function, const char *name, BgWorkerStartTime start_time)
+void
+ss_register_bgworker_at(const char *function, const char *name, int start_time)
 {
 	BackgroundWorker worker;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
-	worker.bgw_start_time = start_time;
+	worker.bgw_start_time = (BgWorkerStartTime) start_time;
 	worker.bgw_restart_time = 1;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "slipstream");
 	snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", function);
@@ -53,7 +53,7 @@ register_worker_at(const char *function, const char *name, BgWorkerStartTime sta
 void
 ss_register_bgworker(const char *function, const char *name)
 {
-	register_worker_at(function, name, BgWorkerStart_RecoveryFinished);
+	ss_register_bgworker_at(function, name, BgWorkerStart_RecoveryFinished);
 }
 
 /*
@@ -64,7 +64,7 @@ ss_register_bgworker(const char *function, const char *name)
 void
 ss_register_worker(void)
 {
-	register_worker_at("ss_worker_main", "worker", BgWorkerStart_PostmasterStart);
+	ss_register_bgworker_at("ss_worker_main", "worker", BgWorkerStart_PostmasterStart);
 }
 
 typedef struct SweepState

@@ -18,7 +18,6 @@
 #include "access/xlogdefs.h"
 #include "datatype/timestamp.h"
 #include "port/atomics.h"
-#include "postmaster/bgworker.h"
 #include "storage/lwlock.h"
 
 #include "bridge/repl_bridge.h"
@@ -98,8 +97,6 @@ typedef enum SsCommitMode
 extern int	ss_commit_mode;
 
 /* repl_shmem.c */
-extern void ss_register_bgworker_at(const char *function, const char *name,
-									BgWorkerStartTime start_time);
 extern void ss_repl_define_settings(void);
 extern void ss_repl_shmem_request(void);
 extern void ss_repl_shmem_startup(void);

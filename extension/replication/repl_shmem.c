@@ -30,26 +30,6 @@ static const struct config_enum_entry commit_mode_options[] = {
 	{NULL, 0, false}
 };
 
-/*
- * Registers a restartable worker of this library that starts at `start_time` (as
- * ss_register_bgworker does for BgWorkerStart_RecoveryFinished).
- */
-void
-ss_register_bgworker_at(const char *function, const char *name, BgWorkerStartTime start_time)
-{
-	BackgroundWorker worker;
-
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
-	worker.bgw_start_time = start_time;
-	worker.bgw_restart_time = 1;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "slipstream");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", function);
-	snprintf(worker.bgw_name, BGW_MAXLEN, "slipstream %s", name);
-	snprintf(worker.bgw_type, BGW_MAXLEN, "slipstream %s", name);
-	RegisterBackgroundWorker(&worker);
-}
-
 /* Defines slipstream.commit_mode (an enum, which the numeric settings tables cannot hold). */
 void
 ss_repl_define_settings(void)

@@ -105,16 +105,7 @@ read_wal(XLogRecPtr from, Size len, TimeLineID tli, char *out, char *error)
 static XLogRecPtr
 ship_slot_restart(void)
 {
-	ReplicationSlot *slot = SearchNamedReplicationSlot(SS_SHIP_SLOT, true);
-	XLogRecPtr	restart = InvalidXLogRecPtr;
-
-	if (slot != NULL)
-	{
-		SpinLockAcquire(&slot->mutex);
-		restart = slot->data.restart_lsn;
-		SpinLockRelease(&slot->mutex);
-	}
-	return restart;
+	return ss_named_slot_restart(SS_SHIP_SLOT);
 }
 
 /*
@@ -166,12 +157,7 @@ advance_ship_slot(XLogRecPtr oldest)
 {
 	if (oldest == InvalidXLogRecPtr || oldest <= MyReplicationSlot->data.restart_lsn)
 		return;
-	SpinLockAcquire(&MyReplicationSlot->mutex);
-	MyReplicationSlot->data.restart_lsn = oldest;
-	SpinLockRelease(&MyReplicationSlot->mutex);
-	ReplicationSlotMarkDirty();
-	ReplicationSlotSave();
-	ReplicationSlotsComputeRequiredLSN();
+	ss_set_slot_restart(oldest);
 }
 
 /* Records a backup's failure; it is lost once it failed for longer than backup_timeout. */
