@@ -166,6 +166,18 @@ uint64_t ss_backup_server_wal_end(SsBackupServer* server) {
   }
 }
 
+// The count is set before anything can throw, so a caller reads a defined value on failure.
+bool ss_backup_server_prune(SsBackupServer* server, uint64_t upto, uint64_t* removed_files,
+                            char* error) {
+  *removed_files = 0;
+  return Guard(error, [&] {
+    repl::PruneStats removed;
+    repl::Status s = server->server->Prune(upto, &removed);
+    *removed_files = removed.files;
+    return s;
+  });
+}
+
 bool ss_backup_connect(const char* address, const char* transport, const char* secret,
                        uint64_t system_id, uint64_t version, const char* primary,
                        SsBackupConn** conn, uint64_t* resume, char* error) {

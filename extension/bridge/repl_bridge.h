@@ -64,6 +64,14 @@ extern bool ss_backup_server_fence(SsBackupServer *server, const char *primary, 
 extern bool ss_backup_server_last_error(SsBackupServer *server, char *error);
 /* The end of the gap-free WAL written into pg_wal (0 when only images are kept). */
 extern uint64_t ss_backup_server_wal_end(SsBackupServer *server);
+/*
+ * Deletes the buffer images whose WAL all ends at or below `upto` and whose buffers no session
+ * holds open (a standby passes its oldest restart point: WAL it never needs again). A store
+ * that keeps images only (not in recovery) keeps its resume position as it was. *removed_files
+ * gets how many files went, also on failure (a damaged image is kept and reported).
+ */
+extern bool ss_backup_server_prune(SsBackupServer *server, uint64_t upto,
+								   uint64_t *removed_files, char *error);
 
 /* ---- primary side ---- */
 

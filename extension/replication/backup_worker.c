@@ -5,7 +5,8 @@
  * $PGDATA/slipstream_backup/<primary>/. On a backup that is a standby (in recovery) the WAL
  * they carry is also written into pg_wal (WalDirectoryStore), from which the startup process
  * replays it; the worker wakes the startup process when more has arrived. A node that is not in
- * recovery keeps the images only: a primary's WAL never goes into the pg_wal of a primary. It
+ * recovery keeps the images only: a primary's WAL never goes into the pg_wal of a primary. A
+ * standby's images are pruned every 30 s below its oldest restart point. It
  * publishes the buffers it holds for the slipstream.backup_buffers view and restarts the
  * server when the configuration changes or the node leaves recovery. SIGTERM stops it,
  * persisting every open buffer first.
@@ -23,6 +24,7 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
+#include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
 PGDLLEXPORT void ss_backup_worker_main(Datum arg);
@@ -102,6 +104,37 @@ publish_buffers(SsBackupServer *server)
 	LWLockRelease(ss_repl->lock);
 }
 
+/* How often a standby's buffer images are pruned. */
+#define SS_PRUNE_INTERVAL_MS 30000
+
+/*
+ * Deletes the buffer images that hold only WAL below this standby's oldest restart point: it
+ * never needs that WAL again (its pg_wal may have removed it already), and after a crash it
+ * resumes from its replay position, which is at or above that restart point, so the images
+ * the store redoes from are all kept. A failure is only a warning: serving goes on, and the
+ * next prune tries again.
+ */
+static void
+prune_images(SsBackupServer *server)
+{
+	XLogRecPtr	redo;
+	TimeLineID	tli;
+	uint64_t	removed = 0;
+	char		error[SS_REPL_ERROR_SIZE] = "";
+
+	GetOldestRestartPoint(&redo, &tli);
+	if (XLogRecPtrIsInvalid(redo))
+		return;
+	if (ss_backup_server_prune(server, redo, &removed, error))
+		ereport(DEBUG1, (errmsg("slipstream: pruned " UINT64_FORMAT " buffer images holding only "
+								"WAL below the restart point %X/%X",
+								(uint64) removed, LSN_FORMAT_ARGS(redo))));
+	else
+		ereport(WARNING, (errmsg("slipstream: cannot prune the buffer images below %X/%X "
+								 "(" UINT64_FORMAT " removed): %s",
+								 LSN_FORMAT_ARGS(redo), (uint64) removed, error)));
+}
+
 /* The backup worker's main loop. */
 void
 ss_backup_worker_main(Datum arg)
@@ -110,6 +143,7 @@ ss_backup_worker_main(Datum arg)
 	uint32		serving_generation = 0;
 	bool		standby = false;	/* the server writes into pg_wal */
 	XLogRecPtr	wal_end = InvalidXLogRecPtr;	/* of pg_wal, when the startup process was woken */
+	TimestampTz last_prune = GetCurrentTimestamp();
 
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -163,6 +197,13 @@ ss_backup_worker_main(Datum arg)
 			{
 				WakeupRecovery();
 				wal_end = end;
+			}
+			if (RecoveryInProgress() &&
+				TimestampDifferenceExceeds(last_prune, GetCurrentTimestamp(),
+										   SS_PRUNE_INTERVAL_MS))
+			{
+				prune_images(server);
+				last_prune = GetCurrentTimestamp();
 			}
 		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 100,

@@ -30,6 +30,8 @@ class BackupServer::Session {
   }
   // The open buffers, scanned now.
   void AppendStatus(std::vector<BufferStatus>* out);
+  // The segments of the open buffers.
+  void AppendOpen(std::vector<SegmentId>* out);
 
  private:
   // An open buffer remembers how far its scans got, so that each scan reads only the bytes
@@ -293,6 +295,14 @@ void BackupServer::Session::AppendStatus(std::vector<BufferStatus>* out) {
   }
 }
 
+// A buffer stays open (and its segment listed) while Shutdown persists it.
+void BackupServer::Session::AppendOpen(std::vector<SegmentId>* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Buffer& b : buffers_) {
+    if (b.open) out->push_back(b.segment);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 
 BackupServer::BackupServer(const BackupOptions& options, BackupStore* store)
@@ -393,6 +403,21 @@ std::vector<BufferStatus> BackupServer::Buffers() {
     if (!s->finished()) s->AppendStatus(&out);
   }
   return out;
+}
+
+// The open segments are listed under the server's lock, so no session is missed: a session
+// leaves sessions_ only once finished (its buffers persisted, none open), or in Stop, which is
+// why a prune after stopping_ is set does nothing. A buffer opened after the listing holds WAL
+// from the primary's resume position on, and the store keeps any file persisted while it prunes.
+Status BackupServer::Prune(uint64_t upto, PruneStats* removed) {
+  if (removed != nullptr) *removed = PruneStats{};
+  std::vector<SegmentId> open;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_.load()) return Status::OK();
+    for (auto& s : sessions_) s->AppendOpen(&open);
+  }
+  return store_->Prune(uint32_t(StreamId::kWal), upto, open, removed);
 }
 
 std::vector<std::string> BackupServer::Primaries() {

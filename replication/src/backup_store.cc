@@ -2,6 +2,7 @@
 #include "slipstream/replication/backup_store.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -80,13 +81,27 @@ std::vector<std::string> FileBackupStore::SegmentFiles(const std::string& primar
   return files;
 }
 
+// Names that are not primaries' (VERSION files, strays) are skipped, as a persist never makes them.
+std::vector<std::string> FileBackupStore::Primaries() const {
+  std::vector<std::string> primaries;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(directory_, ec)) {
+    std::string name = entry.path().filename().string();
+    if (entry.is_directory(ec) && IsValidName(name)) primaries.push_back(name);
+  }
+  std::sort(primaries.begin(), primaries.end());
+  return primaries;
+}
+
 // Scans every file (a file is the valid prefix of a buffer, so the scan reads it whole); a
 // damaged file is reported, and the records of the others are still listed.
 Status FileBackupStore::PersistedRecords(const std::string& primary, uint32_t stream,
                                          std::vector<std::string>* files,
-                                         std::vector<PersistedRecord>* records) const {
+                                         std::vector<PersistedRecord>* records,
+                                         std::vector<bool>* whole) const {
   *files = SegmentFiles(primary, stream);
   records->clear();
+  if (whole != nullptr) whole->assign(files->size(), false);
   Status first_error;
   for (uint32_t f = 0; f < files->size(); f++) {
     const std::string& path = (*files)[f];
@@ -108,6 +123,8 @@ Status FileBackupStore::PersistedRecords(const std::string& primary, uint32_t st
       if (first_error.ok()) first_error = Status::IOError(path + ": a segment of another stream");
       continue;
     }
+    // A persist writes exactly a valid prefix: bytes beyond it are damage or a stale tail.
+    if (whole != nullptr) (*whole)[f] = scan.valid_end == image.size();
     for (const engine::ScannedRecord& r : scan.records) {
       if (r.type != engine::LogRecordType::kWal) continue;
       uint32_t offset = uint32_t(r.payload.data() - image.data());
@@ -141,18 +158,37 @@ uint64_t FileBackupStore::ResumePosition(const std::string& primary, uint32_t st
   return end;
 }
 
-// Writes the new part at its offset, then fsyncs the file and, the first time, the directory.
+// A prune running meanwhile must see this write: the path is marked as being written, and as
+// touched once written, so that the prune keeps the file (see PruneFiles).
 Status FileBackupStore::Persist(const SegmentId& segment, const char* image, uint32_t from,
                                 uint32_t to, const std::vector<engine::ScannedRecord>& records,
                                 bool closed) {
   (void)records;
   (void)closed;
+  std::string path = SegmentPath(segment);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_[path]++;
+  }
+  Status s = WriteSegment(segment, path, image, from, to);
+  // Whatever happened, the files may have changed: a kept ResumePosition answer is stale.
+  std::lock_guard<std::mutex> lock(mu_);
+  StreamKey key(segment.primary, segment.stream);
+  persists_[key]++;
+  resume_.erase(key);
+  if (--writing_[path] == 0) writing_.erase(path);
+  if (pruning_) touched_.insert(path);
+  return s;
+}
+
+// Writes the new part at its offset, then fsyncs the file and, the first time, the directory.
+Status FileBackupStore::WriteSegment(const SegmentId& segment, const std::string& path,
+                                     const char* image, uint32_t from, uint32_t to) {
   std::string dir = directory_ + "/" + segment.primary;
   std::error_code ec;
   bool fresh = !std::filesystem::exists(dir, ec);
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::IOError("create " + dir + ": " + ec.message());
-  std::string path = SegmentPath(segment);
   bool existed = std::filesystem::exists(path, ec);
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return Errno("open " + path);
@@ -161,12 +197,108 @@ Status FileBackupStore::Persist(const SegmentId& segment, const char* image, uin
   close(fd);
   if (s.ok() && !existed) s = SyncDirectory(dir);
   if (s.ok() && fresh) s = SyncDirectory(directory_);
-  // Whatever happened, the files may have changed: a kept ResumePosition answer is stale.
-  std::lock_guard<std::mutex> lock(mu_);
-  StreamKey key(segment.primary, segment.stream);
-  persists_[key]++;
-  resume_.erase(key);
   return s;
+}
+
+Status FileBackupStore::Prune(uint32_t stream, uint64_t upto, const std::vector<SegmentId>& open,
+                              PruneStats* removed) {
+  return PruneFiles(stream, upto, open, /*keep_resume=*/true, removed);
+}
+
+// Scans without holding mu_ (persists go on meanwhile), then unlinks under it: a file being
+// written, or written since the scan began, is kept, since what the scan saw of it may be
+// stale; a file persisted only after its unlink is created afresh, which is safe because only
+// a buffer opened after `open` was taken can do that, and its first persist writes from 0.
+Status FileBackupStore::PruneFiles(uint32_t stream, uint64_t upto,
+                                   const std::vector<SegmentId>& open, bool keep_resume,
+                                   PruneStats* removed) {
+  PruneStats stats;
+  if (removed != nullptr) *removed = stats;
+  // Only WAL records are listed (PersistedRecords), so only the WAL has ends to prune by.
+  if (stream != uint32_t(StreamId::kWal)) return Status::OK();
+  std::lock_guard<std::mutex> one(prune_mu_);
+  std::set<std::string> open_paths;
+  for (const SegmentId& segment : open) {
+    if (segment.stream == stream) open_paths.insert(SegmentPath(segment));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pruning_ = true;
+    touched_.clear();
+  }
+  Status first_error;
+  std::vector<std::string> doomed;
+  std::vector<std::string> primaries = Primaries();
+  for (const std::string& primary : primaries) {
+    std::vector<std::string> files;
+    std::vector<PersistedRecord> records;
+    std::vector<bool> whole;
+    Status s = PersistedRecords(primary, stream, &files, &records, &whole);
+    if (!s.ok() && first_error.ok()) first_error = s;  // reported; the damaged file stays
+    std::vector<uint64_t> end(files.size(), 0);        // of each file's highest record
+    for (const PersistedRecord& r : records) {
+      end[r.file] = std::max(end[r.file], r.position + r.length);
+    }
+    // Which files go when those ending above `limit` stay.
+    auto choose = [&](uint64_t limit, bool strictly) {
+      std::vector<bool> gone(files.size(), false);
+      for (uint32_t f = 0; f < files.size(); f++) {
+        bool below = strictly ? end[f] < limit : end[f] <= limit;
+        gone[f] = whole[f] && below && open_paths.count(files[f]) == 0;
+      }
+      return gone;
+    };
+    // The end of the contiguous run of the records of the files that stay.
+    auto kept_end = [&](const std::vector<bool>& gone) {
+      std::vector<PersistedRecord> kept;
+      for (const PersistedRecord& r : records) {
+        if (!gone[r.file]) kept.push_back(r);
+      }
+      return ContiguousEnd(kept, 0);
+    };
+    std::vector<bool> gone = choose(upto, false);
+    if (keep_resume) {
+      // ResumePosition starts the run at the first record kept: with every record that ends at
+      // or below the resume position gone, it would start beyond a gap and hide it.
+      uint64_t resume = ContiguousEnd(records, 0);
+      if (kept_end(gone) != resume) gone = choose(std::min(upto, resume), true);
+      if (kept_end(gone) != resume) gone.assign(files.size(), false);
+    }
+    for (uint32_t f = 0; f < files.size(); f++) {
+      if (gone[f]) doomed.push_back(files[f]);
+    }
+  }
+  std::set<std::string> directories;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const std::string& path : doomed) {
+      if (writing_.count(path) != 0 || touched_.count(path) != 0) continue;
+      struct stat st;
+      uint64_t size = stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
+      if (unlink(path.c_str()) != 0) {
+        if (first_error.ok()) first_error = Errno("unlink " + path);
+        continue;
+      }
+      stats.files++;
+      stats.bytes += size;
+      directories.insert(std::filesystem::path(path).parent_path().string());
+    }
+    pruning_ = false;
+    touched_.clear();
+    // A ResumePosition scan that ran meanwhile may have read a file that is gone now.
+    for (const std::string& primary : primaries) {
+      StreamKey key(primary, stream);
+      persists_[key]++;
+      resume_.erase(key);
+    }
+  }
+  // Once per directory: an unlink lost to a crash only brings back a file pruned again later.
+  for (const std::string& dir : directories) {
+    Status s = SyncDirectory(dir);
+    if (!s.ok() && first_error.ok()) first_error = s;
+  }
+  if (removed != nullptr) *removed = stats;
+  return first_error;
 }
 
 Status FileBackupStore::LoadVersion(const std::string& primary, uint64_t* version) {

@@ -95,10 +95,7 @@ Status WalDirectoryStore::Open(const WalDirectoryOptions& options,
 Status WalDirectoryStore::Redo() {
   std::vector<std::string> files;
   std::vector<PersistedRecord> records;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(options_.image_directory, ec)) {
-    std::string primary = entry.path().filename().string();
-    if (!entry.is_directory(ec) || !IsValidName(primary)) continue;
+  for (const std::string& primary : images_.Primaries()) {
     std::vector<std::string> of_files;
     std::vector<PersistedRecord> of_records;
     (void)images_.PersistedRecords(primary, kWalStream, &of_files, &of_records);
@@ -170,6 +167,15 @@ Status WalDirectoryStore::SaveVersion(const std::string& primary, uint64_t versi
 uint64_t WalDirectoryStore::ResumePosition(const std::string& primary, uint32_t stream) {
   if (stream != kWalStream) return images_.ResumePosition(primary, stream);
   return WalEnd();
+}
+
+// Capped at the WAL end: an image holding WAL that pg_wal may not hold durably yet is what
+// Redo would need after a crash. The images' own contiguous end is not kept (keep_resume
+// false): the WAL's resume position is the WAL end, and an image whose WAL was refused as a gap
+// would otherwise pin every image above it forever.
+Status WalDirectoryStore::Prune(uint32_t stream, uint64_t upto, const std::vector<SegmentId>& open,
+                                PruneStats* removed) {
+  return images_.PruneFiles(stream, std::min(upto, WalEnd()), open, /*keep_resume=*/false, removed);
 }
 
 uint64_t WalDirectoryStore::WalEnd() {

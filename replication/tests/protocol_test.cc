@@ -1,7 +1,8 @@
 // The Tailwind protocol between a primary and backups, on the shm and tcp transports: open,
 // append, close and flush; buffer exhaustion and reuse; versions; fencing; a primary that
 // dies or tears its last write; a backup that dies under a shipper; the resume position a
-// backup gives in its hello, and a primary that resumes there after the backup restarted.
+// backup gives in its hello, a primary that resumes there after the backup restarted, and a
+// prune while a primary ships.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -477,6 +478,74 @@ TEST_P(Protocol, APrimaryResumesWithNoGapAfterTheBackupRestarts) {
   link.reset();
   server.reset();
   EXPECT_EQ(store->ResumePosition("p1", kWal), start + stream.size());
+}
+
+// A standby's server prunes while a primary ships: the closed buffers' images go, the open
+// one's stays (the server persists it from an offset later), and the primary goes on appending
+// and closing buffers with no error; the image left and those after it hold the WAL gap-free.
+TEST_P(Protocol, APruneSparesOpenBuffersAndThePrimaryGoesOn) {
+  constexpr uint64_t kSegment = 1ull << 20;
+  const uint64_t start = 2 * kSegment - 1000;
+  TempDir dir;
+  std::filesystem::create_directories(dir.path() + "/images");
+  std::filesystem::create_directories(dir.path() + "/pg_wal");
+  WalDirectoryOptions wo;
+  wo.image_directory = dir.path() + "/images";
+  wo.wal_directory = dir.path() + "/pg_wal";
+  wo.segment_size = kSegment;
+  wo.resume = start;
+  std::unique_ptr<WalDirectoryStore> store;
+  ASSERT_TRUE(WalDirectoryStore::Open(wo, &store).ok());
+  BackupOptions bo;
+  bo.transport = Transport(GetParam());
+  bo.buffer_size = kBufferSize;
+  BackupServer server(bo, store.get());
+  ASSERT_TRUE(server.Start().ok());
+  LinkOptions lo;
+  lo.address = server.address();
+  lo.transport = Transport(GetParam());
+  lo.primary = "p1";
+  std::unique_ptr<BackupLink> link;
+  ASSERT_TRUE(BackupLink::Connect(lo, &link).ok());
+  StreamShipper shipper(kWal, start, start, {link.get()});
+  std::mt19937_64 rng(8);
+  std::string stream;
+  auto ship = [&](size_t n) {
+    std::string chunk = RandomBytes(rng, n);
+    for (size_t at = 0; at < n; at += 3000) {
+      size_t k = std::min<size_t>(3000, n - at);
+      ASSERT_TRUE(shipper.Append(start + stream.size(), chunk.substr(at, k)).ok());
+      stream.append(chunk, at, k);
+    }
+    uint64_t durable = 0;
+    ASSERT_TRUE(shipper.Flush(1, 5000, &durable).ok());
+    ASSERT_EQ(durable, start + stream.size());
+    ASSERT_TRUE(Eventually([&] { return store->WalEnd() == start + stream.size(); }));
+  };
+  ship(3 * kBufferSize + kBufferSize / 2);  // three buffers closed, one open
+  FileBackupStore view(dir.path() + "/images");
+  std::vector<BufferStatus> open = server.Buffers();
+  ASSERT_EQ(open.size(), 1u);
+  ASSERT_EQ(view.SegmentFiles("p1", kWal).size(), 4u);
+
+  PruneStats removed;
+  Status s = server.Prune(store->WalEnd(), &removed);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(removed.files, 3u);
+  std::vector<std::string> left = view.SegmentFiles("p1", kWal);
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0], view.SegmentPath(SegmentId{"p1", kWal, open[0].sequence, open[0].start}));
+
+  ship(2 * kBufferSize);  // the open buffer fills and closes, and more follow
+  EXPECT_TRUE(server.Errors().empty()) << server.Errors()[0];
+  EXPECT_EQ(ReadWal(wo.wal_directory, kSegment, start, stream.size()), stream);
+  std::vector<std::string> files;
+  std::vector<PersistedRecord> records;
+  s = view.PersistedRecords("p1", kWal, &files, &records);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_FALSE(records.empty());
+  EXPECT_EQ(records.front().position, open[0].start);
+  EXPECT_EQ(ContiguousEnd(records, 0), start + stream.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Protocol, ::testing::Values("shm", "tcp"),

@@ -1,8 +1,9 @@
 // WalDirectoryStore and the WAL files it writes, on real files in a temporary directory: WAL
 // file names, bytes at their WAL positions across a segment boundary, the resume position, a
 // gap refused, an overlap written again harmlessly, the redo from kept images after a crash,
-// the WAL end waiting for the fsync of pg_wal and the crash cases of that order, and
-// FileBackupStore's resume position over overlapping and gapped segments.
+// the WAL end waiting for the fsync of pg_wal and the crash cases of that order,
+// FileBackupStore's resume position over overlapping and gapped segments, and pruning (what
+// goes, what stays, and that no answer changes).
 #include "slipstream/replication/wal_directory_store.h"
 
 #include <gtest/gtest.h>
@@ -489,6 +490,128 @@ TEST(FileBackupStore, ResumePositionIsTheEndOfTheContiguousRecords) {
   std::vector<PersistedRecord> records;
   EXPECT_TRUE(store.PersistedRecords("p1", kWal, &files, &records).ok());
   EXPECT_EQ(records.size(), 3u);
+}
+
+// The names of the files a store keeps of a primary's WAL, without their directory.
+std::vector<std::string> FileNames(const FileBackupStore& store, const std::string& primary) {
+  std::vector<std::string> names;
+  for (const std::string& f : store.SegmentFiles(primary, kWal)) {
+    names.push_back(std::filesystem::path(f).filename().string());
+  }
+  return names;
+}
+
+// Closed images wholly at or below `upto` go; one straddling it, an open one (even below it),
+// one beyond the WAL end (its WAL refused as a gap), a damaged one and an empty one stay.
+TEST(WalDirectoryStore, PruneRemovesClosedImagesWhollyBelowUpto) {
+  Dirs d;
+  uint64_t s = 8 * kSegment - 1500;
+  auto store = OpenStore(d, s);
+  FileBackupStore view(d.images());
+  std::string stream = Random(4000, 30);
+  Image a(1), b(2), c(3), open(4), far(5);
+  uint32_t a_to = a.Append(s, stream.substr(0, 1000));
+  uint32_t b_to = b.Append(s + 1000, stream.substr(1000, 1000));
+  uint32_t c_to = c.Append(s + 2000, stream.substr(2000, 1000));
+  uint32_t open_to = open.Append(s + 3000, stream.substr(3000));
+  uint32_t far_to = far.Append(s + 9000, Random(100, 31));
+  SegmentId open_id{"p1", kWal, 4, s + 3000};
+  ASSERT_TRUE(Persist(store.get(), SegmentId{"p1", kWal, 1, s}, a.data(), 0, a_to, true).ok());
+  ASSERT_TRUE(
+      Persist(store.get(), SegmentId{"p1", kWal, 2, s + 1000}, b.data(), 0, b_to, true).ok());
+  ASSERT_TRUE(
+      Persist(store.get(), SegmentId{"p1", kWal, 3, s + 2000}, c.data(), 0, c_to, true).ok());
+  ASSERT_TRUE(Persist(store.get(), open_id, open.data(), 0, open_to, false).ok());
+  EXPECT_FALSE(
+      Persist(store.get(), SegmentId{"p1", kWal, 5, s + 9000}, far.data(), 0, far_to, true).ok())
+      << "a gap";
+  ASSERT_EQ(store->WalEnd(), s + 4000);
+  std::ofstream(d.images() + "/p1/wal-00000000000000f0").close();  // created, never written
+  std::ofstream(d.images() + "/p1/wal-00000000000000f1") << std::string(200, 'x');  // damaged
+
+  PruneStats removed;
+  Status st = store->Prune(kWal, s + 1500, {open_id}, &removed);
+  EXPECT_FALSE(st.ok()) << "the damaged file is reported";
+  EXPECT_EQ(removed.files, 1u);
+  EXPECT_EQ(removed.bytes, a_to);
+  EXPECT_EQ(FileNames(view, "p1"),
+            (std::vector<std::string>{"wal-0000000000000002", "wal-0000000000000003",
+                                      "wal-0000000000000004", "wal-0000000000000005",
+                                      "wal-00000000000000f0", "wal-00000000000000f1"}));
+  // Beyond every record: capped at the WAL end, and the open buffer stays even so.
+  (void)store->Prune(kWal, ~0ull, {open_id}, &removed);
+  EXPECT_EQ(removed.files, 2u);
+  EXPECT_EQ(FileNames(view, "p1"),
+            (std::vector<std::string>{"wal-0000000000000004", "wal-0000000000000005",
+                                      "wal-00000000000000f0", "wal-00000000000000f1"}));
+  // Closed, the open buffer's image goes too; nothing of other streams is pruned.
+  EXPECT_TRUE(store->Prune(uint32_t(StreamId::kEngineL0), ~0ull, {}, &removed).ok());
+  EXPECT_EQ(removed.files, 0u);
+  (void)store->Prune(kWal, s + 4000, {}, &removed);
+  EXPECT_EQ(removed.files, 1u);
+  EXPECT_EQ(store->WalEnd(), s + 4000);
+  EXPECT_EQ(ReadWal(d.wal(), 1, s, 4000), stream);
+}
+
+// Pruning below the resume position changes neither the WAL end nor what a reopen after a
+// crash redoes from the images.
+TEST(WalDirectoryStore, PruningBelowTheResumePositionChangesNoAnswer) {
+  Dirs d;
+  uint64_t s = 5 * kSegment - 2000;
+  std::string stream = Random(6000, 40);
+  FileBackupStore images(d.images());
+  Image one(1), two(2), three(3);
+  uint32_t one_to = one.Append(s, stream.substr(0, 3000));
+  uint32_t two_to = two.Append(s + 3000, stream.substr(3000, 2000));
+  uint32_t three_to = three.Append(s + 5000, stream.substr(5000));
+  SegmentId three_id{"p1", kWal, 3, s + 5000};
+  ASSERT_TRUE(Persist(&images, SegmentId{"p1", kWal, 1, s}, one.data(), 0, one_to, true).ok());
+  ASSERT_TRUE(
+      Persist(&images, SegmentId{"p1", kWal, 2, s + 3000}, two.data(), 0, two_to, true).ok());
+  ASSERT_TRUE(Persist(&images, three_id, three.data(), 0, three_to, false).ok());
+  // The standby's own WAL (its replay position, and a restart point below it).
+  const uint64_t replay = s + 3500, restart = s + 3000;
+  {
+    WalFileWriter own(d.wal(), 1, kSegment);
+    ASSERT_TRUE(own.Write(s, stream.substr(0, 3500)).ok());
+    ASSERT_TRUE(own.Sync().ok());
+  }
+  auto store = OpenStore(d, replay);
+  ASSERT_EQ(store->ResumePosition("p1", kWal), s + 6000);
+  PruneStats removed;
+  ASSERT_TRUE(store->Prune(kWal, restart, {three_id}, &removed).ok());
+  EXPECT_EQ(removed.files, 1u) << "one, wholly below the restart point";
+  EXPECT_EQ(store->ResumePosition("p1", kWal), s + 6000);
+  // A crash loses what pg_wal held beyond the replay position; the reopen redoes it.
+  store.reset();
+  OverwriteWal(d.wal(), replay, 2500);
+  store = OpenStore(d, replay);
+  EXPECT_EQ(store->ResumePosition("p1", kWal), s + 6000);
+  EXPECT_EQ(ReadWal(d.wal(), 1, s, 6000), stream);
+}
+
+// A store that keeps images only answers the same resume position after a prune: the file
+// holding its last contiguous byte stays, so the run does not start beyond the gap.
+TEST(FileBackupStore, PruningKeepsTheResumePosition) {
+  Dirs d;
+  FileBackupStore store(d.images());
+  Image a(1000), b(2000), c(5000);
+  uint32_t a_to = a.Append(1000, Random(1000, 50));  // 1000..2000
+  uint32_t b_to = b.Append(2000, Random(1000, 51));  // 2000..3000
+  uint32_t c_to = c.Append(5000, Random(10, 52));    // beyond a gap
+  ASSERT_TRUE(Persist(&store, SegmentId{"p1", kWal, 1000, 1000}, a.data(), 0, a_to, true).ok());
+  ASSERT_TRUE(Persist(&store, SegmentId{"p1", kWal, 2000, 2000}, b.data(), 0, b_to, true).ok());
+  ASSERT_TRUE(Persist(&store, SegmentId{"p1", kWal, 5000, 5000}, c.data(), 0, c_to, true).ok());
+  ASSERT_EQ(store.ResumePosition("p1", kWal), 3000u);
+  PruneStats removed;
+  ASSERT_TRUE(store.Prune(kWal, 10000, {}, &removed).ok());
+  EXPECT_EQ(removed.files, 1u);
+  EXPECT_EQ(store.ResumePosition("p1", kWal), 3000u);
+  EXPECT_EQ(FileNames(store, "p1"),
+            (std::vector<std::string>{"wal-00000000000007d0", "wal-0000000000001388"}));
+  // A fresh store (no cached answer) reads the same from the files left.
+  FileBackupStore again(d.images());
+  EXPECT_EQ(again.ResumePosition("p1", kWal), 3000u);
 }
 
 }  // namespace

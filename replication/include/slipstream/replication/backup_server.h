@@ -71,6 +71,12 @@ class BackupServer {
   // was appended since the last).
   std::vector<BufferStatus> Buffers();
 
+  // Prunes the WAL the store keeps at or below `upto` (BackupStore::Prune), sparing the
+  // segments of every buffer a session holds open. The host vouches that the WAL below `upto`
+  // is never needed again (a standby: its oldest restart point). Nothing is pruned once Stop
+  // has begun. *removed (may be null) gets what went.
+  Status Prune(uint64_t upto, PruneStats* removed = nullptr);
+
   // Primaries connected now.
   std::vector<std::string> Primaries();
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +25,12 @@ struct SegmentId {
   uint32_t stream = 0;
   uint64_t sequence = 0;
   uint64_t start = 0;  // stream position of the segment's first record (WAL: an LSN)
+};
+
+// What a prune removed.
+struct PruneStats {
+  uint64_t files = 0;
+  uint64_t bytes = 0;
 };
 
 class BackupStore {
@@ -52,6 +59,20 @@ class BackupStore {
   // The stream position where the durably persisted, gap-free copy of a primary's stream ends
   // (0: the store holds none of it). A reconnecting primary ships from there.
   virtual uint64_t ResumePosition(const std::string& primary, uint32_t stream) = 0;
+
+  // Deletes what the store keeps of `stream` that is no longer needed: segments, of every
+  // primary, whose records all end at or below `upto` and that are not in `open` (the server
+  // still appends to an open buffer and persists it from an offset, so its file must stay).
+  // The caller vouches that no one needs the stream below `upto` again (a standby: its oldest
+  // restart point). *removed (may be null) gets what went. The default keeps everything.
+  virtual Status Prune(uint32_t stream, uint64_t upto, const std::vector<SegmentId>& open,
+                       PruneStats* removed) {
+    (void)stream;
+    (void)upto;
+    (void)open;
+    if (removed != nullptr) *removed = PruneStats{};
+    return Status::OK();
+  }
 };
 
 // Where one valid record of a persisted segment lies: its stream position and length, the
@@ -82,27 +103,54 @@ class FileBackupStore : public BackupStore {
   // The end of the contiguous records of the persisted segments: every file is scanned, once
   // after each persist to the stream (the answer is kept until then).
   uint64_t ResumePosition(const std::string& primary, uint32_t stream) override;
+  // PruneFiles with keep_resume: what ResumePosition answers stays what it was.
+  Status Prune(uint32_t stream, uint64_t upto, const std::vector<SegmentId>& open,
+               PruneStats* removed) override;
+
+  // Unlinks the segment files of `stream` (WAL only; other streams keep theirs) of every
+  // primary whose records all end at or below `upto` and that are not open; fsyncs each
+  // directory it removed from. A file that is not wholly a valid prefix (no header, damage, a
+  // stale tail) is kept, a file persisted while the prune ran is kept, and the errors
+  // PersistedRecords reports are returned after the others were pruned. `keep_resume`: for a
+  // primary whose files would then give another ResumePosition (its first kept record beyond
+  // a gap), `upto` is lowered to below the end of its contiguous records, or nothing of it is
+  // removed.
+  Status PruneFiles(uint32_t stream, uint64_t upto, const std::vector<SegmentId>& open,
+                    bool keep_resume, PruneStats* removed);
 
   // The path of a segment's file.
   std::string SegmentPath(const SegmentId& segment) const;
   // Every segment file of a primary's stream, by sequence.
   std::vector<std::string> SegmentFiles(const std::string& primary, uint32_t stream) const;
+  // The primaries with a directory here.
+  std::vector<std::string> Primaries() const;
   // The valid records of every persisted segment of a primary's stream, ordered by position
   // (overlaps, from a primary that shipped a range again, included); `files` gets
-  // SegmentFiles(). A file without a valid header of the stream's kind is an error.
+  // SegmentFiles(). A file without a valid header of the stream's kind is an error. `whole`
+  // (may be null) gets, per file, whether it was read and is a valid prefix to its last byte.
   Status PersistedRecords(const std::string& primary, uint32_t stream,
-                          std::vector<std::string>* files,
-                          std::vector<PersistedRecord>* records) const;
+                          std::vector<std::string>* files, std::vector<PersistedRecord>* records,
+                          std::vector<bool>* whole = nullptr) const;
 
  private:
   using StreamKey = std::pair<std::string, uint32_t>;  // primary, stream
 
+  // Persist's file work: writes image[from, to) into `path` and fsyncs what it must.
+  Status WriteSegment(const SegmentId& segment, const std::string& path, const char* image,
+                      uint32_t from, uint32_t to);
+
   std::string directory_;
-  std::mutex mu_;  // resume_, persists_
+  std::mutex mu_;  // resume_, persists_, writing_, pruning_, touched_
   // ResumePosition's answer per stream, and the persists to the stream counted so far: an
   // answer is kept only if no persist happened while its scan ran.
   std::map<StreamKey, uint64_t> resume_;
   std::map<StreamKey, uint64_t> persists_;
+  // A prune must not unlink a file a persist is writing, nor one whose scan a persist made
+  // stale: the paths being persisted now, and those persisted since the running prune began.
+  std::map<std::string, uint32_t> writing_;
+  bool pruning_ = false;
+  std::set<std::string> touched_;
+  std::mutex prune_mu_;  // one prune at a time
 };
 
 }  // namespace slipstream::replication

@@ -68,6 +68,20 @@ class WalDirectoryStore : public BackupStore {
   // WAL: the end of the gap-free WAL in pg_wal (never below the resume position it was opened
   // with), whichever primary asks; other streams: the end of their kept images.
   uint64_t ResumePosition(const std::string& primary, uint32_t stream) override;
+  // Deletes the closed images (of every primary) whose WAL all ends at or below
+  // min(upto, WalEnd()). `upto` must be WAL this standby never needs again from the images: its
+  // oldest restart point. Why that keeps what the images are for: after a crash the store is
+  // opened with `resume` = the standby's replay position, at or above its restart point (so at
+  // or above every `upto` a prune was given: the restart point only moves up), and Redo reads
+  // only records that end beyond `resume` (WriteContiguousRecords skips the others) plus, in
+  // SameHistory, the record holding the byte just below it, which ends at or above `resume`
+  // and so is pruned only if it ends exactly at `upto` = `resume` (then a record starting at
+  // `resume` is redone unchecked, as when no image held that byte; a standby's replay
+  // position, once consistent, is beyond its restart point's redo position, so that does not
+  // happen in the extension). ResumePosition of the WAL is the WAL end and does not look at
+  // images.
+  Status Prune(uint32_t stream, uint64_t upto, const std::vector<SegmentId>& open,
+               PruneStats* removed) override;
 
   // The end of the gap-free WAL in pg_wal, fsynced.
   uint64_t WalEnd();
