@@ -235,11 +235,19 @@ bool ss_backup_poll(SsBackupConn* conn, int timeout_ms, uint64_t* placed, uint64
   });
 }
 
-bool ss_backup_flush(SsBackupConn* conn, int timeout_ms, uint64_t* durable, char* error) {
+bool ss_backup_flush_start(SsBackupConn* conn, int timeout_ms, char* error) {
   return Guard(error, [&] {
     repl::StreamShipper* shipper;
     repl::Status s = Shipper(conn, &shipper);
-    return s.ok() ? shipper->Flush(1, timeout_ms, durable) : s;
+    return s.ok() ? shipper->StartFlush(timeout_ms) : s;
+  });
+}
+
+bool ss_backup_flush_finish(SsBackupConn* conn, uint64_t* durable, char* error) {
+  return Guard(error, [&] {
+    repl::StreamShipper* shipper;
+    repl::Status s = Shipper(conn, &shipper);
+    return s.ok() ? shipper->FinishFlush(1, durable) : s;
   });
 }
 

@@ -95,8 +95,13 @@ extern bool ss_backup_append(SsBackupConn *conn, uint64_t lsn, const char *data,
  */
 extern bool ss_backup_poll(SsBackupConn *conn, int timeout_ms, uint64_t *placed,
 						   uint64_t *durable, char *error);
-/* Makes everything shipped durable on the backup; *durable gets the durable position. */
-extern bool ss_backup_flush(SsBackupConn *conn, int timeout_ms, uint64_t *durable, char *error);
+/*
+ * Makes everything shipped durable on the backup, in two halves so that several backups flush
+ * at once: start waits for the placement and sends the request; finish reads the answer and
+ * sets *durable to the durable position. Nothing else may be called on conn in between.
+ */
+extern bool ss_backup_flush_start(SsBackupConn *conn, int timeout_ms, char *error);
+extern bool ss_backup_flush_finish(SsBackupConn *conn, uint64_t *durable, char *error);
 /* The position after the last shipped byte (0 before ss_backup_start). */
 extern uint64_t ss_backup_sent(SsBackupConn *conn);
 extern void ss_backup_disconnect(SsBackupConn *conn);

@@ -46,6 +46,10 @@ typedef struct ShipLink
 	SsBackupConn *conn;
 	uint32		generation;
 	TimestampTz next_attempt;
+	/* This round's progress, between collect_from and finish_collect. */
+	uint64		placed;
+	uint64		durable;
+	bool		flushing;		/* its FLUSH was sent, the answer is not read yet */
 } ShipLink;
 
 static ShipLink links[SS_MAX_BACKUPS];
@@ -353,45 +357,64 @@ ship_to(int i, XLogRecPtr flush, TimeLineID tli)
 }
 
 /*
- * Collects a backup's progress: its placements (waiting a little for them while commits
- * wait, since every backup was appended to first, their round trips overlap) and, when a
- * remote_flush commit waits, its durable position.
+ * Collects a backup's placements (waiting a little for them while commits wait: every backup
+ * was appended to first, so their round trips overlap) and, when a remote_flush commit waits,
+ * sends it a FLUSH whose answer finish_collect reads, after every backup got its own.
  */
 static void
 collect_from(int i, bool want_flush, bool waiters)
 {
 	char		error[SS_REPL_ERROR_SIZE];
-	SsBackupConn *conn = links[i].conn;
-	uint64		placed = 0;
-	uint64		durable = 0;
+	ShipLink   *link = &links[i];
 
+	link->flushing = false;
 	for (int spins = 0;; spins++)
 	{
-		if (!ss_backup_poll(conn, spins == 0 ? 0 : 1, &placed, &durable, error))
+		if (!ss_backup_poll(link->conn, spins == 0 ? 0 : 1, &link->placed, &link->durable,
+							error))
 		{
 			link_failed(i, error);
 			return;
 		}
-		if (placed >= ss_backup_sent(conn) || !waiters || spins >= 5)
+		if (link->placed >= ss_backup_sent(link->conn) || !waiters || spins >= 5)
 			break;
 	}
 	if (want_flush)
 	{
-		uint64		flushed = 0;
-
-		if (!ss_backup_flush(conn, ss_backup_timeout_ms, &flushed, error))
+		if (!ss_backup_flush_start(link->conn, ss_backup_timeout_ms, error))
 		{
 			link_failed(i, error);
 			return;
 		}
-		durable = Max(durable, flushed);
+		link->flushing = true;
+	}
+}
+
+/* Reads the answer to a FLUSH collect_from sent, then publishes the backup's progress. */
+static void
+finish_collect(int i)
+{
+	char		error[SS_REPL_ERROR_SIZE];
+	ShipLink   *link = &links[i];
+
+	if (link->flushing)
+	{
+		uint64		flushed = 0;
+
+		link->flushing = false;
+		if (!ss_backup_flush_finish(link->conn, &flushed, error))
+		{
+			link_failed(i, error);
+			return;
+		}
+		link->durable = Max(link->durable, flushed);
 	}
 	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
-	ss_repl->backups[i].sent_lsn = ss_backup_sent(conn);
-	if (placed > ss_repl->backups[i].placed_lsn)
-		ss_repl->backups[i].placed_lsn = placed;
-	if (durable > ss_repl->backups[i].durable_lsn)
-		ss_repl->backups[i].durable_lsn = durable;
+	ss_repl->backups[i].sent_lsn = ss_backup_sent(link->conn);
+	if (link->placed > ss_repl->backups[i].placed_lsn)
+		ss_repl->backups[i].placed_lsn = link->placed;
+	if (link->durable > ss_repl->backups[i].durable_lsn)
+		ss_repl->backups[i].durable_lsn = link->durable;
 	ss_repl->backups[i].last_ok = GetCurrentTimestamp();
 	LWLockRelease(ss_repl->lock);
 }
@@ -515,6 +538,12 @@ ss_shipper_main(Datum arg)
 		{
 			if (links[i].conn != NULL)
 				collect_from(i, want_flush, waiters);
+		}
+		/* Every backup that flushes got its FLUSH: now the answers, whose fsyncs overlap. */
+		for (int i = 0; i < SS_MAX_BACKUPS; i++)
+		{
+			if (links[i].conn != NULL)
+				finish_collect(i);
 			/*
 			 * A backup resumes at worst where its WAL is known durable. One that has not
 			 * connected since this primary started may need anything the slot still keeps.

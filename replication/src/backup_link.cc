@@ -56,10 +56,21 @@ Status BackupLink::Connect(const LinkOptions& options, std::unique_ptr<BackupLin
 }
 
 Status BackupLink::Call(const Message& request, Message* reply) {
+  Status s = SendRequest(request);
+  return s.ok() ? ReceiveReply(reply) : s;
+}
+
+Status BackupLink::SendRequest(const Message& request) {
   if (!failed_.ok()) return failed_;
-  auto other = [this](const rdma::Completion& c) { OnCompletion(c); };
-  Status s = port_->Send(request, other);
-  if (s.ok()) s = port_->Receive(options_.rpc_timeout_ms, reply, other);
+  Status s = port_->Send(request, [this](const rdma::Completion& c) { OnCompletion(c); });
+  if (!s.ok()) failed_ = s;
+  return s;
+}
+
+Status BackupLink::ReceiveReply(Message* reply) {
+  if (!failed_.ok()) return failed_;
+  Status s = port_->Receive(options_.rpc_timeout_ms, reply,
+                            [this](const rdma::Completion& c) { OnCompletion(c); });
   if (!s.ok()) {
     failed_ = s;
     return s;
@@ -174,8 +185,17 @@ Status BackupLink::Close(uint32_t buffer, uint32_t length) {
 }
 
 Status BackupLink::Flush(uint32_t buffer, uint32_t length, uint32_t* durable) {
+  Status s = StartFlush(buffer, length);
+  return s.ok() ? FinishFlush(buffer, durable) : s;
+}
+
+Status BackupLink::StartFlush(uint32_t buffer, uint32_t length) {
+  return SendRequest(replication::Flush{buffer, length});
+}
+
+Status BackupLink::FinishFlush(uint32_t buffer, uint32_t* durable) {
   Message reply;
-  Status s = Call(replication::Flush{buffer, length}, &reply);
+  Status s = ReceiveReply(&reply);
   if (!s.ok()) return s;
   const auto* ok = std::get_if<FlushOk>(&reply);
   if (ok == nullptr || ok->buffer != buffer) {

@@ -197,12 +197,32 @@ Status StreamShipper::WaitPlaced(uint64_t position, int count, int timeout_ms) {
 }
 
 Status StreamShipper::Flush(int count, int timeout_ms, uint64_t* durable) {
+  Status s = StartFlush(timeout_ms);
+  return s.ok() ? FinishFlush(count, durable) : s;
+}
+
+Status StreamShipper::StartFlush(int timeout_ms) {
   Status s = WaitPlaced(end_, live(), timeout_ms);
   if (!s.ok() && s.code() != Status::Code::kTimeout) return s;
   for (Target& t : targets_) {
     if (!t.failed.ok() || !t.has_buffer) continue;
+    Status f = t.link->StartFlush(t.buffer, t.link->placed(t.buffer));
+    if (!f.ok()) {
+      Drop(&t, f);
+      continue;
+    }
+    t.flushing = true;
+  }
+  return Status::OK();
+}
+
+Status StreamShipper::FinishFlush(int count, uint64_t* durable) {
+  for (Target& t : targets_) {
+    if (!t.flushing) continue;
+    t.flushing = false;
+    if (!t.failed.ok()) continue;
     uint32_t done = 0;
-    Status f = t.link->Flush(t.buffer, t.link->placed(t.buffer), &done);
+    Status f = t.link->FinishFlush(t.buffer, &done);
     if (!f.ok()) {
       Drop(&t, f);
       continue;

@@ -62,6 +62,10 @@ class BackupLink {
 
   // Asks the backup to make the buffer durable up to at least `length`; returns how far it is.
   Status Flush(uint32_t buffer, uint32_t length, uint32_t* durable);
+  // Flush in two halves, so that several backups flush at once: the request goes out, then
+  // FinishFlush waits for its answer. Nothing else may be called on the link in between.
+  Status StartFlush(uint32_t buffer, uint32_t length);
+  Status FinishFlush(uint32_t buffer, uint32_t* durable);
 
   // The error that ended the link, or OK.
   Status state() const;
@@ -80,6 +84,9 @@ class BackupLink {
   explicit BackupLink(const LinkOptions& options);
   // Sends a request and waits for its reply (an Error reply becomes a status).
   Status Call(const Message& request, Message* reply);
+  // Call's halves; a failure ends the link.
+  Status SendRequest(const Message& request);
+  Status ReceiveReply(Message* reply);
   void OnCompletion(const rdma::Completion& c);
 
   LinkOptions options_;

@@ -47,6 +47,11 @@ class StreamShipper {
   // Makes everything appended durable on every live backup, and returns the position durable
   // on at least `count` of them.
   Status Flush(int count, int timeout_ms, uint64_t* durable);
+  // Flush in two halves: StartFlush waits for the placement and sends every live backup its
+  // FLUSH; FinishFlush collects the answers. Between them the caller may start the flushes of
+  // other shippers, so that backups served by different shippers flush at once.
+  Status StartFlush(int timeout_ms);
+  Status FinishFlush(int count, uint64_t* durable);
 
   // Backups still receiving.
   int live() const;
@@ -59,8 +64,9 @@ class StreamShipper {
     uint32_t buffer = 0;
     bool has_buffer = false;
     Status failed;
-    uint64_t placed = 0;   // stream position placed (in closed buffers and the open one)
-    uint64_t durable = 0;  // stream position durable
+    uint64_t placed = 0;    // stream position placed (in closed buffers and the open one)
+    uint64_t durable = 0;   // stream position durable
+    bool flushing = false;  // a FLUSH was sent and its answer is not read yet
   };
   // Where an append ends in the buffer, and the stream position it completes.
   struct Mark {
