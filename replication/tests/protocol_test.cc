@@ -94,14 +94,21 @@ struct Backup {
   std::unique_ptr<BackupServer> server;
 };
 
-LinkOptions Link(const Backup& b, const std::string& backend, uint64_t version = 1,
-                 const std::string& primary = "p1") {
+// Options for primary `primary` to connect to `server` over `backend`.
+LinkOptions LinkTo(const BackupServer& server, const std::string& backend, uint64_t version = 1,
+                   const std::string& primary = "p1") {
   LinkOptions o;
-  o.address = b.server->address();
+  o.address = server.address();
   o.transport = Transport(backend);
   o.version = version;
   o.primary = primary;
   return o;
+}
+
+// The same for the server of `b`.
+LinkOptions Link(const Backup& b, const std::string& backend, uint64_t version = 1,
+                 const std::string& primary = "p1") {
+  return LinkTo(*b.server, backend, version, primary);
 }
 
 std::string RandomBytes(std::mt19937_64& rng, size_t n) {
@@ -341,10 +348,7 @@ TEST_P(Protocol, OpenBuffersArePersistedPeriodically) {
   o.persist_interval_ms = 20;
   BackupServer server(o, &store);
   ASSERT_TRUE(server.Start().ok());
-  LinkOptions lo;
-  lo.address = server.address();
-  lo.transport = Transport(GetParam());
-  lo.primary = "p1";
+  LinkOptions lo = LinkTo(server, GetParam());
   std::unique_ptr<BackupLink> link;
   ASSERT_TRUE(BackupLink::Connect(lo, &link).ok());
   StreamShipper shipper(kWal, 500, 500, {link.get()});
@@ -405,10 +409,7 @@ TEST_P(Protocol, APrimaryResumesWithNoGapAfterTheBackupRestarts) {
   open_store(before, &store);
   auto server = std::make_unique<BackupServer>(bo, store.get());
   ASSERT_TRUE(server->Start().ok());
-  LinkOptions lo;
-  lo.address = server->address();
-  lo.transport = Transport(GetParam());
-  lo.primary = "p1";
+  LinkOptions lo = LinkTo(*server, GetParam());
   std::unique_ptr<BackupLink> link;
   ASSERT_TRUE(BackupLink::Connect(lo, &link).ok());
   ASSERT_EQ(link->resume(), start);
@@ -501,10 +502,7 @@ TEST_P(Protocol, APruneSparesOpenBuffersAndThePrimaryGoesOn) {
   bo.buffer_size = kBufferSize;
   BackupServer server(bo, store.get());
   ASSERT_TRUE(server.Start().ok());
-  LinkOptions lo;
-  lo.address = server.address();
-  lo.transport = Transport(GetParam());
-  lo.primary = "p1";
+  LinkOptions lo = LinkTo(server, GetParam());
   std::unique_ptr<BackupLink> link;
   ASSERT_TRUE(BackupLink::Connect(lo, &link).ok());
   StreamShipper shipper(kWal, start, start, {link.get()});
