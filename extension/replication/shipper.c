@@ -76,32 +76,58 @@ primary_name(void)
 		cluster_name : "primary";
 }
 
-/* Reads WAL [from, from + len) of timeline `tli` from pg_wal (len stays inside one segment). */
+/* The WAL segment file read last, kept open between rounds (-1: none). */
+static int	wal_fd = -1;
+static XLogSegNo wal_fd_segno = 0;
+static TimeLineID wal_fd_tli = 0;
+
+/* The last range read_wal read into the WAL buffer, reused when every backup asks for it. */
+static XLogRecPtr wal_buffer_from = InvalidXLogRecPtr;
+static Size wal_buffer_len = 0;
+
+/*
+ * Reads WAL [from, from + len) of timeline `tli` from pg_wal (len stays inside one segment)
+ * into the WAL buffer. Backups that are level ask for the same range in a round: it is read
+ * once, and the segment file stays open from round to round (the slot keeps it from being
+ * recycled while a backup may still need it).
+ */
 static bool
-read_wal(XLogRecPtr from, Size len, TimeLineID tli, char *out, char *error)
+read_wal(XLogRecPtr from, Size len, TimeLineID tli, char *error)
 {
 	XLogSegNo	segno;
 	char		name[MAXFNAMELEN];
-	char		path[MAXPGPATH];
-	int			fd;
 	ssize_t		n;
 
+	if (from == wal_buffer_from && len <= wal_buffer_len && tli == wal_fd_tli)
+		return true;
 	XLByteToSeg(from, segno, wal_segment_size);
 	XLogFileName(name, tli, segno, wal_segment_size);
-	snprintf(path, sizeof(path), XLOGDIR "/%s", name);
-	fd = OpenTransientFile(path, O_RDONLY | PG_BINARY);
-	if (fd < 0)
+	if (wal_fd < 0 || segno != wal_fd_segno || tli != wal_fd_tli)
 	{
-		snprintf(error, SS_REPL_ERROR_SIZE, "cannot open WAL file %s: %m (the backup fell too far behind: reseed it)", name);
-		return false;
+		char		path[MAXPGPATH];
+
+		if (wal_fd >= 0)
+			CloseTransientFile(wal_fd);
+		wal_buffer_from = InvalidXLogRecPtr;
+		snprintf(path, sizeof(path), XLOGDIR "/%s", name);
+		wal_fd = OpenTransientFile(path, O_RDONLY | PG_BINARY);
+		if (wal_fd < 0)
+		{
+			snprintf(error, SS_REPL_ERROR_SIZE, "cannot open WAL file %s: %m (the backup fell too far behind: reseed it)", name);
+			return false;
+		}
+		wal_fd_segno = segno;
+		wal_fd_tli = tli;
 	}
-	n = pg_pread(fd, out, len, XLogSegmentOffset(from, wal_segment_size));
-	CloseTransientFile(fd);
+	n = pg_pread(wal_fd, wal_buffer, len, XLogSegmentOffset(from, wal_segment_size));
 	if (n != (ssize_t) len)
 	{
 		snprintf(error, SS_REPL_ERROR_SIZE, "short read of WAL file %s", name);
+		wal_buffer_from = InvalidXLogRecPtr;
 		return false;
 	}
+	wal_buffer_from = from;
+	wal_buffer_len = len;
 	return true;
 }
 
@@ -347,7 +373,7 @@ ship_to(int i, XLogRecPtr flush, TimeLineID tli)
 		Size		to_segment_end = wal_segment_size - XLogSegmentOffset(from, wal_segment_size);
 
 		len = Min(len, to_segment_end);
-		if (!read_wal(from, len, tli, wal_buffer, error) ||
+		if (!read_wal(from, len, tli, error) ||
 			!ss_backup_append(conn, from, wal_buffer, len, error))
 		{
 			link_failed(i, error);
