@@ -58,8 +58,8 @@ ss_register_bgworker(const char *function, const char *name)
 
 /*
  * Registers the engine worker (from _PG_init). It starts with the postmaster, since on a
- * standby it keeps the engine durable while recovery goes on (run_standby); on a primary it
- * waits for the end of crash recovery.
+ * standby it keeps the engine durable while recovery goes on (run_during_recovery); on a
+ * primary it waits for the end of crash recovery.
  */
 void
 ss_register_worker(void)
