@@ -21,6 +21,7 @@
 #include "slipstream/replication/backup_server.h"
 #include "slipstream/replication/stream_shipper.h"
 #include "slipstream/replication/wal_directory_store.h"
+#include "test_util.h"
 
 namespace slipstream::replication {
 namespace {
@@ -158,15 +159,11 @@ TEST(PersistCost, FlushesThroughTheServer) {
 }
 
 TEST(PersistCost, FlushesIntoAStandbysPgWal) {
-  const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base ? base : "/tmp") + "/slipstream-cost-XXXXXX";
-  std::string root = mkdtemp(tmpl.data());
-  std::filesystem::create_directories(root + "/images");
-  std::filesystem::create_directories(root + "/pg_wal");
+  test::BackupDirs dirs;
   {
     WalDirectoryOptions w;
-    w.image_directory = root + "/images";
-    w.wal_directory = root + "/pg_wal";
+    w.image_directory = dirs.images();
+    w.wal_directory = dirs.wal();
     w.segment_size = 16ull << 20;
     w.resume = 1ull << 30;
     std::unique_ptr<WalDirectoryStore> store;
@@ -175,7 +172,6 @@ TEST(PersistCost, FlushesIntoAStandbysPgWal) {
     FlushRounds(store.get(), "WalDirectoryStore", w.resume, kAppends, 0);
     FlushRounds(store.get(), "WalDirectoryStore", store->WalEnd(), 500, 1000);
   }
-  std::filesystem::remove_all(root);
 }
 
 }  // namespace

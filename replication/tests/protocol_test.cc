@@ -22,6 +22,7 @@
 #include "slipstream/replication/backup_server.h"
 #include "slipstream/replication/stream_shipper.h"
 #include "slipstream/replication/wal_directory_store.h"
+#include "test_util.h"
 #include "wal_files.h"
 
 namespace slipstream::replication {
@@ -31,20 +32,7 @@ constexpr char kSecret[] = "replication-test-secret";
 constexpr uint32_t kBufferSize = 64 * 1024;
 constexpr uint32_t kWal = uint32_t(StreamId::kWal);
 
-// A directory removed at the end.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base ? base : "/tmp") + "/slipstream-repl-XXXXXX";
-    path_ = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test::TempDir;
 
 rdma::TransportOptions Transport(const std::string& backend, const std::string& secret = kSecret) {
   rdma::TransportOptions t;

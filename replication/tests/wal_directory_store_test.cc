@@ -17,6 +17,7 @@
 
 #include "slipstream/engine/log_scanner.h"
 #include "slipstream/engine/log_writer.h"
+#include "test_util.h"
 #include "wal_files.h"
 
 namespace slipstream::replication {
@@ -26,23 +27,7 @@ constexpr uint32_t kWal = uint32_t(StreamId::kWal);
 constexpr uint64_t kSegment = 1ull << 20;  // the smallest WAL segment PostgreSQL allows
 constexpr uint32_t kImageSize = 64 * 1024;
 
-// A directory removed at the end, with the image and pg_wal directories of one backup.
-class Dirs {
- public:
-  Dirs() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base ? base : "/tmp") + "/slipstream-waldir-XXXXXX";
-    root_ = mkdtemp(tmpl.data());
-    std::filesystem::create_directories(images());
-    std::filesystem::create_directories(wal());
-  }
-  ~Dirs() { std::filesystem::remove_all(root_); }
-  std::string images() const { return root_ + "/images"; }
-  std::string wal() const { return root_ + "/pg_wal"; }
-
- private:
-  std::string root_;
-};
+using Dirs = test::BackupDirs;
 
 // One buffer image being filled the way a primary fills it: records, each append followed by
 // its checksum.
