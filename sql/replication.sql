@@ -51,6 +51,7 @@ DROP TABLE repl_t;
 -- promote: only on a standby, with a positive wait
 SELECT slipstream.promote();
 SELECT slipstream.promote(0);
+SELECT slipstream.promote(2147483647);
 SELECT pg_is_in_recovery() AS still_in_recovery;
 
 -- seed_snapshot: every row of a permanent table under its tag, and one trailer row (tag 0)

@@ -384,10 +384,10 @@ slipstream_promote(PG_FUNCTION_ARGS)
 	TimestampTz deadline;
 
 	ss_require_admin("promote a backup");
-	if (wait_seconds <= 0)
+	if (wait_seconds <= 0 || wait_seconds > 86400)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("wait_seconds must be positive"),
+				 errmsg("wait_seconds must be between 1 and 86400"),
 				 errhint("Give how long to wait for the fencing and the promotion, e.g. 60.")));
 	if (!RecoveryInProgress())
 		ereport(ERROR,
@@ -403,7 +403,7 @@ slipstream_promote(PG_FUNCTION_ARGS)
 	ss_repl_save_config();
 	LWLockRelease(ss_repl->lock);
 	ss_repl_wake(ss_repl->backup_worker_pgprocno);
-	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_seconds * 1000);
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) wait_seconds * 1000);
 	for (;;)
 	{
 		bool		done;
