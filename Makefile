@@ -68,8 +68,8 @@ test-sanitize: deps
 # pg_regress and isolation suites on a private cluster run by the postgres OS user, the
 # contention and crash tests, the replication kill tests (a primary and a backup, tcp and shm,
 # 20 rounds; a backup killed under load; a seeded streaming standby; takeovers after SIGKILL
-# of the primary with two backups, 24 rounds over tcp, shm and remote_flush), and a smoke run
-# of the YCSB benchmark (every workload, verify).
+# of the primary with two backups, 26 rounds over tcp, shm, remote_flush and deferred replay),
+# and a smoke run of the YCSB benchmark (every workload, verify).
 test-pg: install
 	scripts/pg_regress.sh
 	tests/pg_preload_test.sh
@@ -81,7 +81,8 @@ test-pg: install
 	tests/pg_replication_backup_test.sh /tmp/slipstream-replication-backup 55650 tcp
 	tests/pg_standby_test.sh /tmp/slipstream-standby 55660
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-tcp 55700 12 tcp remote_memory
-	tests/pg_takeover_test.sh /tmp/slipstream-takeover-shm 55720 8 shm remote_memory
+	tests/pg_takeover_test.sh /tmp/slipstream-takeover-shm 55720 6 shm remote_memory
+	tests/pg_takeover_test.sh /tmp/slipstream-takeover-deferred 55760 4 shm remote_memory deferred
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-flush 55740 4 tcp remote_flush
 	bench/ycsb_pg.sh --records=2000 --seconds=1 --mixes=SD --port=55471 --scratch=/tmp/slipstream-ycsb-smoke
 

@@ -8,6 +8,9 @@
 #                              standbys seeded by scripts/seed_backup.sh, fed WAL by one-sided writes,
 #                              slipstream.min_sync_backups = N, slipstream.commit_mode = remote_M
 #                              (M = memory, flush)
+#   twd-T-N-M                  the same with the backups in deferred replay
+#                              (slipstream.backup_replay = deferred: passive backups that replay in
+#                              batches; the replay a run leaves is charged to it, see "A run")
 #   sr-slip-N-M                slipstream tables, PostgreSQL's synchronous streaming replication to
 #                              N standbys (seed_backup.sh --streaming), synchronous_standby_names =
 #                              'ANY N (s1[, s2])', synchronous_commit = M (write = remote_write, on)
@@ -94,6 +97,8 @@ started=$(date +%s)
 all_configs=(slip-local slip-local-end
   tw-shm-1-memory tw-shm-1-flush tw-shm-2-memory tw-shm-2-flush
   tw-tcp-1-memory tw-tcp-1-flush tw-tcp-2-memory tw-tcp-2-flush
+  twd-shm-1-memory twd-shm-1-flush twd-shm-2-memory twd-shm-2-flush
+  twd-tcp-1-memory twd-tcp-1-flush twd-tcp-2-memory twd-tcp-2-flush
   sr-slip-1-write sr-slip-1-on sr-slip-2-write sr-slip-2-on
   heap-local heap-local-end sr-heap-1-write sr-heap-1-on sr-heap-2-write sr-heap-2-on)
 IFS=, read -ra patterns <<<"$configs"
@@ -172,6 +177,9 @@ describe() {
     tw-*)
       IFS=- read -r _ t n m <<<"$c"
       echo "slipstream tailwind $t $n remote_$m" ;;
+    twd-*)
+      IFS=- read -r _ t n m <<<"$c"
+      echo "slipstream tailwind-deferred $t $n remote_$m" ;;
     sr-*)
       IFS=- read -r _ am n m <<<"$c"
       [ "$am" = slip ] && am=slipstream
@@ -296,11 +304,14 @@ stop_node() {
 }
 
 # Waits until every standby in $standbys has replayed the primary's WAL up to its flush position.
+# A backup in deferred replay holds replay paused: resuming it replays the batch it holds.
 wait_caught_up() {
   local target s i
   target=$(psql_n "$primary" -c "SELECT pg_current_wal_flush_lsn()")
   for s in "${standbys[@]+"${standbys[@]}"}"; do
     for i in $(seq 1 1200); do
+      [ "$(psql_n "$s" -c "SELECT pg_get_wal_replay_pause_state()" 2>/dev/null)" = "not paused" ] ||
+        psql_n "$s" -c "SELECT pg_wal_replay_resume()" >/dev/null 2>&1 || true
       [ "$(psql_n "$s" -c "SELECT pg_last_wal_replay_lsn() >= '$target'" 2>/dev/null)" = t ] && break
       if [ "$i" = 1200 ]; then
         echo "$s did not replay up to $target in 120 s (at $(psql_n "$s" -c "SELECT pg_last_wal_replay_lsn()"))" >&2
@@ -550,28 +561,36 @@ streaming_phase() {
 }
 
 # --- slipstream tables --------------------------------------------------------------------
-if any_selected 'slip-local*' || any_selected 'tw-*' || any_selected 'sr-slip-*'; then
+if any_selected 'slip-local*' || any_selected 'tw-*' || any_selected 'twd-*' || any_selected 'sr-slip-*'; then
   phase_start=$SECONDS
   init_primary slip-primary slipstream
   log "slip-local: the slipstream baseline"
   run_always slip-local ""
 
-  if any_selected 'tw-*'; then
+  if any_selected 'tw-*' || any_selected 'twd-*'; then
     log "Tailwind backups: seeding"
     need2=0
-    any_selected 'tw-*-2-*' && need2=1
+    { any_selected 'tw-*-2-*' || any_selected 'twd-*-2-*'; } && need2=1
     if ! seed_standby slip-s1 s1 0 || { [ "$need2" = 1 ] && ! seed_standby slip-s2 s2 0; }; then
-      fail_matching 'tw-*' "seeding a Tailwind backup failed"
+      fail_matching 'tw*-*' "seeding a Tailwind backup failed"
     else
-      for t in shm tcp; do
-        for n in 2 1; do
-          any_selected "tw-$t-$n-*" || continue
-          if ! tw_set "$t" "$n"; then
-            fail_matching "tw-$t-$n-*" "the backups did not stream"
-            continue
-          fi
-          for m in memory flush; do
-            run_config "tw-$t-$n-$m" "$(mode_options "remote_$m")"
+      for family in tw twd; do
+        any_selected "$family-*" || continue
+        replay=$([ "$family" = twd ] && echo deferred || echo continuous)
+        for s in slip-s1 slip-s2; do
+          [ -f "$(node "$s")/data/postmaster.pid" ] || continue
+          psql_n "$s" -c "ALTER SYSTEM SET slipstream.backup_replay = $replay" -c "SELECT pg_reload_conf()" >/dev/null
+        done
+        for t in shm tcp; do
+          for n in 2 1; do
+            any_selected "$family-$t-$n-*" || continue
+            if ! tw_set "$t" "$n"; then
+              fail_matching "$family-$t-$n-*" "the backups did not stream"
+              continue
+            fi
+            for m in memory flush; do
+              run_config "$family-$t-$n-$m" "$(mode_options "remote_$m")"
+            done
           done
         done
       done
@@ -639,7 +658,7 @@ workload_title() {
     echo "| config | tables | replication | standbys | commit | tps | ratio | p50 / p99 ms | writes p50 / p99 ms | standby recv | standby replay | standby other | primary sender | primary all |"
     echo "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     awk -F, -v w="$w" '$1 == w {
-      repl = ($4 == "tailwind") ? "Tailwind " $5 : ($4 == "streaming" ? "streaming" : "none")
+      repl = ($4 == "tailwind") ? "Tailwind " $5 : ($4 == "tailwind-deferred" ? "Tailwind " $5 ", deferred replay" : ($4 == "streaming" ? "streaming" : "none"))
       if ($22 != "ok") { printf "| %s | %s | %s | %s | %s | %s |  |  |  |  |  |  |  |  |\n", $2, $3, repl, $6, $7, $22; next }
       printf "| %s | %s | %s | %s | %s | %.0f | %s | %s / %s | %s / %s | %s | %s | %s | %s | %s |\n",
         $2, $3, repl, $6, $7, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21

@@ -202,6 +202,7 @@ extern XLogRecPtr ss_slot_horizon(void);
 extern XLogRecPtr ss_named_slot_restart(const char *name);
 /* Sets and saves the restart_lsn of the slot this process holds. */
 extern void ss_set_slot_restart(XLogRecPtr restart);
+extern void ss_advance_slot_restart(XLogRecPtr restart);
 
 /* ---- WAL records (host/wal.c) ---- */
 #define SS_RMGR_ID 128

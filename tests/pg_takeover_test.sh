@@ -9,8 +9,12 @@
 #   - nothing is half there (the two tables hold the same transactions);
 #   - slipstream.verify passes and the node takes writes.
 # Then the two other nodes are seeded again from the new primary as its backups, and the next
-# round begins.
+# round begins. With replay = deferred the backups replay in batches
+# (slipstream.backup_replay = deferred, backup_replay_lag = 16MB): first it is checked that a
+# backup holds its replay paused and replays a batch once 16 MB are waiting, then every
+# takeover replays what the backup held unreplayed.
 #   tests/pg_takeover_test.sh [scratch dir] [base port] [rounds] [transport] [commit mode]
+#                             [replay: continuous | deferred]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 scratch=${1:-${SLIPSTREAM_SCRATCH:-/tmp/slipstream-takeover}}
@@ -18,6 +22,7 @@ base=${2:-55700}
 rounds=${3:-${ROUNDS:-5}}
 transport=${4:-${TRANSPORT:-tcp}}
 mode=${5:-remote_memory}
+replay=${6:-continuous}
 clients=3
 secret="takeover-test-$RANDOM$RANDOM"
 pg="$root/scripts/pg_cluster.sh"
@@ -43,7 +48,8 @@ seed_backup() {
   as_postgres "$root/scripts/seed_backup.sh" \
     --connstring "host=${nodes[$p]}/sock port=$(port_of "$p") user=postgres dbname=postgres" \
     --datadir "$dir/data" --name "n$b" --set "port = $(port_of "$b")" \
-    --set "unix_socket_directories = '$dir/sock'" >/dev/null
+    --set "unix_socket_directories = '$dir/sock'" --set "slipstream.backup_replay = $replay" \
+    --set "slipstream.backup_replay_lag = 16MB" >/dev/null
   "$pg" start "$dir"
   sql "$b" -c "SELECT slipstream.serve_backup('127.0.0.1:$(serve_port_of "$b")', '$secret', 8, '1MB')" >/dev/null
 }
@@ -80,9 +86,42 @@ workload() {
 "$pg" start "${nodes[0]}"
 sql 0 -c "CREATE EXTENSION slipstream" \
   -c "CREATE TABLE ledger (client int, seq int, payload text, PRIMARY KEY (client, seq)) USING slipstream" \
-  -c "CREATE TABLE audit (client int, seq int, PRIMARY KEY (client, seq))" >/dev/null
+  -c "CREATE TABLE audit (client int, seq int, PRIMARY KEY (client, seq))" \
+  -c "CREATE TABLE filler (n int, pad text)" >/dev/null
 primary=0
 for b in 1 2; do seed_backup 0 "$b"; add_backup 0 "$b"; done
+
+# Waits until node $1's replay pause state is $2 (10 s at most).
+wait_pause_state() {
+  for _ in $(seq 1 200); do
+    [ "$(sql "$1" -c "SELECT pg_get_wal_replay_pause_state()")" = "$2" ] && return 0
+    sleep 0.05
+  done
+  echo "n$1: replay pause state is $(sql "$1" -c "SELECT pg_get_wal_replay_pause_state()"), not $2" >&2
+  return 1
+}
+
+if [ "$replay" = deferred ]; then
+  # A passive backup holds replay; 40 MB of WAL make it replay a batch (to less than one
+  # segment behind), after which it holds again.
+  wait_pause_state 1 paused
+  before=$(sql 1 -c "SELECT pg_last_wal_replay_lsn()")
+  sql 0 -c "SET slipstream.commit_mode = $mode" \
+    -c "INSERT INTO filler SELECT g, repeat('p', 200) FROM generate_series(1, 150000) g" >/dev/null
+  end=$(sql 0 -c "SELECT pg_current_wal_flush_lsn()")
+  batched=0
+  for _ in $(seq 1 600); do
+    if [ "$(sql 1 -c "SELECT pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '$before') > 16 * 1024 * 1024")" = t ]; then
+      batched=1
+      break
+    fi
+    sleep 0.05
+  done
+  [ "$batched" = 1 ] || { echo "n1 replayed no batch: at $(sql 1 -c "SELECT pg_last_wal_replay_lsn()"), from $before to $end" >&2; exit 1; }
+  wait_pause_state 1 paused
+  held=$(sql 1 -c "SELECT pg_wal_lsn_diff('$end', pg_last_wal_replay_lsn())")
+  echo "deferred replay: n1 replayed a batch from $before and holds again $held bytes behind $end"
+fi
 
 acked="$scratch/acked"
 : >"$acked"
@@ -128,4 +167,4 @@ for round in $(seq 1 "$rounds"); do
   done
 done
 [ "$(wc -l <"$acked")" -ge 10 ] || { echo "too few commits were acknowledged" >&2; exit 1; }
-echo "takeover test ($transport, $mode, $rounds rounds) passed"
+echo "takeover test ($transport, $mode, $replay replay, $rounds rounds) passed"

@@ -155,6 +155,24 @@ ss_set_slot_restart(XLogRecPtr restart)
 	ReplicationSlotsComputeRequiredLSN();
 }
 
+/*
+ * Moves the restart_lsn of the slot this process holds forward without saving it: PostgreSQL
+ * saves dirty slots in every checkpoint before that checkpoint removes WAL, so the slot on
+ * disk never points at a gap (a crash leaves it behind, which keeps more WAL, never less).
+ * This is how a walsender moves a physical slot; the shipper moves its slot on every round a
+ * backup reports progress, and saving each time (two fsyncs) stalled the commits it serves.
+ */
+void
+ss_advance_slot_restart(XLogRecPtr restart)
+{
+	SpinLockAcquire(&MyReplicationSlot->mutex);
+	if (restart > MyReplicationSlot->data.restart_lsn)
+		MyReplicationSlot->data.restart_lsn = restart;
+	SpinLockRelease(&MyReplicationSlot->mutex);
+	ReplicationSlotMarkDirty();
+	ReplicationSlotsComputeRequiredLSN();
+}
+
 /* Acquires our slot, creating it the first time. */
 void
 ss_acquire_slot(void)

@@ -4,7 +4,8 @@
  * primaries fill with one-sided writes; segments are made durable under
  * $PGDATA/slipstream_backup/<primary>/. On a backup that is a standby (in recovery) the WAL
  * they carry is also written into pg_wal (WalDirectoryStore), from which the startup process
- * replays it; the worker wakes the startup process when more has arrived. A node that is not in
+ * replays it; the worker wakes the startup process when more has arrived, or in deferred replay
+ * holds it paused until a batch has arrived (pace_replay). A node that is not in
  * recovery keeps the images only: a primary's WAL never goes into the pg_wal of a primary. A
  * standby's images are pruned every 30 s below its oldest restart point. It
  * publishes the buffers it holds for the slipstream.backup_buffers view and restarts the
@@ -135,6 +136,53 @@ prune_images(SsBackupServer *server)
 								 LSN_FORMAT_ARGS(redo), (uint64) removed, error)));
 }
 
+/*
+ * Paces the startup process in deferred replay (slipstream.backup_replay = deferred): it is
+ * held paused while less than slipstream.backup_replay_lag of the WAL in pg_wal (up to
+ * wal_end) is unreplayed, and released to replay a batch, down to less than one WAL segment,
+ * once more is. So a passive backup spends no CPU on replay while its primary is busy, and a
+ * takeover replays at most about that much. A pause this worker did not make
+ * (pg_wal_replay_pause()) is left alone; a resume it did not make (pg_wal_replay_resume(), or a
+ * promotion, which ends any pause) replays one batch. Continuous replay releases a hold.
+ */
+static void
+pace_replay(XLogRecPtr wal_end)
+{
+	XLogRecPtr	replay = GetXLogReplayRecPtr(NULL);
+	uint64		lag = wal_end > replay ? wal_end - replay : 0;
+	uint64		batch = (uint64) ss_backup_replay_lag_mb * 1024 * 1024;
+	bool		deferred = ss_backup_replay == SS_REPLAY_DEFERRED && !PromoteIsTriggered();
+	RecoveryPauseState state = GetRecoveryPauseState();
+
+	if (ss_repl->replay_held && state == RECOVERY_NOT_PAUSED)
+		ss_repl->replay_held = false;
+	if (ss_repl->replay_held && (!deferred || lag >= batch))
+	{
+		SetRecoveryPause(false);
+		ss_repl->replay_held = false;
+		if (deferred)
+			ereport(DEBUG1, (errmsg("slipstream: replaying a batch of " UINT64_FORMAT " bytes of WAL",
+									(uint64) lag)));
+	}
+	else if (!ss_repl->replay_held && deferred && state == RECOVERY_NOT_PAUSED &&
+			 lag < (uint64) wal_segment_size)
+	{
+		SetRecoveryPause(true);
+		ss_repl->replay_held = true;
+	}
+}
+
+/* Ends a pause of deferred replay: the node no longer serves, or no longer as a standby. */
+static void
+release_replay(void)
+{
+	if (!ss_repl->replay_held)
+		return;
+	if (RecoveryInProgress() && GetRecoveryPauseState() != RECOVERY_NOT_PAUSED)
+		SetRecoveryPause(false);
+	ss_repl->replay_held = false;
+}
+
 /* The backup worker's main loop. */
 void
 ss_backup_worker_main(Datum arg)
@@ -188,6 +236,8 @@ ss_backup_worker_main(Datum arg)
 			}
 		}
 		publish_buffers(server);
+		if (server == NULL || !standby)
+			release_replay();
 		if (server != NULL && standby)
 		{
 			XLogRecPtr	end = ss_backup_server_wal_end(server);
@@ -198,6 +248,8 @@ ss_backup_worker_main(Datum arg)
 				WakeupRecovery();
 				wal_end = end;
 			}
+			if (RecoveryInProgress())
+				pace_replay(end);
 			if (RecoveryInProgress() &&
 				TimestampDifferenceExceeds(last_prune, GetCurrentTimestamp(),
 										   SS_PRUNE_INTERVAL_MS))

@@ -81,6 +81,7 @@ typedef struct SsReplShared
 	pg_atomic_uint64 placed_lsn;	/* placed on min_sync_backups backups */
 	pg_atomic_uint64 durable_lsn;	/* durable on min_sync_backups backups */
 	pg_atomic_uint64 flush_wanted;	/* the highest commit waiting in remote_flush mode */
+	bool		replay_held;	/* the backup worker paused replay (deferred replay) */
 	/* Per PGPROC: the WAL position a committing backend waits for (0: not waiting). */
 	pg_atomic_uint64 waiting[FLEXIBLE_ARRAY_MEMBER];
 } SsReplShared;
@@ -95,6 +96,14 @@ typedef enum SsCommitMode
 	SS_COMMIT_REMOTE_FLUSH
 } SsCommitMode;
 extern int	ss_commit_mode;
+
+/* slipstream.backup_replay */
+typedef enum SsBackupReplay
+{
+	SS_REPLAY_CONTINUOUS = 0,
+	SS_REPLAY_DEFERRED
+} SsBackupReplay;
+extern int	ss_backup_replay;
 
 /* repl_shmem.c */
 extern void ss_repl_define_settings(void);

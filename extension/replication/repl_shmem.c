@@ -22,6 +22,7 @@
 
 SsReplShared *ss_repl = NULL;
 int			ss_commit_mode = SS_COMMIT_LOCAL;
+int			ss_backup_replay = SS_REPLAY_CONTINUOUS;
 
 static const struct config_enum_entry commit_mode_options[] = {
 	{"local", SS_COMMIT_LOCAL, false},
@@ -30,7 +31,16 @@ static const struct config_enum_entry commit_mode_options[] = {
 	{NULL, 0, false}
 };
 
-/* Defines slipstream.commit_mode (an enum, which the numeric settings tables cannot hold). */
+static const struct config_enum_entry backup_replay_options[] = {
+	{"continuous", SS_REPLAY_CONTINUOUS, false},
+	{"deferred", SS_REPLAY_DEFERRED, false},
+	{NULL, 0, false}
+};
+
+/*
+ * Defines slipstream.commit_mode and slipstream.backup_replay (enums, which the numeric
+ * settings tables cannot hold).
+ */
 void
 ss_repl_define_settings(void)
 {
@@ -41,6 +51,14 @@ ss_repl_define_settings(void)
 							 "slipstream.min_sync_backups backups.",
 							 &ss_commit_mode, SS_COMMIT_LOCAL, commit_mode_options,
 							 PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomEnumVariable("slipstream.backup_replay",
+							 "Whether a backup that is a standby replays the WAL it receives as "
+							 "it arrives (continuous) or in batches (deferred).",
+							 "deferred keeps a backup passive, as Tailwind's are: its startup "
+							 "process replays only once slipstream.backup_replay_lag of WAL is "
+							 "unreplayed, and at a takeover.",
+							 &ss_backup_replay, SS_REPLAY_CONTINUOUS, backup_replay_options,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 }
 
 /* Bytes of the shared state: the fixed part and one wait slot per PGPROC. */

@@ -181,13 +181,16 @@ hold_wal_from(XLogRecPtr start)
 	return true;
 }
 
-/* Moves the slot to the oldest position a configured backup may resume from. */
+/*
+ * Moves the slot to the oldest position a configured backup may resume from, in memory: the
+ * next checkpoint saves it (ss_advance_slot_restart), so no fsync delays the round.
+ */
 static void
 advance_ship_slot(XLogRecPtr oldest)
 {
 	if (oldest == InvalidXLogRecPtr || oldest <= MyReplicationSlot->data.restart_lsn)
 		return;
-	ss_set_slot_restart(oldest);
+	ss_advance_slot_restart(oldest);
 }
 
 /* Records a backup's failure; it is lost once it failed for longer than backup_timeout. */
