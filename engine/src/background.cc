@@ -117,15 +117,27 @@ Status EngineImpl::RunCompactionLocked(const Version& v, MergeSource* newer, Mer
                                        Compaction* compaction, bool from_l0,
                                        uint32_t replaced_level, uint64_t input_segments) {
   shared_->counters.device_bytes_read += input_segments * options_.segment_size;
+  if (observer_ != nullptr) {
+    observer_->OnCompactionBegin(CompactionBeginEvent{compaction->spec().tree_id, from_l0,
+                                                      replaced_level, compaction->spec().dest,
+                                                      options_.segment_size, options_.node_size});
+  }
   Status s = compaction->Run(newer, older);
   if (!s.ok()) {
-    if (observer_ != nullptr) observer_->OnCompactionAbandoned(compaction->spec().tree_id);
+    AbandonCompaction(*compaction);
     return s;
   }
   shared_->counters.device_bytes_read += compaction->bytes_read();
   shared_->counters.device_bytes_written += compaction->bytes_written();
   shared_->counters.compaction_bytes_written += compaction->bytes_written();
   return InstallCompaction(v, from_l0, replaced_level, *compaction);
+}
+
+// Frees what a compaction that will not be installed wrote (no manifest names it), and tells
+// the observer.
+void EngineImpl::AbandonCompaction(const Compaction& compaction) {
+  for (auto [segment, kind] : compaction.segment_kinds()) segments_.Free(segment);
+  if (observer_ != nullptr) observer_->OnCompactionAbandoned(compaction.spec().tree_id);
 }
 
 // Makes a compaction's result durable and visible: data fsync, deltas, version switch under
@@ -135,7 +147,7 @@ Status EngineImpl::InstallCompaction(const Version& before, bool from_l0, uint32
   const uint32_t dest = compaction.spec().dest;
   Status s = device_.Sync();
   if (!s.ok()) {
-    if (observer_ != nullptr) observer_->OnCompactionAbandoned(compaction.spec().tree_id);
+    AbandonCompaction(compaction);
     return s;
   }
   std::vector<uint32_t> retired_segments;
@@ -206,22 +218,32 @@ Status EngineImpl::InstallCompaction(const Version& before, bool from_l0, uint32
   if (!s.ok()) return s;  // the old segments stay allocated: nothing is freed early
   if (observer_ != nullptr) {
     const LevelDesc& out = compaction.output();
-    CompactionInstalledEvent event{compaction.spec().tree_id,
-                                   from_l0,
-                                   replaced_level,
-                                   dest,
-                                   out.tree_id,
-                                   out.height,
-                                   out.root.segment,
-                                   out.root.offset,
-                                   out.bloom_dir.segment,
-                                   out.bloom_dir.offset,
-                                   out.entries,
-                                   out.segments,
-                                   manifest_number,
-                                   retired_segments};
+    CompactionInstalledEvent event;
+    event.compaction = compaction.spec().tree_id;
+    event.from_l0 = from_l0;
+    event.replaced_level = replaced_level;
+    event.dest_level = dest;
+    event.tree_id = out.tree_id;
+    event.height = out.height;
+    event.root_segment = out.root.segment;
+    event.root_offset = out.root.offset;
+    event.bloom_segment = out.bloom_dir.segment;
+    event.bloom_offset = out.bloom_dir.offset;
+    event.entries = out.entries;
+    event.segments = out.segments;
+    event.manifest_number = manifest_number;
+    event.retired_segments = retired_segments;
     event.retired_segments.insert(event.retired_segments.end(), retired_tree_segments.begin(),
                                   retired_tree_segments.end());
+    event.bloom_blocks = out.bloom_blocks;
+    event.bytes = out.bytes;
+    event.small_entries = out.small_entries;
+    event.medium_entries = out.medium_entries;
+    event.large_entries = out.large_entries;
+    event.tombstones = out.tombstones;
+    event.medium_segments = compaction.medium_segments();
+    event.retired_log_segments = retired_segments;
+    event.retired_trees = retired_trees;
     observer_->OnCompactionInstalled(event);
   }
   for (uint32_t tree : retired_trees) reclaimer_.Retire(RetiredItem::kTree, tree);

@@ -73,6 +73,8 @@ class Compaction : private SegmentSink {
   const LevelDesc& output() const { return output_; }
   // Medium-log segments the output's pointers use (sealed when it is installed).
   const std::vector<uint32_t>& medium_segments() const { return medium_segments_; }
+  // Every segment it allocated, by kind (freed if it is abandoned).
+  const std::unordered_map<uint32_t, SegmentKind>& segment_kinds() const { return segment_kinds_; }
   uint64_t bytes_written() const { return bytes_written_; }
   uint64_t bytes_read() const { return bytes_read_; }
 

@@ -17,6 +17,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "arena_layout.h"
@@ -69,6 +71,11 @@ class EngineImpl final : public Engine {
   std::unique_ptr<Iterator> NewIterator(KeyspaceId ks) override;
   bool DoBackgroundWork() override;
   void WaitForBackgroundWork(int timeout_ms) override;
+  Status ImportLogBytes(const LogWriteEvent& event) override;
+  Status BeginImport(const CompactionBeginEvent& event) override;
+  Status ImportSegment(const CompactionSegmentEvent& event) override;
+  Status InstallImport(const CompactionInstalledEvent& event) override;
+  void AbandonImport(uint64_t compaction) override;
   Status CompactAll() override;
   Status RunGC() override;
   Stats GetStats() override;
@@ -114,9 +121,24 @@ class EngineImpl final : public Engine {
                              uint64_t input_segments);
   Status InstallCompaction(const Version& before, bool from_l0, uint32_t replaced_level,
                            const Compaction& compaction);
+  void AbandonCompaction(const Compaction& compaction);
   CompactionSpec SpecFor(const Version& v, uint32_t dest);
   Status ReclaimDroppedLocked(bool* rewrote);
   void RecordBackgroundError(const Status& s);
+
+  // --- index shipping on a replica (import.cc) ---
+  // The compaction being imported: the primary's segment numbers of its index, bloom and
+  // medium segments mapped to this node's (allocated Pending), and which of them arrived.
+  struct Import {
+    CompactionBeginEvent begin;
+    std::unordered_map<uint32_t, uint32_t> index;   // index and bloom segments
+    std::unordered_map<uint32_t, uint32_t> medium;  // medium segments it wrote
+    std::unordered_set<uint32_t> arrived;           // primary numbers whose bytes arrived
+    std::unordered_map<uint32_t, uint32_t> older;   // older log segments looked up so far
+  };
+  // This node's copy of a primary's log segment (0: none).
+  uint32_t ImportedLogSegment(uint32_t primary_segment);
+  Status AllocatePending(SegmentKind kind, uint32_t owner, uint32_t* segment);
 
   // --- GC (gc.cc) ---
   uint32_t PickGarbageSegment();
@@ -135,6 +157,7 @@ class EngineImpl final : public Engine {
   Reclaimer reclaimer_;
   LogSet logs_;
   LevelSet levels_;
+  std::unique_ptr<Import> import_;  // the compaction being imported (process-local)
 };
 
 }  // namespace slipstream::engine

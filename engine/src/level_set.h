@@ -49,6 +49,12 @@ class LevelSet {
   int PickCompaction(const Version& v) const;
   // A tree id never used before (persisted, so ids stay unique across restarts).
   uint32_t NewTreeId() { return shared_->next_tree_id.fetch_add(1); }
+  // Makes later tree ids exceed `tree_id` (one a replica imported under its primary's id).
+  void ReserveTreeId(uint32_t tree_id) {
+    uint32_t next = shared_->next_tree_id.load();
+    while (next <= tree_id && !shared_->next_tree_id.compare_exchange_weak(next, tree_id + 1)) {
+    }
+  }
 
   Lsn compacted_lsn() const { return shared_->compacted_lsn; }
   // Every record up to `lsn` is now in the levels.

@@ -72,7 +72,10 @@ std::string LevelSet::NextManifest(Lsn snapshot_lsn, const SegmentTable& segment
   uint32_t nsegs = 0;
   for (uint64_t i = 1; i < segments.count(); i++) {
     const SegmentInfo& info = segments.info(i);
-    if (info.kind == uint8_t(SegmentKind::kFree) || (info.flags & kSegmentRetired)) continue;
+    if (info.kind == uint8_t(SegmentKind::kFree) ||
+        (info.flags & (kSegmentRetired | kSegmentPending))) {
+      continue;
+    }
     Append(&segs, uint32_t(i));
     Append(&segs, info);
     nsegs++;

@@ -65,6 +65,7 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
   std::map<uint64_t, uint32_t> l0_known, large_known;
   for (uint64_t i = 1; i < segments_.count(); i++) {
     const SegmentInfo& info = segments_.info(i);
+    if (info.flags & kSegmentImported) continue;  // a primary's log, not this node's chain
     if (info.kind == uint8_t(SegmentKind::kL0Log)) l0_known[info.sequence] = uint32_t(i);
     if (info.kind == uint8_t(SegmentKind::kLargeLog)) large_known[info.sequence] = uint32_t(i);
   }

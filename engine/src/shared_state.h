@@ -62,7 +62,8 @@ struct SegmentInfo {
   uint8_t kind;  // SegmentKind
   uint8_t level;
   uint16_t flags;
-  uint32_t owner;          // tree id for index and bloom segments
+  uint32_t owner;          // tree id for index and bloom segments; a log segment's number on the
+                           // primary it was imported from (kSegmentImported)
   uint64_t sequence;       // position in its log's chain (log segments)
   uint64_t bytes_written;  // record bytes appended (log segments)
   uint64_t invalid_bytes;  // record bytes no longer referenced (medium and large logs)
@@ -70,6 +71,11 @@ struct SegmentInfo {
 constexpr uint16_t kSegmentSealed = 1;     // a log segment that receives no more appends
 constexpr uint16_t kSegmentEvacuated = 2;  // GC relocated its live values
 constexpr uint16_t kSegmentRetired = 4;    // waiting for readers to leave before reuse
+// A copy of a primary's segment, shipped to this replica (Engine::ImportSegment and
+// ImportLogBytes); its log chain is the primary's, not this node's.
+constexpr uint16_t kSegmentImported = 8;
+// Written by an import that is not installed yet: no manifest names it, so a crash frees it.
+constexpr uint16_t kSegmentPending = 16;
 
 // One level's B+-tree. A level with tree_id 0 is empty.
 struct LevelDesc {

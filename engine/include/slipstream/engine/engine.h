@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "slipstream/engine/observer.h"
 #include "slipstream/engine/options.h"
 #include "slipstream/engine/stats.h"
 #include "slipstream/engine/status.h"
@@ -78,6 +79,25 @@ class Engine {
   virtual Status CompactAll() = 0;
   // Garbage-collects every large-log segment past the threshold (synchronously).
   virtual Status RunGC() = 0;
+
+  // --- Index shipping (Send-Index), on a replica. The primary's EngineObserver events, fed
+  // in the order the primary raised them, build the same levels here without compacting:
+  // segments are stored under this node's numbers with every pointer rewritten, and a level is
+  // installed (durably, atomically) when its compaction's end arrives. Only one process of a
+  // replica imports. Large-log bytes must arrive before a level that points at them; a
+  // compaction that is abandoned, or replaced by the next one's begin, leaves nothing behind.
+
+  // Writes bytes of one of the primary's large-log segments into this node's copy of it.
+  virtual Status ImportLogBytes(const LogWriteEvent& event) = 0;
+  // Starts importing a compaction (InvalidArgument if the shapes differ from this node's).
+  virtual Status BeginImport(const CompactionBeginEvent& event) = 0;
+  // Stores one segment of the compaction being imported (Corruption if it is damaged or names
+  // a segment this node lacks).
+  virtual Status ImportSegment(const CompactionSegmentEvent& event) = 0;
+  // Installs the imported level and retires what the primary retired.
+  virtual Status InstallImport(const CompactionInstalledEvent& event) = 0;
+  // Frees what the import of `compaction` wrote.
+  virtual void AbandonImport(uint64_t compaction) = 0;
 
   virtual Stats GetStats() = 0;
 

@@ -29,6 +29,17 @@ struct LogWriteEvent {
   std::string_view bytes;  // valid only during the callback
 };
 
+// A compaction is about to write its output; its segments and its end follow. A replica that
+// imports it (Engine::BeginImport) needs the shapes, which must equal its own.
+struct CompactionBeginEvent {
+  uint64_t compaction;  // the id of the tree it builds
+  bool from_l0;
+  uint32_t replaced_level;  // emptied by this compaction (0: none)
+  uint32_t dest_level;
+  uint32_t segment_size;
+  uint32_t node_size;
+};
+
 // What a compaction writes besides the logs.
 enum class CompactionSegmentKind : uint8_t { kIndex = 4, kBloom = 5, kMedium = 2 };
 
@@ -44,20 +55,28 @@ struct CompactionSegmentEvent {
 
 // A compaction's level, now installed and named by the manifest.
 struct CompactionInstalledEvent {
-  uint64_t compaction;
-  bool from_l0;             // merged the immutable memtable (else level dest-1, or a rewrite)
-  uint32_t replaced_level;  // emptied by this compaction (0: none)
-  uint32_t dest_level;
-  uint32_t tree_id;  // 0: the level is now empty
-  uint32_t height;
-  uint32_t root_segment, root_offset;
-  uint32_t bloom_segment, bloom_offset;  // the node listing the bloom filter segments
-  uint64_t entries;
-  uint64_t segments;
-  uint64_t manifest_number;
+  uint64_t compaction = 0;
+  bool from_l0 = false;         // merged the immutable memtable (else level dest-1, or a rewrite)
+  uint32_t replaced_level = 0;  // emptied by this compaction (0: none)
+  uint32_t dest_level = 0;
+  uint32_t tree_id = 0;  // 0: the level is now empty
+  uint32_t height = 0;
+  uint32_t root_segment = 0, root_offset = 0;
+  uint32_t bloom_segment = 0, bloom_offset = 0;  // the node listing the bloom filter segments
+  uint64_t entries = 0;
+  uint64_t segments = 0;
+  uint64_t manifest_number = 0;
   // Segments the new version no longer uses (old trees' index and bloom segments, dead log
   // segments): freed once no reader can see them.
   std::vector<uint32_t> retired_segments;
+  // The rest of the level's descriptor, which a replica installs as it is.
+  uint64_t bloom_blocks = 0;
+  uint64_t bytes = 0, small_entries = 0, medium_entries = 0, large_entries = 0, tombstones = 0;
+  // The medium-log segments this compaction wrote (sealed now).
+  std::vector<uint32_t> medium_segments;
+  // retired_segments split: dead log segments (L0, medium, large), and the trees retired whole.
+  std::vector<uint32_t> retired_log_segments;
+  std::vector<uint32_t> retired_trees;
 };
 
 class EngineObserver {
@@ -66,6 +85,9 @@ class EngineObserver {
 
   // Log bytes are being written out (in the process that writes them, before the write).
   virtual void OnLogWrite(const LogWriteEvent& event) { (void)event; }
+
+  // A compaction begins (under the compaction lock, before any of its segments).
+  virtual void OnCompactionBegin(const CompactionBeginEvent& event) { (void)event; }
 
   // A compaction finished writing a segment (before its level is installed).
   virtual void OnCompactionSegment(const CompactionSegmentEvent& event) { (void)event; }

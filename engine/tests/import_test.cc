@@ -1,0 +1,195 @@
+// Index shipping (Send-Index) between two engines: a primary's observer feeds a replica's
+// import calls, and the replica, which never compacts, must hold the same contents as the
+// primary after every compaction it installed, pass Verify, and keep them across a restart.
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "slipstream/engine/engine.h"
+#include "test_util.h"
+
+namespace slipstream::engine::test {
+namespace {
+
+// Feeds the primary's events to the replica as they happen (what a transport does later).
+class Forwarder : public EngineObserver {
+ public:
+  explicit Forwarder(Engine** replica) : replica_(replica) {}
+
+  void OnLogWrite(const LogWriteEvent& e) override {
+    if (e.log == ObservedLog::kLarge) Record((*replica_)->ImportLogBytes(e), "log bytes");
+  }
+  void OnCompactionBegin(const CompactionBeginEvent& e) override {
+    Record((*replica_)->BeginImport(e), "begin");
+  }
+  void OnCompactionSegment(const CompactionSegmentEvent& e) override {
+    if (drop_next_index_ && e.kind == CompactionSegmentKind::kIndex) {
+      drop_next_index_ = false;  // a segment lost on the way
+      return;
+    }
+    Record((*replica_)->ImportSegment(e), "segment");
+  }
+  void OnCompactionInstalled(const CompactionInstalledEvent& e) override {
+    Status s = (*replica_)->InstallImport(e);
+    if (expect_install_failure_ && !s.ok()) {
+      expect_install_failure_ = false;
+      install_refused_ = s;
+      return;
+    }
+    Record(s, "install");
+    if (s.ok()) installed_++;
+  }
+  void OnCompactionAbandoned(uint64_t compaction) override {
+    (*replica_)->AbandonImport(compaction);
+  }
+
+  void Record(const Status& s, const char* what) {
+    if (!s.ok()) errors_.push_back(std::string(what) + ": " + s.ToString());
+  }
+
+  Engine** replica_;
+  std::vector<std::string> errors_;
+  uint64_t installed_ = 0;
+  bool drop_next_index_ = false;
+  bool expect_install_failure_ = false;
+  Status install_refused_;
+};
+
+// Every (key, value) of keyspace `ks`.
+std::map<std::string, std::string> Contents(Engine* e, KeyspaceId ks) {
+  std::map<std::string, std::string> out;
+  auto it = e->NewIterator(ks);
+  for (it->SeekToFirst(); it->Valid(); it->Next()) out[std::string(it->key())] = it->value();
+  EXPECT_TRUE(it->status().ok()) << it->status().ToString();
+  return out;
+}
+
+// A value of one of the three classes (small, medium, large) chosen by `r`.
+std::string MixedValue(std::mt19937& rng, int seed) {
+  switch (rng() % 3) {
+    case 0:
+      return Value(10 + rng() % 80, seed);  // small: in the leaves
+    case 1:
+      return Value(150 + rng() % 700, seed);  // medium: medium log until the last level
+    default:
+      return Value(1500 + rng() % 6000, seed);  // large: large log
+  }
+}
+
+struct Pair {
+  TestEngine primary, replica;
+  Engine* replica_handle = nullptr;
+  std::shared_ptr<Forwarder> forwarder = std::make_shared<Forwarder>(&replica_handle);
+  KeyspaceId ks = 0, replica_ks = 0;
+
+  Pair() {
+    primary.options.observer = forwarder;
+    primary.Reopen();
+    replica_handle = replica.engine.get();
+    EXPECT_TRUE(primary->CreateKeyspace(7, &ks).ok());
+    EXPECT_TRUE(replica->CreateKeyspace(7, &replica_ks).ok());
+    EXPECT_EQ(ks, replica_ks);
+  }
+  void RestartReplica() {
+    replica.Reopen();
+    replica_handle = replica.engine.get();
+  }
+};
+
+TEST(Import, ReplicaEqualsPrimaryAfterEveryFullCompaction) {
+  Pair p;
+  std::mt19937 rng(42);
+  std::map<std::string, std::string> model;
+  for (int round = 0; round < 8; round++) {
+    for (int i = 0; i < 3000; i++) {
+      std::string key = "k" + std::to_string(rng() % 6000);
+      if (rng() % 10 == 0) {
+        ASSERT_TRUE(p.primary->Delete(p.ks, key).ok());
+        model.erase(key);
+      } else {
+        std::string v = MixedValue(rng, i + round * 3000);
+        ASSERT_TRUE(p.primary->Put(p.ks, key, v).ok());
+        model[key] = v;
+      }
+    }
+    while (p.primary->DoBackgroundWork()) {
+    }
+    if (round % 3 == 2) {
+      ASSERT_TRUE(p.primary->RunGC().ok());
+    }
+    ASSERT_TRUE(p.primary->CompactAll().ok());
+    for (const std::string& e : p.forwarder->errors_) ADD_FAILURE() << e;
+    ASSERT_TRUE(p.forwarder->errors_.empty());
+    auto replica = Contents(p.replica.engine.get(), p.replica_ks);
+    ASSERT_EQ(Contents(p.primary.engine.get(), p.ks), model);
+    ASSERT_EQ(replica.size(), model.size()) << "round " << round;
+    ASSERT_TRUE(replica == model) << "round " << round;
+    Status v = p.replica->Verify();
+    ASSERT_TRUE(v.ok()) << v.ToString();
+  }
+  EXPECT_GE(p.forwarder->installed_, 8u);
+  EXPECT_EQ(p.replica->GetStats().compactions, p.forwarder->installed_);
+
+  // The levels and the log map survive a restart of the replica.
+  p.RestartReplica();
+  EXPECT_TRUE(Contents(p.replica.engine.get(), p.replica_ks) == model);
+  Status v = p.replica->Verify();
+  EXPECT_TRUE(v.ok()) << v.ToString();
+  std::string value;
+  for (const auto& [key, expect] : model) {
+    ASSERT_TRUE(p.replica->Get(p.replica_ks, key, &value).ok()) << key;
+    ASSERT_EQ(value, expect) << key;
+    if (rng() % 8 != 0) continue;  // a sample of the keys is enough for point reads
+  }
+}
+
+TEST(Import, ACompactionWithAMissingSegmentIsRefusedAndLeavesNothing) {
+  Pair p;
+  std::mt19937 rng(7);
+  for (int i = 0; i < 4000; i++) {
+    ASSERT_TRUE(p.primary->Put(p.ks, "k" + std::to_string(i), MixedValue(rng, i)).ok());
+  }
+  ASSERT_TRUE(p.primary->CompactAll().ok());
+  ASSERT_TRUE(p.forwarder->errors_.empty()) << p.forwarder->errors_[0];
+  auto before = Contents(p.replica.engine.get(), p.replica_ks);
+  ASSERT_FALSE(before.empty());
+  Stats stats_before = p.replica->GetStats();
+
+  // The next compaction loses an index segment on the way: its end is refused.
+  p.forwarder->drop_next_index_ = true;
+  p.forwarder->expect_install_failure_ = true;
+  for (int i = 0; i < 4000; i++) {
+    ASSERT_TRUE(p.primary->Put(p.ks, "j" + std::to_string(i), MixedValue(rng, i)).ok());
+  }
+  ASSERT_TRUE(p.primary->CompactAll().ok());
+  EXPECT_FALSE(p.forwarder->install_refused_.ok()) << "a damaged compaction was installed";
+  EXPECT_EQ(p.forwarder->install_refused_.code(), Status::Code::kCorruption);
+  // Nothing of it is left: the replica's contents and segments are those of before.
+  EXPECT_TRUE(Contents(p.replica.engine.get(), p.replica_ks) == before);
+  Stats after = p.replica->GetStats();
+  // (Large-log bytes of the new values did arrive: they belong to the log, not the compaction.)
+  EXPECT_EQ(after.segments_in_use - after.large_log_segments,
+            stats_before.segments_in_use - stats_before.large_log_segments);
+  EXPECT_EQ(after.medium_log_segments, stats_before.medium_log_segments);
+  Status v = p.replica->Verify();
+  EXPECT_TRUE(v.ok()) << v.ToString();
+}
+
+TEST(Import, RefusesShapesThatDiffer) {
+  TestEngine replica;
+  CompactionBeginEvent e{
+      5, true, 0, 1, replica.options.segment_size * 2, replica.options.node_size};
+  Status s = replica->BeginImport(e);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
+  CompactionSegmentEvent seg{5, 1, CompactionSegmentKind::kIndex, 3, "xyz"};
+  EXPECT_EQ(replica->ImportSegment(seg).code(), Status::Code::kCorruption);
+  LogWriteEvent l0{ObservedLog::kL0, 3, 1, 0, "abc"};
+  EXPECT_EQ(replica->ImportLogBytes(l0).code(), Status::Code::kInvalidArgument);
+  LogWriteEvent gap{ObservedLog::kLarge, 3, 1, 4096, "abc"};
+  EXPECT_EQ(replica->ImportLogBytes(gap).code(), Status::Code::kCorruption);
+}
+
+}  // namespace
+}  // namespace slipstream::engine::test
