@@ -1,16 +1,4 @@
-// CRC32C (Castagnoli), hardware accelerated with SSE4.2.
+// CRC32C: public (slipstream/engine/crc32c.h), since replication checks its frames with it.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
-
-namespace slipstream::engine::crc32c {
-
-// Extends `crc` (0 for a fresh checksum) over `n` bytes.
-uint32_t Extend(uint32_t crc, const void* data, size_t n);
-
-inline uint32_t Value(const void* data, size_t n) {
-  return Extend(0, data, n);
-}
-
-}  // namespace slipstream::engine::crc32c
+#include "slipstream/engine/crc32c.h"

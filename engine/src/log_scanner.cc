@@ -17,7 +17,7 @@ bool ReadHeader(const char* base, size_t size, LogSegmentHeader* h) {
   std::memcpy(h, base, sizeof(*h));
   return h->magic == kLogMagic &&
          h->header_crc == crc32c::Value(h, offsetof(LogSegmentHeader, header_crc)) &&
-         h->kind >= 1 && h->kind <= 4;
+         h->kind >= 1 && h->kind <= 5;
 }
 
 // Whether `t` is the type of a data record (not a checksum, not garbage).

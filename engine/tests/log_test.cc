@@ -427,7 +427,7 @@ TEST(LogScan, RandomGarbageIsDamage) {
 TEST(LogScan, UnknownKindHeaderIsRejected) {
   LogImage log;
   log.Append({{LogRecordType::kPut, 1, "x"}});
-  for (uint32_t kind : {0u, 5u, 0xffffffffu}) {  // 1..4 are the engine logs and WAL
+  for (uint32_t kind : {0u, 6u, 0xffffffffu}) {  // 1..5: engine logs, WAL, index stream
     std::vector<char> work(log.buf().begin(), log.buf().begin() + 512);
     LogSegmentHeader h;
     std::memcpy(&h, work.data(), sizeof(h));

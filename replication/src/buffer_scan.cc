@@ -11,6 +11,8 @@ engine::LogKind KindOfStream(uint32_t stream) {
       return engine::LogKind::kL0;
     case StreamId::kEngineLarge:
       return engine::LogKind::kLarge;
+    case StreamId::kEngineIndex:
+      return engine::LogKind::kIndexStream;
   }
   return engine::LogKind::kWal;
 }

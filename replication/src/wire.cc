@@ -79,7 +79,7 @@ class Reader {
 }  // namespace
 
 bool IsValidStream(uint32_t stream) {
-  return stream >= 1 && stream <= 3;
+  return stream >= 1 && stream <= 4;
 }
 
 const char* StreamName(uint32_t stream) {
@@ -90,6 +90,8 @@ const char* StreamName(uint32_t stream) {
       return "engine_l0";
     case StreamId::kEngineLarge:
       return "engine_large";
+    case StreamId::kEngineIndex:
+      return "engine_index";
   }
   return "unknown";
 }

@@ -15,7 +15,8 @@
 namespace slipstream::engine {
 
 // kWal: a replication buffer holding a stream of PostgreSQL WAL (replication/).
-enum class LogKind : uint32_t { kL0 = 1, kMedium = 2, kLarge = 3, kWal = 4 };
+// kIndexStream: a replication buffer of index shipping (framed compaction events).
+enum class LogKind : uint32_t { kL0 = 1, kMedium = 2, kLarge = 3, kWal = 4, kIndexStream = 5 };
 
 enum class LogRecordType : uint8_t {
   kChecksum = 1,        // not a data record: a 4-byte chained checksum follows the type word

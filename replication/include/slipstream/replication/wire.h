@@ -27,6 +27,7 @@ enum class StreamId : uint32_t {
   kWal = 1,          // PostgreSQL WAL, on the commit path
   kEngineL0 = 2,     // the engine's L0 recovery log, byte for byte (off the commit path)
   kEngineLarge = 3,  // the engine's large-value log, byte for byte
+  kEngineIndex = 4,  // index shipping: framed compaction events and large-log bytes
 };
 bool IsValidStream(uint32_t stream);
 const char* StreamName(uint32_t stream);

@@ -1,0 +1,108 @@
+// Index shipping (Anthus Send-Index) over Tailwind buffers: the primary engine's observer
+// events (a compaction's begin, segments, end or abandon, and the large log's bytes) are
+// framed into one byte stream, StreamId::kEngineIndex, which a StreamShipper appends to the
+// backups like the WAL; on a backup, IndexStore keeps the buffer images like any store and
+// feeds the frames, in stream order, to a replica engine's import calls.
+//
+// A frame: magic u32, type u32, payload length u32, payload, crc32c of everything before it.
+// The buffers' chained checksums already refuse torn or damaged records; the frame's own
+// checksum also covers what the engine does not checksum (bloom segments, the bloom
+// directory) end to end, and a frame that fails it stops the replica's import there.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "slipstream/engine/engine.h"
+#include "slipstream/engine/observer.h"
+#include "slipstream/replication/backup_store.h"
+
+namespace slipstream::replication {
+
+// The frames of one event each.
+std::string EncodeLogWrite(const engine::LogWriteEvent& event);
+std::string EncodeCompactionBegin(const engine::CompactionBeginEvent& event);
+std::string EncodeCompactionSegment(const engine::CompactionSegmentEvent& event);
+std::string EncodeCompactionInstalled(const engine::CompactionInstalledEvent& event);
+std::string EncodeCompactionAbandoned(uint64_t compaction);
+
+// An EngineObserver for a primary that hands every event of index shipping, framed, to
+// `emit` (in the order the engine raised them; the caller appends them to the stream). Only
+// the large log's bytes are taken: the L0 log travels as WAL.
+class IndexEventEncoder : public engine::EngineObserver {
+ public:
+  using Emit = std::function<void(std::string frame)>;
+  explicit IndexEventEncoder(Emit emit) : emit_(std::move(emit)) {}
+  void OnLogWrite(const engine::LogWriteEvent& event) override;
+  void OnCompactionBegin(const engine::CompactionBeginEvent& event) override;
+  void OnCompactionSegment(const engine::CompactionSegmentEvent& event) override;
+  void OnCompactionInstalled(const engine::CompactionInstalledEvent& event) override;
+  void OnCompactionAbandoned(uint64_t compaction) override;
+
+ private:
+  Emit emit_;
+};
+
+// Reassembles the stream from records that may split frames, and applies each whole frame to
+// a replica engine. Records are taken in stream order; one below the applied end (a buffer
+// persisted again) is skipped, one beyond it is held until the gap is filled.
+class IndexApplier {
+ public:
+  // `start`: the stream position of the first frame.
+  IndexApplier(engine::Engine* replica, uint64_t start) : replica_(replica), end_(start) {}
+
+  // Takes stream bytes [position, position + bytes.size()) and applies the frames they
+  // complete. After a failure (a damaged frame, or an import the engine refused) nothing more
+  // is applied: the error is kept and returned from then on.
+  Status Feed(uint64_t position, std::string_view bytes);
+
+  // Where the bytes taken so far end, and the frames applied.
+  uint64_t end() const { return end_; }
+  uint64_t frames() const { return frames_; }
+  uint64_t installed() const { return installed_; }
+  const Status& error() const { return error_; }
+
+ private:
+  Status Drain();
+  Status Apply(uint32_t type, std::string_view payload);
+
+  engine::Engine* replica_;
+  uint64_t end_;
+  std::string pending_;                           // bytes up to end_ not yet a whole frame
+  std::map<uint64_t, std::string> out_of_order_;  // records beyond end_
+  uint64_t frames_ = 0;
+  uint64_t installed_ = 0;
+  Status error_;
+};
+
+// A backup's store when it keeps a Send-Index replica: every stream's images are kept as
+// FileBackupStore keeps them, and the index stream of `primary` is also applied to `replica`
+// as each persisted prefix arrives. Thread-safe.
+class IndexStore : public FileBackupStore {
+ public:
+  IndexStore(std::string directory, engine::Engine* replica, std::string primary,
+             uint64_t index_start)
+      : FileBackupStore(std::move(directory)),
+        primary_(std::move(primary)),
+        applier_(replica, index_start) {}
+
+  Status Persist(const SegmentId& segment, const char* image, uint32_t from, uint32_t to,
+                 const std::vector<engine::ScannedRecord>& records, bool closed) override;
+
+  // The applier's state, read under the store's lock.
+  uint64_t applied_end();
+  uint64_t installed();
+  Status import_error();
+
+ private:
+  std::string primary_;
+  std::mutex mu_;
+  IndexApplier applier_;
+};
+
+}  // namespace slipstream::replication

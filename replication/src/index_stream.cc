@@ -1,0 +1,353 @@
+// Index shipping frames, their encoder and their applier: see index_stream.h.
+#include "slipstream/replication/index_stream.h"
+
+#include <cstring>
+
+#include "slipstream/engine/crc32c.h"
+
+namespace slipstream::replication {
+
+namespace {
+
+constexpr uint32_t kFrameMagic = 0x58444953;  // "SIDX"
+constexpr size_t kFrameHeader = 12;           // magic, type, length
+constexpr size_t kMaxPayload = 1u << 30;      // a segment and its header, with room
+
+enum class FrameType : uint32_t {
+  kLogWrite = 1,
+  kBegin = 2,
+  kSegment = 3,
+  kInstalled = 4,
+  kAbandoned = 5,
+};
+
+// Appends fixed-size little-endian fields and length-prefixed blobs.
+class Writer {
+ public:
+  template <typename T>
+  void Put(T v) {
+    out_.append(reinterpret_cast<const char*>(&v), sizeof(T));
+  }
+  void Blob(std::string_view b) {
+    Put(uint32_t(b.size()));
+    out_.append(b);
+  }
+  void U32s(const std::vector<uint32_t>& v) {
+    Put(uint32_t(v.size()));
+    for (uint32_t x : v) Put(x);
+  }
+  std::string Frame(FrameType type) {
+    std::string f;
+    f.reserve(kFrameHeader + out_.size() + 4);
+    auto put = [&f](uint32_t v) { f.append(reinterpret_cast<const char*>(&v), 4); };
+    put(kFrameMagic);
+    put(uint32_t(type));
+    put(uint32_t(out_.size()));
+    f += out_;
+    put(engine::crc32c::Value(f.data(), f.size()));
+    return f;
+  }
+
+ private:
+  std::string out_;
+};
+
+// Reads what Writer wrote; any overrun marks the reader bad.
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  template <typename T>
+  T Get() {
+    T v{};
+    if (in_.size() - pos_ < sizeof(T)) {
+      bad_ = true;
+      return v;
+    }
+    std::memcpy(&v, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  std::string_view Blob() {
+    uint32_t n = Get<uint32_t>();
+    if (bad_ || in_.size() - pos_ < n) {
+      bad_ = true;
+      return {};
+    }
+    std::string_view b = in_.substr(pos_, n);
+    pos_ += n;
+    return b;
+  }
+  std::vector<uint32_t> U32s() {
+    uint32_t n = Get<uint32_t>();
+    std::vector<uint32_t> v;
+    if (bad_ || (in_.size() - pos_) / 4 < n) {
+      bad_ = true;
+      return v;
+    }
+    for (uint32_t i = 0; i < n; i++) v.push_back(Get<uint32_t>());
+    return v;
+  }
+  // Everything read, nothing overran.
+  bool Done() const { return !bad_ && pos_ == in_.size(); }
+
+ private:
+  std::string_view in_;
+  size_t pos_ = 0;
+  bool bad_ = false;
+};
+
+Status FromEngine(const engine::Status& s) {
+  if (s.ok()) return Status::OK();
+  return Status::InvalidArgument("the replica's engine refused an import: " + s.ToString());
+}
+
+}  // namespace
+
+// Frames the large log's bytes of one write-out.
+std::string EncodeLogWrite(const engine::LogWriteEvent& e) {
+  Writer w;
+  w.Put(uint8_t(e.log));
+  w.Put(e.segment);
+  w.Put(e.sequence);
+  w.Put(e.offset);
+  w.Blob(e.bytes);
+  return w.Frame(FrameType::kLogWrite);
+}
+
+// Frames a compaction's begin.
+std::string EncodeCompactionBegin(const engine::CompactionBeginEvent& e) {
+  Writer w;
+  w.Put(e.compaction);
+  w.Put(uint8_t(e.from_l0));
+  w.Put(e.replaced_level);
+  w.Put(e.dest_level);
+  w.Put(e.segment_size);
+  w.Put(e.node_size);
+  return w.Frame(FrameType::kBegin);
+}
+
+// Frames one segment a compaction wrote.
+std::string EncodeCompactionSegment(const engine::CompactionSegmentEvent& e) {
+  Writer w;
+  w.Put(e.compaction);
+  w.Put(e.dest_level);
+  w.Put(uint8_t(e.kind));
+  w.Put(e.segment);
+  w.Blob(e.bytes);
+  return w.Frame(FrameType::kSegment);
+}
+
+// Frames a compaction's end: the level it installed and what it retired.
+std::string EncodeCompactionInstalled(const engine::CompactionInstalledEvent& e) {
+  Writer w;
+  w.Put(e.compaction);
+  w.Put(uint8_t(e.from_l0));
+  w.Put(e.replaced_level);
+  w.Put(e.dest_level);
+  w.Put(e.tree_id);
+  w.Put(e.height);
+  w.Put(e.root_segment);
+  w.Put(e.root_offset);
+  w.Put(e.bloom_segment);
+  w.Put(e.bloom_offset);
+  w.Put(e.entries);
+  w.Put(e.segments);
+  w.Put(e.manifest_number);
+  w.Put(e.bloom_blocks);
+  w.Put(e.bytes);
+  w.Put(e.small_entries);
+  w.Put(e.medium_entries);
+  w.Put(e.large_entries);
+  w.Put(e.tombstones);
+  w.U32s(e.retired_segments);
+  w.U32s(e.medium_segments);
+  w.U32s(e.retired_log_segments);
+  w.U32s(e.retired_trees);
+  return w.Frame(FrameType::kInstalled);
+}
+
+// Frames a compaction's abandon.
+std::string EncodeCompactionAbandoned(uint64_t compaction) {
+  Writer w;
+  w.Put(compaction);
+  return w.Frame(FrameType::kAbandoned);
+}
+
+void IndexEventEncoder::OnLogWrite(const engine::LogWriteEvent& event) {
+  if (event.log == engine::ObservedLog::kLarge) emit_(EncodeLogWrite(event));
+}
+void IndexEventEncoder::OnCompactionBegin(const engine::CompactionBeginEvent& event) {
+  emit_(EncodeCompactionBegin(event));
+}
+void IndexEventEncoder::OnCompactionSegment(const engine::CompactionSegmentEvent& event) {
+  emit_(EncodeCompactionSegment(event));
+}
+void IndexEventEncoder::OnCompactionInstalled(const engine::CompactionInstalledEvent& event) {
+  emit_(EncodeCompactionInstalled(event));
+}
+void IndexEventEncoder::OnCompactionAbandoned(uint64_t compaction) {
+  emit_(EncodeCompactionAbandoned(compaction));
+}
+
+// Takes a record of the stream, in order or not, and applies what it completes.
+Status IndexApplier::Feed(uint64_t position, std::string_view bytes) {
+  if (!error_.ok()) return error_;
+  uint64_t end = position + bytes.size();
+  if (end <= end_) return Status::OK();  // persisted again: applied already
+  if (position > end_) {
+    out_of_order_[position] = std::string(bytes);
+    return Status::OK();
+  }
+  pending_.append(bytes.substr(end_ - position));
+  end_ = end;
+  // Records held beyond the gap this one filled.
+  while (!out_of_order_.empty() && out_of_order_.begin()->first <= end_) {
+    auto it = out_of_order_.begin();
+    uint64_t held_end = it->first + it->second.size();
+    if (held_end > end_) {
+      pending_.append(std::string_view(it->second).substr(end_ - it->first));
+      end_ = held_end;
+    }
+    out_of_order_.erase(it);
+  }
+  error_ = Drain();
+  return error_;
+}
+
+// Applies every whole frame at the front of pending_.
+Status IndexApplier::Drain() {
+  size_t pos = 0;
+  Status s;
+  while (s.ok() && pending_.size() - pos >= kFrameHeader) {
+    uint32_t magic, type, length;
+    std::memcpy(&magic, pending_.data() + pos, 4);
+    std::memcpy(&type, pending_.data() + pos + 4, 4);
+    std::memcpy(&length, pending_.data() + pos + 8, 4);
+    if (magic != kFrameMagic || length > kMaxPayload) {
+      s = Status::InvalidArgument("the index stream is damaged at a frame header");
+      break;
+    }
+    if (pending_.size() - pos < kFrameHeader + length + 4) break;  // the rest comes later
+    uint32_t crc;
+    std::memcpy(&crc, pending_.data() + pos + kFrameHeader + length, 4);
+    if (crc != engine::crc32c::Value(pending_.data() + pos, kFrameHeader + length)) {
+      s = Status::InvalidArgument("an index stream frame fails its checksum");
+      break;
+    }
+    s = Apply(type, std::string_view(pending_).substr(pos + kFrameHeader, length));
+    if (s.ok()) frames_++;
+    pos += kFrameHeader + length + 4;
+  }
+  pending_.erase(0, pos);
+  return s;
+}
+
+// Decodes one frame and makes the replica engine import it.
+Status IndexApplier::Apply(uint32_t type, std::string_view payload) {
+  Reader r(payload);
+  switch (FrameType(type)) {
+    case FrameType::kLogWrite: {
+      engine::LogWriteEvent e{};
+      e.log = engine::ObservedLog(r.Get<uint8_t>());
+      e.segment = r.Get<uint32_t>();
+      e.sequence = r.Get<uint64_t>();
+      e.offset = r.Get<uint32_t>();
+      e.bytes = r.Blob();
+      if (!r.Done()) break;
+      return FromEngine(replica_->ImportLogBytes(e));
+    }
+    case FrameType::kBegin: {
+      engine::CompactionBeginEvent e{};
+      e.compaction = r.Get<uint64_t>();
+      e.from_l0 = r.Get<uint8_t>() != 0;
+      e.replaced_level = r.Get<uint32_t>();
+      e.dest_level = r.Get<uint32_t>();
+      e.segment_size = r.Get<uint32_t>();
+      e.node_size = r.Get<uint32_t>();
+      if (!r.Done()) break;
+      return FromEngine(replica_->BeginImport(e));
+    }
+    case FrameType::kSegment: {
+      engine::CompactionSegmentEvent e{};
+      e.compaction = r.Get<uint64_t>();
+      e.dest_level = r.Get<uint32_t>();
+      e.kind = engine::CompactionSegmentKind(r.Get<uint8_t>());
+      e.segment = r.Get<uint32_t>();
+      e.bytes = r.Blob();
+      if (!r.Done()) break;
+      return FromEngine(replica_->ImportSegment(e));
+    }
+    case FrameType::kInstalled: {
+      engine::CompactionInstalledEvent e;
+      e.compaction = r.Get<uint64_t>();
+      e.from_l0 = r.Get<uint8_t>() != 0;
+      e.replaced_level = r.Get<uint32_t>();
+      e.dest_level = r.Get<uint32_t>();
+      e.tree_id = r.Get<uint32_t>();
+      e.height = r.Get<uint32_t>();
+      e.root_segment = r.Get<uint32_t>();
+      e.root_offset = r.Get<uint32_t>();
+      e.bloom_segment = r.Get<uint32_t>();
+      e.bloom_offset = r.Get<uint32_t>();
+      e.entries = r.Get<uint64_t>();
+      e.segments = r.Get<uint64_t>();
+      e.manifest_number = r.Get<uint64_t>();
+      e.bloom_blocks = r.Get<uint64_t>();
+      e.bytes = r.Get<uint64_t>();
+      e.small_entries = r.Get<uint64_t>();
+      e.medium_entries = r.Get<uint64_t>();
+      e.large_entries = r.Get<uint64_t>();
+      e.tombstones = r.Get<uint64_t>();
+      e.retired_segments = r.U32s();
+      e.medium_segments = r.U32s();
+      e.retired_log_segments = r.U32s();
+      e.retired_trees = r.U32s();
+      if (!r.Done()) break;
+      Status s = FromEngine(replica_->InstallImport(e));
+      if (s.ok()) installed_++;
+      return s;
+    }
+    case FrameType::kAbandoned: {
+      uint64_t compaction = r.Get<uint64_t>();
+      if (!r.Done()) break;
+      replica_->AbandonImport(compaction);
+      return Status::OK();
+    }
+  }
+  return Status::InvalidArgument("a malformed index stream frame (type " + std::to_string(type) +
+                                 ")");
+}
+
+// Keeps the image, then applies the index stream's new records.
+Status IndexStore::Persist(const SegmentId& segment, const char* image, uint32_t from, uint32_t to,
+                           const std::vector<engine::ScannedRecord>& records, bool closed) {
+  Status s = FileBackupStore::Persist(segment, image, from, to, records, closed);
+  if (!s.ok() || segment.stream != uint32_t(StreamId::kEngineIndex) ||
+      segment.primary != primary_) {
+    return s;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const engine::ScannedRecord& r : records) {
+    // A refused frame is reported (import_error), not failed back: the images are durable,
+    // and the primary's WAL stream must go on.
+    if (!applier_.Feed(r.lsn, r.payload).ok()) break;
+  }
+  return Status::OK();
+}
+
+uint64_t IndexStore::applied_end() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return applier_.end();
+}
+
+uint64_t IndexStore::installed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return applier_.installed();
+}
+
+Status IndexStore::import_error() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return applier_.error();
+}
+
+}  // namespace slipstream::replication

@@ -1,0 +1,194 @@
+// Index shipping end to end on the shm and tcp transports: a primary engine's compactions,
+// framed into the index stream and appended to a backup with one-sided writes, are installed
+// by the backup's IndexStore into a replica engine that never compacts, and the replica holds
+// what the primary holds after each round; damaged frames are refused, never applied.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "slipstream/engine/engine.h"
+#include "slipstream/replication/backup_link.h"
+#include "slipstream/replication/backup_server.h"
+#include "slipstream/replication/index_stream.h"
+#include "slipstream/replication/stream_shipper.h"
+#include "test_util.h"
+
+namespace slipstream::replication {
+namespace {
+
+constexpr char kSecret[] = "index-shipping-secret";
+constexpr uint32_t kBufferSize = 1u << 20;
+constexpr uint32_t kIndex = uint32_t(StreamId::kEngineIndex);
+
+using test::TempDir;
+
+// An engine in its own directory and MAP_SHARED arena, with small shapes so that a test
+// reaches several levels.
+struct TestEngine {
+  explicit TestEngine(std::shared_ptr<engine::EngineObserver> observer = nullptr) {
+    options.directory = dir.path();
+    options.segment_size = 256u << 10;
+    options.node_size = 4096;
+    options.l0_size = 1u << 20;
+    options.growth_factor = 4;
+    options.max_levels = 5;
+    options.max_key_size = 256;
+    options.max_value_size = 32u << 10;
+    options.max_device_size = 4ull << 30;
+    options.use_fsync = false;
+    options.observer = std::move(observer);
+    size = engine::Engine::ArenaSize(options);
+    arena = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    engine::Status s = engine::Engine::Open(options, arena, size, &handle);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  ~TestEngine() {
+    handle.reset();
+    munmap(arena, size);
+  }
+  engine::Engine* operator->() { return handle.get(); }
+
+  TempDir dir;
+  engine::Options options;
+  size_t size = 0;
+  void* arena = nullptr;
+  std::unique_ptr<engine::Engine> handle;
+};
+
+std::map<std::string, std::string> Contents(engine::Engine* e, engine::KeyspaceId ks) {
+  std::map<std::string, std::string> out;
+  auto it = e->NewIterator(ks);
+  for (it->SeekToFirst(); it->Valid(); it->Next()) out[std::string(it->key())] = it->value();
+  return out;
+}
+
+std::string Value(std::mt19937& rng, int seed) {
+  static const size_t kSizes[] = {40, 400, 3000};  // small, medium, large
+  std::string v(kSizes[rng() % 3] + rng() % 30, '\0');
+  for (size_t i = 0; i < v.size(); i++) v[i] = char('a' + (seed * 7 + i * 13) % 26);
+  return v;
+}
+
+rdma::TransportOptions Transport(const std::string& backend) {
+  rdma::TransportOptions t;
+  t.backend = backend;
+  t.secret = kSecret;
+  t.connect_timeout_ms = 5000;
+  return t;
+}
+
+class IndexShipping : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(IndexShipping, TheReplicaInstallsEveryCompactionAndEqualsThePrimary) {
+  TestEngine replica;
+  TempDir images;
+  IndexStore store(images.path(), replica.handle.get(), "p1", 0);
+  BackupOptions bo;
+  bo.transport = Transport(GetParam());
+  bo.buffers = 8;
+  bo.buffers_per_primary = 4;
+  bo.buffer_size = kBufferSize;
+  BackupServer server(bo, &store);
+  ASSERT_TRUE(server.Start().ok());
+
+  std::vector<std::string> frames;  // what the primary's engine raised since the last round
+  TestEngine primary(std::make_shared<IndexEventEncoder>(
+      [&frames](std::string f) { frames.push_back(std::move(f)); }));
+  LinkOptions lo;
+  lo.address = server.address();
+  lo.transport = Transport(GetParam());
+  lo.version = 1;
+  lo.primary = "p1";
+  std::unique_ptr<BackupLink> link;
+  Status s = BackupLink::Connect(lo, &link);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  StreamShipper shipper(kIndex, 1, 0, {link.get()});
+
+  engine::KeyspaceId ks, replica_ks;
+  ASSERT_TRUE(primary->CreateKeyspace(9, &ks).ok());
+  ASSERT_TRUE(replica->CreateKeyspace(9, &replica_ks).ok());
+  std::mt19937 rng(3);
+  std::map<std::string, std::string> model;
+  uint64_t bytes_shipped = 0;
+  for (int round = 0; round < 5; round++) {
+    for (int i = 0; i < 2500; i++) {
+      std::string key = "key" + std::to_string(rng() % 5000);
+      if (rng() % 8 == 0) {
+        ASSERT_TRUE(primary->Delete(ks, key).ok());
+        model.erase(key);
+      } else {
+        std::string v = Value(rng, i + round);
+        ASSERT_TRUE(primary->Put(ks, key, v).ok());
+        model[key] = v;
+      }
+    }
+    if (round == 3) {
+      ASSERT_TRUE(primary->RunGC().ok());
+    }
+    ASSERT_TRUE(primary->CompactAll().ok());
+    // Ship the round: the frames go as one stream, split across buffers as they fill.
+    for (const std::string& f : frames) {
+      for (size_t off = 0; off < f.size(); off += 60000) {
+        std::string_view piece = std::string_view(f).substr(off, 60000);
+        Status a = shipper.Append(shipper.end(), piece);
+        ASSERT_TRUE(a.ok()) << a.ToString();
+        bytes_shipped += piece.size();
+      }
+    }
+    frames.clear();
+    uint64_t durable = 0;
+    Status f = shipper.Flush(1, 10000, &durable);
+    ASSERT_TRUE(f.ok()) << f.ToString();
+    ASSERT_EQ(durable, shipper.end());
+    ASSERT_TRUE(store.import_error().ok()) << store.import_error().ToString();
+    ASSERT_EQ(store.applied_end(), shipper.end());
+    ASSERT_TRUE(Contents(replica.handle.get(), replica_ks) == model) << "round " << round;
+    engine::Status v = replica->Verify();
+    ASSERT_TRUE(v.ok()) << v.ToString();
+  }
+  EXPECT_GE(store.installed(), 5u);
+  EXPECT_EQ(replica->GetStats().compactions, store.installed());
+  EXPECT_GT(bytes_shipped, 0u);
+}
+
+TEST(IndexApplier, DamagedOrMalformedFramesAreRefusedAndNothingAfterThemIsApplied) {
+  TestEngine replica;
+  engine::CompactionBeginEvent begin{
+      7, true, 0, 1, replica.options.segment_size, replica.options.node_size};
+  std::string good = EncodeCompactionBegin(begin);
+  // A flipped bit in the payload fails the frame checksum.
+  for (size_t bit : {size_t(8 * 13), size_t(8 * 20 + 3), size_t(8 * (good.size() - 1))}) {
+    std::string bad = good;
+    bad[bit / 8] ^= char(1 << (bit % 8));
+    IndexApplier a(replica.handle.get(), 100);
+    EXPECT_FALSE(a.Feed(100, bad).ok()) << "bit " << bit;
+    EXPECT_EQ(a.frames(), 0u);
+    EXPECT_FALSE(a.Feed(100 + bad.size(), good).ok()) << "went on after damage";
+  }
+  // A frame split across records, and records out of order, still apply once whole.
+  IndexApplier a(replica.handle.get(), 0);
+  std::string two = good + EncodeCompactionAbandoned(7);
+  ASSERT_TRUE(a.Feed(10, std::string_view(two).substr(10)).ok());
+  EXPECT_EQ(a.frames(), 0u);
+  ASSERT_TRUE(a.Feed(0, std::string_view(two).substr(0, 10)).ok());
+  EXPECT_EQ(a.frames(), 2u);
+  EXPECT_EQ(a.end(), two.size());
+  ASSERT_TRUE(a.Feed(0, two).ok());  // the same bytes again: skipped
+  EXPECT_EQ(a.frames(), 2u);
+  // A frame the engine refuses (other shapes) stops the applier with the engine's reason.
+  IndexApplier b(replica.handle.get(), 0);
+  begin.node_size *= 2;
+  Status s = b.Feed(0, EncodeCompactionBegin(begin));
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.ToString().find("node"), std::string::npos) << s.ToString();
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, IndexShipping, ::testing::Values("shm", "tcp"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace slipstream::replication
