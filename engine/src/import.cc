@@ -91,6 +91,7 @@ Status EngineImpl::ImportLogBytes(const LogWriteEvent& event) {
                                          event.bytes.data(), uint32_t(event.bytes.size())}},
                            false);
   if (!s.ok()) return s;
+  shared_->counters.device_bytes_written += event.bytes.size();
   SharedLock a(segments_.mutex());
   SegmentInfo& info = segments_.info(local);
   info.bytes_written = std::max<uint64_t>(info.bytes_written, event.offset + event.bytes.size());
@@ -226,6 +227,7 @@ Status EngineImpl::ImportSegment(const CompactionSegmentEvent& event) {
       {WriteRequest{uint64_t(local) * options_.segment_size, image.data(), uint32_t(image.size())}},
       false);
   if (!s.ok()) return s;
+  shared_->counters.device_bytes_written += image.size();
   im.arrived.insert(event.segment);
   if (event.kind == CompactionSegmentKind::kMedium) {
     SharedLock a(segments_.mutex());
