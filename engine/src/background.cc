@@ -140,6 +140,27 @@ void EngineImpl::AbandonCompaction(const Compaction& compaction) {
   if (observer_ != nullptr) observer_->OnCompactionAbandoned(compaction.spec().tree_id);
 }
 
+// Marks retired the trees of `replaced_level` and `dest` in `before` (0: none) and every index
+// and bloom segment they own, adding them to *trees and *segments. The caller holds the
+// allocation mutex; the trees are freed when the Reclaimer retires them.
+void EngineImpl::MarkTreesRetired(const Version& before, uint32_t replaced_level, uint32_t dest,
+                                  std::vector<uint32_t>* trees, std::vector<uint32_t>* segments) {
+  for (uint32_t level : {replaced_level, dest}) {
+    uint32_t old = level ? before.levels[level].tree_id : 0;
+    if (old == 0 || std::find(trees->begin(), trees->end(), old) != trees->end()) continue;
+    trees->push_back(old);
+    for (uint64_t seg = 1; seg < segments_.count(); seg++) {
+      SegmentInfo& info = segments_.info(seg);
+      if ((info.kind == uint8_t(SegmentKind::kIndex) ||
+           info.kind == uint8_t(SegmentKind::kBloom)) &&
+          info.owner == old) {
+        info.flags |= kSegmentRetired;
+        segments->push_back(uint32_t(seg));
+      }
+    }
+  }
+}
+
 // Makes a compaction's result durable and visible: data fsync, deltas, version switch under
 // the write mutex, manifest, then retirement of what the old version used.
 Status EngineImpl::InstallCompaction(const Version& before, bool from_l0, uint32_t replaced_level,
@@ -176,23 +197,7 @@ Status EngineImpl::InstallCompaction(const Version& before, bool from_l0, uint32
         retired_segments.push_back(uint32_t(seg));
       }
     }
-    for (uint32_t level : {replaced_level, dest}) {
-      uint32_t old = level ? before.levels[level].tree_id : 0;
-      if (old == 0) continue;
-      if (std::find(retired_trees.begin(), retired_trees.end(), old) != retired_trees.end()) {
-        continue;
-      }
-      retired_trees.push_back(old);
-      for (uint64_t seg = 1; seg < segments_.count(); seg++) {
-        SegmentInfo& info = segments_.info(seg);
-        if ((info.kind == uint8_t(SegmentKind::kIndex) ||
-             info.kind == uint8_t(SegmentKind::kBloom)) &&
-            info.owner == old) {
-          info.flags |= kSegmentRetired;
-          retired_tree_segments.push_back(uint32_t(seg));
-        }
-      }
-    }
+    MarkTreesRetired(before, replaced_level, dest, &retired_trees, &retired_tree_segments);
     if (from_l0) {
       levels_.AdvanceCompactedLsn(memtables_.Header(before.immutable_memtable)->max_lsn.load());
       uint64_t first_live = levels_.Latest().active_first_log_sequence;

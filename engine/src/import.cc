@@ -305,22 +305,9 @@ Status EngineImpl::InstallImport(const CompactionInstalledEvent& event) {
       }
     }
     Version before = levels_.Current();
-    for (uint32_t level : {event.replaced_level, event.dest_level}) {
-      uint32_t old = level ? before.levels[level].tree_id : 0;
-      if (old == 0 ||
-          std::find(retired_trees.begin(), retired_trees.end(), old) != retired_trees.end()) {
-        continue;
-      }
-      retired_trees.push_back(old);
-      for (uint64_t seg = 1; seg < segments_.count(); seg++) {
-        SegmentInfo& info = segments_.info(seg);
-        if ((info.kind == uint8_t(SegmentKind::kIndex) ||
-             info.kind == uint8_t(SegmentKind::kBloom)) &&
-            info.owner == old) {
-          info.flags |= kSegmentRetired;
-        }
-      }
-    }
+    std::vector<uint32_t> retired_tree_segments;
+    MarkTreesRetired(before, event.replaced_level, event.dest_level, &retired_trees,
+                     &retired_tree_segments);
     LevelDesc out{};
     if (event.tree_id != 0) {
       out.tree_id = event.tree_id;
