@@ -76,6 +76,7 @@ class EngineImpl final : public Engine {
   Status ImportSegment(const CompactionSegmentEvent& event) override;
   Status InstallImport(const CompactionInstalledEvent& event) override;
   void AbandonImport(uint64_t compaction) override;
+  Status ShipLevels(EngineObserver* observer) override;
   Status CompactAll() override;
   Status RunGC() override;
   Stats GetStats() override;

@@ -48,10 +48,7 @@ Status EngineImpl::AllocatePending(SegmentKind kind, uint32_t owner, uint32_t* s
   Status s = segments_.Allocate(kind, owner, segment);
   if (!s.ok()) return s;
   SharedLock a(segments_.mutex());
-  segments_.info(*segment).flags |= kSegmentPending;
-  if (kind == SegmentKind::kMediumLog || kind == SegmentKind::kLargeLog) {
-    segments_.info(*segment).flags |= kSegmentImported;
-  }
+  segments_.info(*segment).flags |= kSegmentPending | kSegmentImported;
   return Status::OK();
 }
 
@@ -116,21 +113,26 @@ Status EngineImpl::BeginImport(const CompactionBeginEvent& event) {
     SharedLock a(segments_.mutex());
     for (uint64_t seg = 1; seg < segments_.count(); seg++) {
       const SegmentInfo& info = segments_.info(seg);
-      if (info.kind == uint8_t(SegmentKind::kIndex) && !(info.flags & kSegmentRetired) &&
-          info.owner == uint32_t(event.compaction)) {
+      if (info.kind != uint8_t(SegmentKind::kIndex) || (info.flags & kSegmentRetired)) continue;
+      if (!(info.flags & kSegmentImported)) {
+        return Status::InvalidArgument(
+            "this node holds levels of its own (it compacts for "
+            "itself): a Send-Index replica starts empty");
+      }
+      if (info.owner == uint32_t(event.compaction)) {
         return Status::Corruption("compaction " + std::to_string(event.compaction) +
                                   " was imported already");
       }
     }
   }
+  // A compaction's tree is newer than the one it replaces at its destination; an older one
+  // comes from another primary, or is replayed.
   Version v = levels_.Current();
-  for (uint32_t level = 1; level <= options_.max_levels; level++) {
-    if (v.levels[level].tree_id != 0 && v.levels[level].tree_id >= uint32_t(event.compaction)) {
-      return Status::InvalidArgument("level " + std::to_string(level) + " holds tree " +
-                                     std::to_string(v.levels[level].tree_id) +
-                                     ", not older than the imported compaction: this node "
-                                     "compacts for itself or is of another primary");
-    }
+  uint32_t current = v.levels[event.dest_level].tree_id;
+  if (current != 0 && current >= uint32_t(event.compaction)) {
+    return Status::InvalidArgument("level " + std::to_string(event.dest_level) + " holds tree " +
+                                   std::to_string(current) + ", not older than compaction " +
+                                   std::to_string(event.compaction));
   }
   import_ = std::make_unique<Import>();
   import_->begin = event;

@@ -19,12 +19,15 @@ class Forwarder : public EngineObserver {
   explicit Forwarder(Engine** replica) : replica_(replica) {}
 
   void OnLogWrite(const LogWriteEvent& e) override {
-    if (e.log == ObservedLog::kLarge) Record((*replica_)->ImportLogBytes(e), "log bytes");
+    if (enabled_ && e.log == ObservedLog::kLarge) {
+      Record((*replica_)->ImportLogBytes(e), "log bytes");
+    }
   }
   void OnCompactionBegin(const CompactionBeginEvent& e) override {
-    Record((*replica_)->BeginImport(e), "begin");
+    if (enabled_) Record((*replica_)->BeginImport(e), "begin");
   }
   void OnCompactionSegment(const CompactionSegmentEvent& e) override {
+    if (!enabled_) return;
     if (drop_next_index_ && e.kind == CompactionSegmentKind::kIndex) {
       drop_next_index_ = false;  // a segment lost on the way
       return;
@@ -32,6 +35,7 @@ class Forwarder : public EngineObserver {
     Record((*replica_)->ImportSegment(e), "segment");
   }
   void OnCompactionInstalled(const CompactionInstalledEvent& e) override {
+    if (!enabled_) return;
     Status s = (*replica_)->InstallImport(e);
     if (expect_install_failure_ && !s.ok()) {
       expect_install_failure_ = false;
@@ -50,6 +54,7 @@ class Forwarder : public EngineObserver {
   }
 
   Engine** replica_;
+  bool enabled_ = true;  // false: the replica does not exist yet
   std::vector<std::string> errors_;
   uint64_t installed_ = 0;
   bool drop_next_index_ = false;
@@ -175,6 +180,65 @@ TEST(Import, ACompactionWithAMissingSegmentIsRefusedAndLeavesNothing) {
   EXPECT_EQ(after.medium_log_segments, stats_before.medium_log_segments);
   Status v = p.replica->Verify();
   EXPECT_TRUE(v.ok()) << v.ToString();
+}
+
+TEST(Import, AReplicaSeededFromThePrimarysLevelsFollowsItsCompactions) {
+  Pair p;
+  p.forwarder->enabled_ = false;  // the primary runs alone for a while: several levels
+  std::mt19937 rng(11);
+  std::map<std::string, std::string> model;
+  auto work = [&](int n, int seed, bool small_only = false) {
+    for (int i = 0; i < n; i++) {
+      std::string key = "k" + std::to_string(rng() % 8000);
+      std::string v = small_only ? Value(30 + rng() % 40, seed + i) : MixedValue(rng, seed + i);
+      ASSERT_TRUE(p.primary->Put(p.ks, key, v).ok());
+      model[key] = v;
+    }
+    while (p.primary->DoBackgroundWork()) {
+    }
+  };
+  work(12000, 0);
+  ASSERT_TRUE(p.primary->CompactAll().ok());
+  work(30000, 50000, true);  // small values: a level 1 that stays above the last
+  int levels = 0;
+  std::string shape;
+  for (const LevelStats& l : p.primary->GetStats().levels) {
+    levels += l.entries > 0;
+    shape += " L" + std::to_string(l.level) + "=" + std::to_string(l.entries);
+  }
+  ASSERT_GE(levels, 2) << "the seed should ship more than one level:" << shape;
+
+  // Seed: live events from now on, then the levels as they stand.
+  p.forwarder->enabled_ = true;
+  Status s = p.primary->ShipLevels(p.forwarder.get());
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  for (const std::string& e : p.forwarder->errors_) ADD_FAILURE() << e;
+  ASSERT_TRUE(p.forwarder->errors_.empty());
+  EXPECT_EQ(p.forwarder->installed_, uint64_t(levels));
+  Status v = p.replica->Verify();
+  ASSERT_TRUE(v.ok()) << v.ToString();
+
+  // Then it follows the primary's compactions.
+  for (int round = 0; round < 3; round++) {
+    work(4000, 100000 * (round + 1));
+    ASSERT_TRUE(p.primary->CompactAll().ok());
+    ASSERT_TRUE(p.forwarder->errors_.empty()) << p.forwarder->errors_[0];
+    ASSERT_TRUE(Contents(p.replica.engine.get(), p.replica_ks) == model) << "round " << round;
+    v = p.replica->Verify();
+    ASSERT_TRUE(v.ok()) << v.ToString();
+  }
+}
+
+TEST(Import, AReplicaThatCompactsForItselfIsRefused) {
+  TestEngine replica;
+  KeyspaceId ks;
+  ASSERT_TRUE(replica->CreateKeyspace(7, &ks).ok());
+  for (int i = 0; i < 3000; i++)
+    ASSERT_TRUE(replica->Put(ks, "k" + std::to_string(i), Value(300, i)).ok());
+  ASSERT_TRUE(replica->CompactAll().ok());
+  CompactionBeginEvent e{1000, true, 0, 1, replica.options.segment_size, replica.options.node_size};
+  Status s = replica->BeginImport(e);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << s.ToString();
 }
 
 TEST(Import, RefusesShapesThatDiffer) {

@@ -28,16 +28,18 @@ namespace slipstream::replication {
 std::string EncodeLogWrite(const engine::LogWriteEvent& event);
 std::string EncodeCompactionBegin(const engine::CompactionBeginEvent& event);
 std::string EncodeCompactionSegment(const engine::CompactionSegmentEvent& event);
+std::string EncodeCompactionSegmentLz4(const engine::CompactionSegmentEvent& event);
 std::string EncodeCompactionInstalled(const engine::CompactionInstalledEvent& event);
 std::string EncodeCompactionAbandoned(uint64_t compaction);
 
 // An EngineObserver for a primary that hands every event of index shipping, framed, to
 // `emit` (in the order the engine raised them; the caller appends them to the stream). Only
-// the large log's bytes are taken: the L0 log travels as WAL.
+// the large log's bytes are taken: the L0 log travels as WAL. With `lz4`, compaction segments
+// are compressed (Anthus pays 1.3-3.8x Build-Index's network bytes without it).
 class IndexEventEncoder : public engine::EngineObserver {
  public:
   using Emit = std::function<void(std::string frame)>;
-  explicit IndexEventEncoder(Emit emit) : emit_(std::move(emit)) {}
+  explicit IndexEventEncoder(Emit emit, bool lz4 = false) : emit_(std::move(emit)), lz4_(lz4) {}
   void OnLogWrite(const engine::LogWriteEvent& event) override;
   void OnCompactionBegin(const engine::CompactionBeginEvent& event) override;
   void OnCompactionSegment(const engine::CompactionSegmentEvent& event) override;
@@ -46,6 +48,7 @@ class IndexEventEncoder : public engine::EngineObserver {
 
  private:
   Emit emit_;
+  bool lz4_;
 };
 
 // Reassembles the stream from records that may split frames, and applies each whole frame to
