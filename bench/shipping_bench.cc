@@ -11,6 +11,7 @@
 //                  [--dir=/tmp]
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -147,6 +148,7 @@ Replica ApplyFrames(const std::string& base, const std::string& name, uint64_t l
   Replica r;
   r.name = name == "send-index" ? "Send-Index" : "Send-Index, LZ4";
   BenchEngine replica(base, name, l0_size, nullptr);
+  sync();  // the previous phase's dirty pages are not written back on this one's time
   double t = CpuSeconds();
   replication::IndexApplier applier(replica.e.get(), 0);
   for (const std::string& f : frames) {
@@ -229,6 +231,7 @@ int main(int argc, char** argv) {
     if (!send.ok || !send_lz4.ok) return 1;
 
     BenchEngine build(base, "build-index", l0_size, nullptr);
+    sync();
     double t2 = CpuSeconds();
     Drive(build, ops);
     double build_cpu = CpuSeconds() - t2;
