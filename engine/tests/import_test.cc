@@ -1,6 +1,7 @@
 // Index shipping (Send-Index) between two engines: a primary's observer feeds a replica's
 // import calls, and the replica, which never compacts, must hold the same contents as the
 // primary after every compaction it installed, pass Verify, and keep them across a restart.
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -20,14 +21,35 @@ class Forwarder : public EngineObserver {
 
   void OnLogWrite(const LogWriteEvent& e) override {
     if (enabled_ && e.log == ObservedLog::kLarge) {
+      std::string bytes(e.bytes);
+      Journal([e, bytes](Engine* r) {
+        LogWriteEvent copy = e;
+        copy.bytes = bytes;
+        return r->ImportLogBytes(copy);
+      });
       Record((*replica_)->ImportLogBytes(e), "log bytes");
     }
   }
   void OnCompactionBegin(const CompactionBeginEvent& e) override {
-    if (enabled_) Record((*replica_)->BeginImport(e), "begin");
+    if (!enabled_) return;
+    Journal([e](Engine* r) { return r->BeginImport(e); });
+    Record((*replica_)->BeginImport(e), "begin");
   }
   void OnCompactionSegment(const CompactionSegmentEvent& e) override {
     if (!enabled_) return;
+    if (crash_after_segments_ > 0 && --crash_after_segments_ == 0) {
+      // The replica dies in the middle of this compaction's import; restarted, it is fed
+      // again from its last installed compaction on, as the index stream resumes there.
+      crash_();
+      crashed_compaction_ = e.compaction;
+      for (auto& replay : journal_) Record(replay(*replica_), "replayed");
+    }
+    std::string bytes(e.bytes);
+    Journal([e, bytes](Engine* r) {
+      CompactionSegmentEvent copy = e;
+      copy.bytes = bytes;
+      return r->ImportSegment(copy);
+    });
     if (drop_next_index_ && e.kind == CompactionSegmentKind::kIndex) {
       drop_next_index_ = false;  // a segment lost on the way
       return;
@@ -44,6 +66,11 @@ class Forwarder : public EngineObserver {
     }
     Record(s, "install");
     if (s.ok()) installed_++;
+    journal_.clear();  // durable on the replica now
+  }
+  // Keeps an event until the compaction after it is installed (what a replica's stream keeps).
+  void Journal(std::function<Status(Engine*)> replay) {
+    if (crash_) journal_.push_back(std::move(replay));
   }
   void OnCompactionAbandoned(uint64_t compaction) override {
     (*replica_)->AbandonImport(compaction);
@@ -55,6 +82,10 @@ class Forwarder : public EngineObserver {
 
   Engine** replica_;
   bool enabled_ = true;  // false: the replica does not exist yet
+  int crash_after_segments_ = 0;
+  std::function<void()> crash_;
+  uint64_t crashed_compaction_ = 0;
+  std::vector<std::function<Status(Engine*)>> journal_;
   std::vector<std::string> errors_;
   uint64_t installed_ = 0;
   bool drop_next_index_ = false;
@@ -225,6 +256,32 @@ TEST(Import, AReplicaSeededFromThePrimarysLevelsFollowsItsCompactions) {
     ASSERT_TRUE(p.forwarder->errors_.empty()) << p.forwarder->errors_[0];
     ASSERT_TRUE(Contents(p.replica.engine.get(), p.replica_ks) == model) << "round " << round;
     v = p.replica->Verify();
+    ASSERT_TRUE(v.ok()) << v.ToString();
+  }
+}
+
+TEST(Import, AReplicaKilledInTheMiddleOfAnImportRecoversAndCatchesUp) {
+  Pair p;
+  p.forwarder->crash_ = [&p] { p.RestartReplica(); };
+  std::mt19937 rng(5);
+  std::map<std::string, std::string> model;
+  for (int round = 0; round < 4; round++) {
+    if (round == 1) p.forwarder->crash_after_segments_ = 3;
+    for (int i = 0; i < 4000; i++) {
+      std::string key = "k" + std::to_string(rng() % 6000);
+      std::string v = MixedValue(rng, i + round * 4000);
+      ASSERT_TRUE(p.primary->Put(p.ks, key, v).ok());
+      model[key] = v;
+    }
+    ASSERT_TRUE(p.primary->CompactAll().ok());
+    if (round == 1) {
+      ASSERT_NE(p.forwarder->crashed_compaction_, 0u) << "the replica never crashed";
+    }
+    for (const std::string& e : p.forwarder->errors_)
+      ADD_FAILURE() << "round " << round << ": " << e;
+    ASSERT_TRUE(p.forwarder->errors_.empty());
+    ASSERT_TRUE(Contents(p.replica.engine.get(), p.replica_ks) == model) << "round " << round;
+    Status v = p.replica->Verify();
     ASSERT_TRUE(v.ok()) << v.ToString();
   }
 }
