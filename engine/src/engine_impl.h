@@ -74,7 +74,8 @@ class EngineImpl final : public Engine {
   Status ImportLogBytes(const LogWriteEvent& event) override;
   Status BeginImport(const CompactionBeginEvent& event) override;
   Status ImportSegment(const CompactionSegmentEvent& event) override;
-  Status InstallImport(const CompactionInstalledEvent& event) override;
+  Status InstallImport(const CompactionInstalledEvent& event, uint64_t resume_at) override;
+  uint64_t ImportResumePosition() override;
   void AbandonImport(uint64_t compaction) override;
   Status ShipLevels(EngineObserver* observer) override;
   Status CompactAll() override;

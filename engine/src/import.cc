@@ -241,7 +241,7 @@ Status EngineImpl::ImportSegment(const CompactionSegmentEvent& event) {
 // Installs the imported level: data fsync, then under the write and allocation mutexes the
 // Pending marks cleared, what the primary retired retired here, the level swapped in, and the
 // manifest written; then retirement as a compaction of this node's would do it.
-Status EngineImpl::InstallImport(const CompactionInstalledEvent& event) {
+Status EngineImpl::InstallImport(const CompactionInstalledEvent& event, uint64_t resume_at) {
   if (import_ == nullptr || import_->begin.compaction != event.compaction) {
     return Status::Corruption("the end of compaction " + std::to_string(event.compaction) +
                               ", which is not being imported");
@@ -331,6 +331,7 @@ Status EngineImpl::InstallImport(const CompactionInstalledEvent& event) {
       if (event.replaced_level != 0) next.levels[event.replaced_level] = LevelDesc{};
       next.levels[event.dest_level] = out;
     });
+    if (resume_at != 0) levels_.set_import_resume(resume_at);
     image = levels_.NextManifest(logs_.last_lsn(), segments_, keyspaces_, logs_);
   }
   import_.reset();
@@ -342,6 +343,9 @@ Status EngineImpl::InstallImport(const CompactionInstalledEvent& event) {
   reclaimer_.Reclaim();
   return Status::OK();
 }
+
+// Where the host feeds imports again after a restart.
+uint64_t EngineImpl::ImportResumePosition() { return levels_.import_resume(); }
 
 // Frees every segment the import of `compaction` allocated; none was named by a manifest.
 void EngineImpl::AbandonImport(uint64_t compaction) {

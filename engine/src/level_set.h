@@ -57,6 +57,9 @@ class LevelSet {
   }
 
   Lsn compacted_lsn() const { return shared_->compacted_lsn; }
+  // Where a replica's host resumes feeding imports (persisted in the manifest).
+  uint64_t import_resume() const { return shared_->import_resume; }
+  void set_import_resume(uint64_t position) { shared_->import_resume = position; }
   // Every record up to `lsn` is now in the levels.
   void AdvanceCompactedLsn(Lsn lsn) {
     shared_->compacted_lsn = std::max(shared_->compacted_lsn, lsn);

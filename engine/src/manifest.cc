@@ -17,8 +17,9 @@ namespace slipstream::engine {
 namespace {
 
 constexpr uint64_t kManifestMagic = 0x31464e414d535353ull;  // "SSSMANF1"
-// 2 added the first uncompacted large-log sequence, 3 the large-log accounted LSN.
-constexpr uint32_t kManifestVersion = 3;
+// 2 added the first uncompacted large-log sequence, 3 the large-log accounted LSN, 4 a
+// replica's import resume position.
+constexpr uint32_t kManifestVersion = 4;
 
 // Bounds-checked reading of the manifest image.
 class ManifestReader {
@@ -67,6 +68,7 @@ std::string LevelSet::NextManifest(Lsn snapshot_lsn, const SegmentTable& segment
   Append(&out, v.immutable_memtable >= 0 ? v.immutable_first_large_sequence
                                          : v.active_first_large_sequence);
   Append(&out, shared_->large_accounted_lsn);
+  Append(&out, shared_->import_resume);
   for (uint32_t level = 1; level <= options_.max_levels; level++) Append(&out, v.levels[level]);
   std::string segs;
   uint32_t nsegs = 0;
@@ -133,6 +135,7 @@ Status LevelSet::LoadManifest(const std::string& image, SegmentTable* segments,
        r.Get(&l0_next_sequence) && r.Get(&large_next_sequence);
   if (ok && version >= 2) ok = r.Get(&tail->first_large_sequence);
   if (ok && version >= 3) ok = r.Get(&shared_->large_accounted_lsn);
+  if (ok && version >= 4) ok = r.Get(&shared_->import_resume);
   for (uint32_t level = 1; ok && level <= max_levels; level++) {
     ok = r.Get(&shared_->current.levels[level]);
   }

@@ -188,6 +188,7 @@ struct SharedLevels {
   // Large-log records up to it are in the manifest's accounting even if uncompacted (recovery
   // counted the orphans among them), so a later recovery does not count them twice.
   uint64_t large_accounted_lsn;
+  uint64_t import_resume;  // a replica's host stream position after its last install
   std::atomic<uint32_t> next_tree_id;
   uint32_t pad2;
   uint64_t manifest_number;

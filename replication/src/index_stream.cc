@@ -3,6 +3,7 @@
 
 #include <lz4.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "slipstream/engine/crc32c.h"
@@ -237,6 +238,7 @@ Status IndexApplier::Feed(uint64_t position, std::string_view bytes) {
 
 // Applies every whole frame at the front of pending_.
 Status IndexApplier::Drain() {
+  const uint64_t base = end_ - pending_.size();  // stream position of pending_[0]
   size_t pos = 0;
   Status s;
   while (s.ok() && pending_.size() - pos >= kFrameHeader) {
@@ -255,7 +257,8 @@ Status IndexApplier::Drain() {
       s = Status::InvalidArgument("an index stream frame fails its checksum");
       break;
     }
-    s = Apply(type, std::string_view(pending_).substr(pos + kFrameHeader, length));
+    s = Apply(type, std::string_view(pending_).substr(pos + kFrameHeader, length),
+              base + pos + kFrameHeader + length + 4);
     if (s.ok()) frames_++;
     pos += kFrameHeader + length + 4;
   }
@@ -264,7 +267,7 @@ Status IndexApplier::Drain() {
 }
 
 // Decodes one frame and makes the replica engine import it.
-Status IndexApplier::Apply(uint32_t type, std::string_view payload) {
+Status IndexApplier::Apply(uint32_t type, std::string_view payload, uint64_t frame_end) {
   Reader r(payload);
   switch (FrameType(type)) {
     case FrameType::kLogWrite: {
@@ -342,7 +345,7 @@ Status IndexApplier::Apply(uint32_t type, std::string_view payload) {
       e.retired_log_segments = r.U32s();
       e.retired_trees = r.U32s();
       if (!r.Done()) break;
-      Status s = FromEngine(replica_->InstallImport(e));
+      Status s = FromEngine(replica_->InstallImport(e, frame_end));
       if (s.ok()) installed_++;
       return s;
     }
@@ -370,6 +373,30 @@ Status IndexStore::Persist(const SegmentId& segment, const char* image, uint32_t
     // A refused frame is reported (import_error), not failed back: the images are durable,
     // and the primary's WAL stream must go on.
     if (!applier_.Feed(r.lsn, r.payload).ok()) break;
+  }
+  return Status::OK();
+}
+
+// Reads each kept record of the index stream that ends beyond the applier's start and feeds
+// it (the applier skips what lies below its start).
+Status IndexStore::Recover() {
+  std::vector<std::string> files;
+  std::vector<PersistedRecord> records;
+  Status s = PersistedRecords(primary_, uint32_t(StreamId::kEngineIndex), &files, &records);
+  if (!s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string payload;
+  for (const PersistedRecord& r : records) {
+    if (r.position + r.length <= applier_.end()) continue;
+    FILE* f = std::fopen(files[r.file].c_str(), "rb");
+    if (f == nullptr) return Status::IOError("cannot open " + files[r.file]);
+    payload.resize(r.length);
+    bool ok = std::fseek(f, long(r.offset), SEEK_SET) == 0 &&
+              std::fread(payload.data(), 1, r.length, f) == r.length;
+    std::fclose(f);
+    if (!ok) return Status::IOError("cannot read a record of " + files[r.file]);
+    s = applier_.Feed(r.position, payload);
+    if (!s.ok()) return s;
   }
   return Status::OK();
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <string>
@@ -50,6 +51,14 @@ struct TestEngine {
   ~TestEngine() {
     handle.reset();
     munmap(arena, size);
+  }
+  // A crash and a restart: the handle goes, shared memory is lost, the engine recovers.
+  void Restart() {
+    handle.reset();
+    munmap(arena, size);
+    arena = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    engine::Status s = engine::Engine::Open(options, arena, size, &handle);
+    EXPECT_TRUE(s.ok()) << s.ToString();
   }
   engine::Engine* operator->() { return handle.get(); }
 
@@ -191,6 +200,82 @@ TEST_P(IndexShipping, TheReplicaInstallsEveryCompactionAndEqualsThePrimary) {
   } else {
     EXPECT_GT(bytes_shipped, segment_bytes);
   }
+}
+
+TEST_P(IndexShipping, AReplicaRestartedInTheMiddleOfACompactionRecoversFromItsImages) {
+  TestEngine replica;
+  TempDir images;
+  BackupOptions bo;
+  bo.transport = Transport(backend());
+  bo.buffers = 8;
+  bo.buffers_per_primary = 4;
+  bo.buffer_size = kBufferSize;
+  LinkOptions lo;
+  lo.transport = Transport(backend());
+  lo.version = 1;
+  lo.primary = "p1";
+
+  std::string stream;  // every frame the primary raised, in order
+  TestEngine primary(
+      std::make_shared<IndexEventEncoder>([&stream](std::string f) { stream += f; }, lz4()));
+  engine::KeyspaceId ks, replica_ks;
+  ASSERT_TRUE(primary->CreateKeyspace(9, &ks).ok());
+  ASSERT_TRUE(replica->CreateKeyspace(9, &replica_ks).ok());
+  std::mt19937 rng(8);
+  std::map<std::string, std::string> model;
+  auto round = [&](int seed) {
+    for (int i = 0; i < 3000; i++) {
+      std::string key = "key" + std::to_string(rng() % 5000);
+      std::string v = Value(rng, seed + i);
+      ASSERT_TRUE(primary->Put(ks, key, v).ok());
+      model[key] = v;
+    }
+    ASSERT_TRUE(primary->CompactAll().ok());
+  };
+  // Ships stream[from, to) to a fresh server of `store` as primary p1, buffers from
+  // `sequence` on, and flushes it (the backup persists, so the store applies).
+  auto ship = [&](IndexStore* store, size_t from, size_t to, uint64_t sequence) {
+    BackupServer server(bo, store);
+    ASSERT_TRUE(server.Start().ok());
+    lo.address = server.address();
+    std::unique_ptr<BackupLink> link;
+    Status s = BackupLink::Connect(lo, &link);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    StreamShipper shipper(kIndex, sequence, from, {link.get()});
+    for (size_t at = from; at < to; at += 50000) {
+      size_t n = std::min<size_t>(50000, to - at);
+      ASSERT_TRUE(shipper.Append(at, std::string_view(stream).substr(at, n)).ok());
+    }
+    uint64_t durable = 0;
+    ASSERT_TRUE(shipper.Flush(1, 10000, &durable).ok());
+    ASSERT_EQ(durable, to);
+  };
+
+  round(0);
+  size_t installed_end = stream.size();
+  {
+    IndexStore store(images.path(), replica.handle.get(), "p1", 0);
+    ASSERT_NO_FATAL_FAILURE(ship(&store, 0, installed_end, 1));
+    ASSERT_TRUE(store.import_error().ok()) << store.import_error().ToString();
+    ASSERT_EQ(replica->ImportResumePosition(), installed_end);
+    // The next round reaches the replica halfway (in the middle of a frame), then it dies.
+    round(100000);
+    size_t half = installed_end + (stream.size() - installed_end) / 2 + 7;
+    ASSERT_NO_FATAL_FAILURE(ship(&store, installed_end, half, 100));
+    ASSERT_TRUE(store.import_error().ok()) << store.import_error().ToString();
+    ASSERT_GT(store.applied_end(), installed_end);
+  }
+  replica.Restart();
+  size_t half = installed_end + (stream.size() - installed_end) / 2 + 7;
+  IndexStore store(images.path(), replica.handle.get(), "p1", 0);
+  Status r = store.Recover();
+  ASSERT_TRUE(r.ok()) << r.ToString();
+  EXPECT_EQ(store.applied_end(), half) << "the kept images were not fed again";
+  ASSERT_NO_FATAL_FAILURE(ship(&store, half, stream.size(), 200));
+  ASSERT_TRUE(store.import_error().ok()) << store.import_error().ToString();
+  EXPECT_TRUE(Contents(replica.handle.get(), replica_ks) == model);
+  engine::Status v = replica->Verify();
+  EXPECT_TRUE(v.ok()) << v.ToString();
 }
 
 TEST(IndexApplier, DamagedOrMalformedFramesAreRefusedAndNothingAfterThemIsApplied) {

@@ -94,8 +94,13 @@ class Engine {
   // Stores one segment of the compaction being imported (Corruption if it is damaged or names
   // a segment this node lacks).
   virtual Status ImportSegment(const CompactionSegmentEvent& event) = 0;
-  // Installs the imported level and retires what the primary retired.
-  virtual Status InstallImport(const CompactionInstalledEvent& event) = 0;
+  // Installs the imported level and retires what the primary retired. `resume_at` is the
+  // host's position in its stream of events after this one: it is made durable with the level
+  // (ImportResumePosition), because what was imported after an install (large-log bytes, a
+  // compaction in flight) is not durable and must be fed again after a restart.
+  virtual Status InstallImport(const CompactionInstalledEvent& event, uint64_t resume_at = 0) = 0;
+  // The resume_at of the last install (0: none).
+  virtual uint64_t ImportResumePosition() = 0;
   // Frees what the import of `compaction` wrote.
   virtual void AbandonImport(uint64_t compaction) = 0;
   // On a primary: reports this node's levels as they stand to `observer`, as the events a new

@@ -65,6 +65,8 @@ class IndexApplier {
   Status Feed(uint64_t position, std::string_view bytes);
 
   // Where the bytes taken so far end, and the frames applied.
+  // (Each install also records in the replica where the stream continues after it:
+  // Engine::ImportResumePosition, where IndexStore::Recover starts again.)
   uint64_t end() const { return end_; }
   uint64_t frames() const { return frames_; }
   uint64_t installed() const { return installed_; }
@@ -72,7 +74,7 @@ class IndexApplier {
 
  private:
   Status Drain();
-  Status Apply(uint32_t type, std::string_view payload);
+  Status Apply(uint32_t type, std::string_view payload, uint64_t frame_end);
 
   engine::Engine* replica_;
   uint64_t end_;
@@ -88,11 +90,19 @@ class IndexApplier {
 // as each persisted prefix arrives. Thread-safe.
 class IndexStore : public FileBackupStore {
  public:
+  // `index_start`: where the primary's index stream starts, for a replica that installed
+  // nothing yet; one that did resumes after its last install.
   IndexStore(std::string directory, engine::Engine* replica, std::string primary,
              uint64_t index_start)
       : FileBackupStore(std::move(directory)),
         primary_(std::move(primary)),
-        applier_(replica, index_start) {}
+        applier_(replica, replica->ImportResumePosition() != 0 ? replica->ImportResumePosition()
+                                                               : index_start) {}
+
+  // Feeds the kept images of the index stream again from where the replica's last install
+  // left off: what it imported after that install (large-log bytes, a compaction in flight)
+  // did not survive its restart. Call it before the server serves.
+  Status Recover();
 
   Status Persist(const SegmentId& segment, const char* image, uint32_t from, uint32_t to,
                  const std::vector<engine::ScannedRecord>& records, bool closed) override;
