@@ -345,7 +345,9 @@ Status EngineImpl::InstallImport(const CompactionInstalledEvent& event, uint64_t
 }
 
 // Where the host feeds imports again after a restart.
-uint64_t EngineImpl::ImportResumePosition() { return levels_.import_resume(); }
+uint64_t EngineImpl::ImportResumePosition() {
+  return levels_.import_resume();
+}
 
 // Frees every segment the import of `compaction` allocated; none was named by a manifest.
 void EngineImpl::AbandonImport(uint64_t compaction) {
