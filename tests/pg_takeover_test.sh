@@ -158,6 +158,24 @@ for round in $(seq 1 "$rounds"); do
     -c "INSERT INTO audit VALUES (0, $round)" >/dev/null
   echo "0 $round" >>"$acked"
 
+  # The backup that did not take over still replays the old timeline: the new primary's
+  # hello (timeline 2 and up) is refused until it is seeded again.
+  if [ "$round" = 1 ]; then
+    for n in 0 1 2; do [ "$n" != "$primary" ] && [ "$n" != "$new" ] && other=$n; done
+    sql "$new" -c "SELECT slipstream.add_backup('n$other', '127.0.0.1:$(serve_port_of "$other")', '$transport', '$secret')" >/dev/null
+    refused=0
+    for _ in $(seq 1 200); do
+      if sql "$new" -c "SELECT error FROM slipstream.replication WHERE name = 'n$other'" | grep -q timeline; then
+        refused=1
+        break
+      fi
+      sleep 0.05
+    done
+    [ "$refused" = 1 ] || { echo "a backup of the old timeline was not refused: $(sql "$new" -c 'SELECT * FROM slipstream.replication')" >&2; exit 1; }
+    sql "$new" -c "SELECT slipstream.drop_backup('n$other')" >/dev/null
+    echo "round $round: n$other, of the old timeline, was refused by n$new until seeded again"
+  fi
+
   # The two others become the new primary's backups.
   primary=$new
   for n in 0 1 2; do

@@ -103,6 +103,7 @@ bool ss_backup_server_start(const SsBackupServerOptions* options, SsBackupServer
     o.address = options->listen;
     o.transport.secret = options->secret;
     o.system_id = options->system_id;
+    if (options->wal_directory != nullptr) o.timeline = options->timeline;
     o.buffers = options->buffers;
     o.buffers_per_primary = options->buffers < 4 ? options->buffers : 4;
     o.buffer_size = options->buffer_size;
@@ -179,7 +180,7 @@ bool ss_backup_server_prune(SsBackupServer* server, uint64_t upto, uint64_t* rem
 }
 
 bool ss_backup_connect(const char* address, const char* transport, const char* secret,
-                       uint64_t system_id, uint64_t version, const char* primary,
+                       uint64_t system_id, uint32_t timeline, uint64_t version, const char* primary,
                        SsBackupConn** conn, uint64_t* resume, char* error) {
   BlockSignals blocked;
   return Guard(error, [&] {
@@ -188,6 +189,7 @@ bool ss_backup_connect(const char* address, const char* transport, const char* s
     o.transport.backend = transport;
     o.transport.secret = secret;
     o.system_id = system_id;
+    o.timeline = timeline;
     o.version = version;
     o.primary = primary;
     auto c = std::make_unique<SsBackupConn>();

@@ -78,12 +78,14 @@ extern bool ss_backup_server_prune(SsBackupServer *server, uint64_t upto,
 typedef struct SsBackupConn SsBackupConn;
 
 /*
- * Connects to a backup and says hello; *resume gets where the backup's durable copy of this
+ * Connects to a backup and says hello (with the WAL timeline this primary writes, which a
+ * backup replaying another refuses); *resume gets where the backup's durable copy of this
  * primary's WAL ends (0: it holds none). Nothing is shipped before ss_backup_start.
  */
 extern bool ss_backup_connect(const char *address, const char *transport, const char *secret,
-							  uint64_t system_id, uint64_t version, const char *primary,
-							  SsBackupConn **conn, uint64_t *resume, char *error);
+							  uint64_t system_id, uint32_t timeline, uint64_t version,
+							  const char *primary, SsBackupConn **conn, uint64_t *resume,
+							  char *error);
 /* Starts the WAL stream at `start_lsn` (once, after ss_backup_connect). */
 extern bool ss_backup_start(SsBackupConn *conn, uint64_t start_lsn, char *error);
 /* Ships WAL bytes [lsn, lsn + len) (lsn must be where the last call ended). */

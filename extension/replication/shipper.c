@@ -299,7 +299,8 @@ connect_link(int i)
 	LWLockRelease(ss_repl->lock);
 	links[i].generation = copy.generation;
 	if (!ss_backup_connect(copy.address, copy.transport, copy.secret, GetSystemIdentifier(),
-						   copy.version, primary_name(), &links[i].conn, &resume, error))
+						   GetWALInsertionTimeLine(), copy.version, primary_name(),
+						   &links[i].conn, &resume, error))
 	{
 		links[i].conn = NULL;
 		link_failed(i, error);

@@ -44,7 +44,9 @@ Status BackupLink::Connect(const LinkOptions& options, std::unique_ptr<BackupLin
   l->port_ = std::make_unique<ControlPort>(l->connection_.get());
   s = l->port_->Init();
   Message reply;
-  if (s.ok()) s = l->Call(Hello{options.system_id, options.version, options.primary}, &reply);
+  if (s.ok())
+    s = l->Call(Hello{options.system_id, options.version, options.primary, options.timeline},
+                &reply);
   if (!s.ok()) return s;
   const auto* ok = std::get_if<HelloOk>(&reply);
   if (ok == nullptr) return Status::InvalidArgument("backup answered HELLO with something else");

@@ -120,6 +120,13 @@ Status BackupServer::Session::OnHello(const Hello& hello) {
                   "this backup copies the cluster with system identifier " +
                       std::to_string(o.system_id) + ", not " + std::to_string(hello.system_id));
   }
+  if (o.timeline != 0 && hello.timeline != 0 && hello.timeline != o.timeline) {
+    return Refuse(ErrorCode::kWrongTimeline,
+                  "this backup replays WAL timeline " + std::to_string(o.timeline) +
+                      " but primary " + hello.primary + " writes timeline " +
+                      std::to_string(hello.timeline) +
+                      ": it was seeded before a failover; seed it again from this primary");
+  }
   uint64_t seen = 0;
   {
     std::lock_guard<std::mutex> lock(server_->version_mu_);

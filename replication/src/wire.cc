@@ -115,6 +115,7 @@ std::string Encode(const Message& message) {
           w.U64(m.system_id);
           w.U64(m.version);
           w.Text(m.primary);
+          w.U32(m.timeline);
           return w.Finish(Type::kHello);
         } else if constexpr (std::is_same_v<T, HelloOk>) {
           w.U64(m.version);
@@ -173,6 +174,7 @@ Status Decode(std::string_view bytes, Message* message) {
       m.system_id = r.U64();
       m.version = r.U64();
       m.primary = r.Text(kMaxNameLength);
+      m.timeline = r.U32();
       if (!r.Done() || !IsValidName(m.primary)) return bad("hello");
       *message = m;
       return Status::OK();

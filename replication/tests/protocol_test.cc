@@ -209,6 +209,36 @@ TEST_P(Protocol, StaleVersionsWrongClustersAndWrongSecretsAreRefused) {
   EXPECT_TRUE(Eventually([&] { return b.server->Primaries().empty(); }));
 }
 
+// A backup replaying timeline 2 (seeded after a failover) serves a primary writing timeline
+// 2, and tools that name none, but refuses one still writing timeline 1 (and the reverse: a
+// backup of the old timeline is never fed the new one's WAL).
+TEST_P(Protocol, APrimaryOfAnotherTimelineIsRefused) {
+  TempDir dir;
+  FileBackupStore store(dir.path());
+  BackupOptions bo;
+  bo.transport = Transport(GetParam());
+  bo.buffers = 8;
+  bo.buffers_per_primary = 4;
+  bo.buffer_size = kBufferSize;
+  bo.timeline = 2;
+  BackupServer server(bo, &store);
+  ASSERT_TRUE(server.Start().ok());
+  LinkOptions o = LinkTo(server, GetParam());
+  std::unique_ptr<BackupLink> link;
+  o.timeline = 1;
+  Status s = BackupLink::Connect(o, &link);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("timeline"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find("seed it again"), std::string::npos) << s.ToString();
+  o.timeline = 2;
+  s = BackupLink::Connect(o, &link);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  link.reset();
+  ASSERT_TRUE(Eventually([&] { return server.Primaries().empty(); }));
+  o.timeline = 0;
+  EXPECT_TRUE(BackupLink::Connect(o, &link).ok());
+}
+
 TEST_P(Protocol, AFencedPrimaryCannotWriteAndItsPlacedBytesSurvive) {
   Backup b(GetParam());
   std::unique_ptr<BackupLink> link;

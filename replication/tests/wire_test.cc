@@ -10,7 +10,7 @@ namespace slipstream::replication {
 namespace {
 
 std::vector<Message> Samples() {
-  return {Hello{42, 7, "primary-1"},
+  return {Hello{42, 7, "primary-1", 3},
           HelloOk{7, 8u << 20, 4, 0x16000028ull},
           Open{uint32_t(StreamId::kWal), 3, 0x1234567890ull},
           OpenOk{2, 0xdeadbeef000ull, 8u << 20, 0x0123456789abcdefull},

@@ -20,8 +20,9 @@ struct LinkOptions {
   std::string address;  // the backup's "HOST:PORT"
   rdma::TransportOptions transport;
   uint64_t system_id = 0;
-  uint64_t version = 1;  // this primary's version for the backup
-  std::string primary;   // this primary's name
+  uint64_t version = 1;   // this primary's version for the backup
+  std::string primary;    // this primary's name
+  uint32_t timeline = 0;  // the WAL timeline it writes (0: not a PostgreSQL primary)
   int rpc_timeout_ms = 5000;
 };
 

@@ -28,9 +28,10 @@ struct BackupOptions {
   std::string address = "127.0.0.1:0";  // where primaries connect ("HOST:PORT"; 0: any port)
   rdma::TransportOptions transport;     // the shared secret lives here
   uint64_t system_id = 0;               // only primaries of this cluster are served (0: any)
-  uint32_t buffers = 16;                // buffers in all, over every primary
-  uint32_t buffers_per_primary = 4;     // buffers one primary may hold open at once
-  uint32_t buffer_size = 8u << 20;      // bytes per buffer
+  uint32_t timeline = 0;             // only primaries writing this WAL timeline are served (0: any)
+  uint32_t buffers = 16;             // buffers in all, over every primary
+  uint32_t buffers_per_primary = 4;  // buffers one primary may hold open at once
+  uint32_t buffer_size = 8u << 20;   // bytes per buffer
   // Every this many ms the valid prefixes of open buffers are persisted too, not only on close,
   // flush and the end of a session (0: never). A standby's startup process replays only what
   // is persisted: without it, the last WAL of a quiet primary waits for the next close.

@@ -41,6 +41,7 @@ enum class ErrorCode : uint32_t {
   kUnknownBuffer = 5,  // not a buffer this primary holds open
   kBadLength = 6,      // a close or flush length that is not the end of a valid prefix
   kStorage = 7,        // the backup could not make the data durable
+  kWrongTimeline = 8,  // the primary writes another WAL timeline than the backup replays
 };
 
 // The primary introduces itself; `version` orders primaries of the same name (a rejoining
@@ -49,6 +50,9 @@ struct Hello {
   uint64_t system_id;
   uint64_t version;
   std::string primary;
+  // The WAL timeline the primary writes (0: not a PostgreSQL primary). A backup that replays
+  // another timeline was seeded before a failover and refuses it.
+  uint32_t timeline = 0;
 };
 struct HelloOk {
   uint64_t version;      // the highest version the backup has seen for this primary
