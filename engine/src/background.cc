@@ -136,8 +136,10 @@ Status EngineImpl::RunCompactionLocked(const Version& v, MergeSource* newer, Mer
 // Frees what a compaction that will not be installed wrote (no manifest names it), and tells
 // the observer.
 void EngineImpl::AbandonCompaction(const Compaction& compaction) {
-  for (auto [segment, kind] : compaction.segment_kinds()) segments_.Free(segment);
+  // The abandon is reported first: a freed number may be taken (by the large log) at once, and
+  // a replica must drop its copies before it hears of the number's next use.
   if (observer_ != nullptr) observer_->OnCompactionAbandoned(compaction.spec().tree_id);
+  for (auto [segment, kind] : compaction.segment_kinds()) segments_.Free(segment);
 }
 
 // Marks retired the trees of `replaced_level` and `dest` in `before` (0: none) and every index

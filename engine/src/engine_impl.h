@@ -141,7 +141,10 @@ class EngineImpl final : public Engine {
     std::unordered_map<uint32_t, uint32_t> older;   // older log segments looked up so far
   };
   // This node's copy of a primary's log segment (0: none).
-  uint32_t ImportedLogSegment(uint32_t primary_segment);
+  uint32_t ImportedLogSegment(uint32_t primary_segment, SegmentKind kind);
+  void FreeOrphanedImports();
+  // Whether this node installed `compaction`, or a later one (ids grow on the primary).
+  bool Covered(uint64_t compaction) { return compaction < levels_.next_tree_id(); }
   Status AllocatePending(SegmentKind kind, uint32_t owner, uint32_t* segment);
 
   // --- GC (gc.cc) ---

@@ -30,17 +30,32 @@ std::string Seg(uint32_t segment) {
 
 }  // namespace
 
-// The live imported log segment that copies the primary's `primary_segment` (0: none).
-uint32_t EngineImpl::ImportedLogSegment(uint32_t primary_segment) {
+// The installed copy of the primary's log segment `primary_segment` of `kind` (0: none). A
+// Pending copy (of an import in flight) is not one: its number may be reused by the primary
+// for another log once that import is abandoned.
+uint32_t EngineImpl::ImportedLogSegment(uint32_t primary_segment, SegmentKind kind) {
   SharedLock a(segments_.mutex());
   for (uint64_t seg = 1; seg < segments_.count(); seg++) {
     const SegmentInfo& info = segments_.info(seg);
-    if ((info.flags & kSegmentImported) && !(info.flags & kSegmentRetired) &&
-        IsLogKind(info.kind) && info.owner == primary_segment) {
+    if ((info.flags & kSegmentImported) && !(info.flags & (kSegmentRetired | kSegmentPending)) &&
+        info.kind == uint8_t(kind) && info.owner == primary_segment) {
       return uint32_t(seg);
     }
   }
   return 0;
+}
+
+// Frees every Pending segment: what an importer that died (or restarted) left of an import
+// in flight. Only one process imports, and it has none open when it calls this.
+void EngineImpl::FreeOrphanedImports() {
+  std::vector<uint32_t> orphans;
+  {
+    SharedLock a(segments_.mutex());
+    for (uint64_t seg = 1; seg < segments_.count(); seg++) {
+      if (segments_.info(seg).flags & kSegmentPending) orphans.push_back(uint32_t(seg));
+    }
+  }
+  for (uint32_t seg : orphans) segments_.Free(seg);
 }
 
 // Allocates a segment for an import, Pending until its level is installed.
@@ -61,19 +76,25 @@ Status EngineImpl::ImportLogBytes(const LogWriteEvent& event) {
   if (uint64_t(event.offset) + event.bytes.size() > options_.segment_size) {
     return Status::Corruption("log bytes of " + Seg(event.segment) + " end beyond a segment");
   }
-  uint32_t local = ImportedLogSegment(event.segment);
+  uint32_t local = ImportedLogSegment(event.segment, SegmentKind::kLargeLog);
   if (local == 0) {
     if (event.offset != 0) {
       return Status::Corruption("log bytes of " + Seg(event.segment) + " at offset " +
                                 std::to_string(event.offset) + " arrive before its start");
     }
     Status s = segments_.Allocate(SegmentKind::kLargeLog, event.segment, &local);
-    if (s.ok()) s = device_.ZeroSegment(local);
     if (!s.ok()) return s;
-    SharedLock a(segments_.mutex());
-    SegmentInfo& info = segments_.info(local);
-    info.flags |= kSegmentImported;
-    info.sequence = event.sequence;
+    {
+      SharedLock a(segments_.mutex());
+      SegmentInfo& info = segments_.info(local);
+      info.flags |= kSegmentImported;
+      info.sequence = event.sequence;
+    }
+    s = device_.ZeroSegment(local);
+    if (!s.ok()) {
+      segments_.Free(local);
+      return s;
+    }
   }
   {
     SharedLock a(segments_.mutex());
@@ -95,9 +116,13 @@ Status EngineImpl::ImportLogBytes(const LogWriteEvent& event) {
   return Status::OK();
 }
 
-// Starts an import; one still open (its end never came) is abandoned first.
+// Starts an import; one still open (its end never came) is abandoned first, and what a dead
+// importer left is freed. A compaction this node installed already, or one older than a
+// compaction it installed (a seed covers every compaction up to its newest tree), is skipped
+// whole: its segments and end are then accepted and ignored.
 Status EngineImpl::BeginImport(const CompactionBeginEvent& event) {
   if (import_ != nullptr) AbandonImport(import_->begin.compaction);
+  FreeOrphanedImports();
   if (event.segment_size != options_.segment_size || event.node_size != options_.node_size) {
     return Status::InvalidArgument(
         "the primary's segment and node sizes (" + std::to_string(event.segment_size) + ", " +
@@ -109,11 +134,15 @@ Status EngineImpl::BeginImport(const CompactionBeginEvent& event) {
       event.compaction > UINT32_MAX) {
     return Status::Corruption("a compaction begins with impossible levels or id");
   }
+  if (Covered(event.compaction)) return Status::OK();
   {
     SharedLock a(segments_.mutex());
     for (uint64_t seg = 1; seg < segments_.count(); seg++) {
       const SegmentInfo& info = segments_.info(seg);
-      if (info.kind != uint8_t(SegmentKind::kIndex) || (info.flags & kSegmentRetired)) continue;
+      if (info.kind != uint8_t(SegmentKind::kIndex) ||
+          (info.flags & (kSegmentRetired | kSegmentPending))) {
+        continue;
+      }
       if (!(info.flags & kSegmentImported)) {
         return Status::InvalidArgument(
             "this node holds levels of its own (it compacts for "
@@ -125,15 +154,6 @@ Status EngineImpl::BeginImport(const CompactionBeginEvent& event) {
       }
     }
   }
-  // A compaction's tree is newer than the one it replaces at its destination; an older one
-  // comes from another primary, or is replayed.
-  Version v = levels_.Current();
-  uint32_t current = v.levels[event.dest_level].tree_id;
-  if (current != 0 && current >= uint32_t(event.compaction)) {
-    return Status::InvalidArgument("level " + std::to_string(event.dest_level) + " holds tree " +
-                                   std::to_string(current) + ", not older than compaction " +
-                                   std::to_string(event.compaction));
-  }
   import_ = std::make_unique<Import>();
   import_->begin = event;
   return Status::OK();
@@ -142,6 +162,10 @@ Status EngineImpl::BeginImport(const CompactionBeginEvent& event) {
 // Stores one segment: rewrites an index segment's pointers into this node's numbers, copies
 // bloom and medium segments as they are (they hold no pointers).
 Status EngineImpl::ImportSegment(const CompactionSegmentEvent& event) {
+  if ((import_ == nullptr || import_->begin.compaction != event.compaction) &&
+      Covered(event.compaction)) {
+    return Status::OK();
+  }
   if (import_ == nullptr || import_->begin.compaction != event.compaction) {
     return Status::Corruption("a segment of compaction " + std::to_string(event.compaction) +
                               ", which is not being imported");
@@ -178,7 +202,7 @@ Status EngineImpl::ImportSegment(const CompactionSegmentEvent& event) {
       *local = known->second;
       return Status::OK();
     }
-    *local = ImportedLogSegment(primary);
+    *local = ImportedLogSegment(primary, SegmentKind::kMediumLog);
     if (*local != 0) {
       im.older[primary] = *local;
       return Status::OK();
@@ -204,10 +228,24 @@ Status EngineImpl::ImportSegment(const CompactionSegmentEvent& event) {
         *out = it->second;
         return Status::OK();
       };
-      SegmentMap map_log = [&](uint32_t primary, uint32_t* out) { return log_local(primary, out); };
+      SegmentMap map_medium = [&](uint32_t primary, uint32_t* out) {
+        return log_local(primary, out);
+      };
+      // A large value's copy exists already: the large log arrives before the levels.
+      SegmentMap map_large = [&](uint32_t primary, uint32_t* out) {
+        *out = ImportedLogSegment(primary, SegmentKind::kLargeLog);
+        return *out != 0 ? Status::OK()
+                         : Status::Corruption("a large value in " + Seg(primary) +
+                                              ", whose log bytes never arrived");
+      };
       RewriteStats stats;
-      s = RewriteIndexSegment(image.data(), image.size(), options_.node_size, tree, map_log,
-                              map_index, &stats);
+      s = RewriteIndexSegment(image.data(), image.size(), options_.node_size, tree, map_medium,
+                              map_large, map_index, &stats);
+      // A slot of zeros after the image: the bytes beyond it are of an earlier use of the
+      // segment, and whoever reads node headers from offset 0 (ShipLevels) stops here.
+      if (s.ok() && image.size() + options_.node_size <= options_.segment_size) {
+        image.append(options_.node_size, '\0');
+      }
       break;
     }
     case CompactionSegmentKind::kBloom:
@@ -242,6 +280,11 @@ Status EngineImpl::ImportSegment(const CompactionSegmentEvent& event) {
 // Pending marks cleared, what the primary retired retired here, the level swapped in, and the
 // manifest written; then retirement as a compaction of this node's would do it.
 Status EngineImpl::InstallImport(const CompactionInstalledEvent& event, uint64_t resume_at) {
+  if ((import_ == nullptr || import_->begin.compaction != event.compaction) &&
+      Covered(event.compaction)) {
+    if (resume_at > levels_.import_resume()) levels_.set_import_resume(resume_at);
+    return Status::OK();
+  }
   if (import_ == nullptr || import_->begin.compaction != event.compaction) {
     return Status::Corruption("the end of compaction " + std::to_string(event.compaction) +
                               ", which is not being imported");

@@ -49,6 +49,7 @@ class LevelSet {
   int PickCompaction(const Version& v) const;
   // A tree id never used before (persisted, so ids stay unique across restarts).
   uint32_t NewTreeId() { return shared_->next_tree_id.fetch_add(1); }
+  uint32_t next_tree_id() const { return shared_->next_tree_id.load(); }
   // Makes later tree ids exceed `tree_id` (one a replica imported under its primary's id).
   void ReserveTreeId(uint32_t tree_id) {
     uint32_t next = shared_->next_tree_id.load();

@@ -47,11 +47,12 @@ Status AtNode(const Status& s, size_t node) {
 class Planner {
  public:
   Planner(const char* image, uint32_t node_size, uint32_t tree_id, const SegmentMap& map_log,
-          const SegmentMap& map_index)
+          const SegmentMap& map_large, const SegmentMap& map_index)
       : image_(image),
         node_size_(node_size),
         tree_id_(tree_id),
         map_log_(map_log),
+        map_large_(map_large),
         map_index_(map_index) {}
 
   // Plans the node at `node`; `last` says whether it is the image's final slot.
@@ -70,7 +71,8 @@ class Planner {
   const char* image_;
   uint32_t node_size_;
   uint32_t tree_id_;
-  const SegmentMap& map_log_;
+  const SegmentMap& map_log_;    // medium pointers
+  const SegmentMap& map_large_;  // large pointers
   const SegmentMap& map_index_;
   std::vector<Patch> patches_;
   RewriteStats stats_;
@@ -99,7 +101,8 @@ Status Planner::PlanLeaf(size_t node, const NodeView& view) {
     Status s = view.Leaf(i, &e);
     if (!s.ok()) return s;
     if (e.kind != ValueKind::kMediumPtr && e.kind != ValueKind::kLargePtr) continue;
-    s = AddPatch(node, e.key.data() + e.key.size(), map_log_);
+    s = AddPatch(node, e.key.data() + e.key.size(),
+                 e.kind == ValueKind::kLargePtr ? map_large_ : map_log_);
     if (!s.ok()) return s;
     stats_.value_pointers++;
   }
@@ -191,6 +194,13 @@ void Apply(char* image, const std::vector<Patch>& patches) {
 Status RewriteIndexSegment(char* image, size_t size, uint32_t node_size, uint32_t tree_id,
                            const SegmentMap& map_log, const SegmentMap& map_index,
                            RewriteStats* stats) {
+  return RewriteIndexSegment(image, size, node_size, tree_id, map_log, map_log, map_index, stats);
+}
+
+// The same with medium and large pointers mapped apart.
+Status RewriteIndexSegment(char* image, size_t size, uint32_t node_size, uint32_t tree_id,
+                           const SegmentMap& map_medium, const SegmentMap& map_large,
+                           const SegmentMap& map_index, RewriteStats* stats) {
   if (node_size <= kNodeHeaderSize || node_size > 65536 || (node_size & (node_size - 1)) != 0) {
     return Status::InvalidArgument("node_size must be a power of two above the node header");
   }
@@ -199,7 +209,7 @@ Status RewriteIndexSegment(char* image, size_t size, uint32_t node_size, uint32_
     return Status::Corruption("index segment image of " + std::to_string(size) +
                               " bytes is not a whole number of nodes");
   }
-  Planner planner(image, node_size, tree_id, map_log, map_index);
+  Planner planner(image, node_size, tree_id, map_medium, map_large, map_index);
   for (size_t node = 0; node < size; node += node_size) {
     Status s = planner.PlanNode(node, node + node_size == size);
     if (!s.ok()) return s;

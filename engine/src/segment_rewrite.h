@@ -34,5 +34,10 @@ struct RewriteStats {
 Status RewriteIndexSegment(char* image, size_t size, uint32_t node_size, uint32_t tree_id,
                            const SegmentMap& map_log, const SegmentMap& map_index,
                            RewriteStats* stats);
+// The same with medium and large value pointers mapped apart (a replica keeps the two logs'
+// copies apart, and a pointer of one kind must not land in a copy of the other).
+Status RewriteIndexSegment(char* image, size_t size, uint32_t node_size, uint32_t tree_id,
+                           const SegmentMap& map_medium, const SegmentMap& map_large,
+                           const SegmentMap& map_index, RewriteStats* stats);
 
 }  // namespace slipstream::engine

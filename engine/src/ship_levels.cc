@@ -6,6 +6,7 @@
 #include <map>
 #include <tuple>
 
+#include "bloom.h"
 #include "engine_impl.h"
 #include "node.h"
 #include "slipstream/engine/log_scanner.h"
@@ -50,8 +51,12 @@ TreeSegment MeasureIndexSegment(const char* base, uint32_t segment, uint32_t seg
 // segment, its bloom segments, its index segments children first, its end.
 Status EngineImpl::ShipLevels(EngineObserver* observer) {
   SharedLock compacting(&shared_->compaction_mu);
+  // No write-out runs while the large log is read: one reported before this began but not yet
+  // on the device would leave a gap between what is read here and the next live range.
+  SharedLock flushing(&shared_->logs.flush_mu);
+  observer->OnSeedBegin();
   Version v = levels_.Current();
-  std::map<uint64_t, uint32_t> large;  // by sequence
+  std::vector<std::pair<uint64_t, uint32_t>> large;  // (sequence, segment): copies keep theirs
   std::vector<uint32_t> medium;
   std::map<uint32_t, std::vector<uint32_t>> tree_segments;  // kIndex only
   {
@@ -59,13 +64,14 @@ Status EngineImpl::ShipLevels(EngineObserver* observer) {
     for (uint64_t seg = 1; seg < segments_.count(); seg++) {
       const SegmentInfo& info = segments_.info(seg);
       if (info.flags & (kSegmentRetired | kSegmentPending)) continue;
-      if (info.kind == uint8_t(SegmentKind::kLargeLog)) large[info.sequence] = uint32_t(seg);
+      if (info.kind == uint8_t(SegmentKind::kLargeLog)) large.emplace_back(info.sequence, seg);
       if (info.kind == uint8_t(SegmentKind::kMediumLog)) medium.push_back(uint32_t(seg));
       if (info.kind == uint8_t(SegmentKind::kIndex)) {
         tree_segments[info.owner].push_back(uint32_t(seg));
       }
     }
   }
+  std::sort(large.begin(), large.end());
   const uint32_t size = options_.segment_size;
   for (auto [sequence, seg] : large) {
     LogScan scan = ScanLogSegment(device_.Segment(seg), size);
@@ -73,10 +79,18 @@ Status EngineImpl::ShipLevels(EngineObserver* observer) {
     observer->OnLogWrite(LogWriteEvent{ObservedLog::kLarge, seg, sequence, 0,
                                        std::string_view(device_.Segment(seg), scan.valid_end)});
   }
-  bool medium_sent = false;
+  flushing.Release();
+  // Levels in the order of their trees' ids, as their compactions ran: a replica skips a
+  // compaction older than one it installed.
+  std::vector<uint32_t> order_of_levels;
   for (uint32_t level = 1; level <= options_.max_levels; level++) {
+    if (v.levels[level].tree_id != 0) order_of_levels.push_back(level);
+  }
+  std::sort(order_of_levels.begin(), order_of_levels.end(),
+            [&v](uint32_t a, uint32_t b) { return v.levels[a].tree_id < v.levels[b].tree_id; });
+  bool medium_sent = false;
+  for (uint32_t level : order_of_levels) {
     const LevelDesc& d = v.levels[level];
-    if (d.tree_id == 0) continue;
     observer->OnCompactionBegin(
         CompactionBeginEvent{d.tree_id, false, 0, level, size, options_.node_size});
     if (!medium_sent) {
@@ -96,14 +110,14 @@ Status EngineImpl::ShipLevels(EngineObserver* observer) {
           kNodeHeaderSize + 4ull * h.count > options_.node_size) {
         return Status::Corruption("level " + std::to_string(level) + ": bad bloom directory");
       }
-      uint64_t per_segment = size / 64;  // bloom blocks are 64 bytes
+      uint64_t per_segment = size / kBloomBlockBytes;
       for (uint32_t i = 0; i < h.count; i++) {
         uint32_t seg;
         std::memcpy(&seg, dir + kNodeHeaderSize + 4 * i, 4);
         uint64_t blocks = std::min<uint64_t>(d.bloom_blocks - i * per_segment, per_segment);
-        observer->OnCompactionSegment(
-            CompactionSegmentEvent{d.tree_id, level, CompactionSegmentKind::kBloom, seg,
-                                   std::string_view(device_.Segment(seg), blocks * 64)});
+        observer->OnCompactionSegment(CompactionSegmentEvent{
+            d.tree_id, level, CompactionSegmentKind::kBloom, seg,
+            std::string_view(device_.Segment(seg), blocks * kBloomBlockBytes)});
       }
     }
     // Index segments in the order they were written (layers are written one after the

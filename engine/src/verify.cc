@@ -138,7 +138,10 @@ Status EngineImpl::Verify() {
   std::map<uint32_t, uint64_t> tree_segments;
   for (uint64_t seg = 1; seg < segments_.count(); seg++) {
     const SegmentInfo& info = segments_.info(seg);
-    if (info.kind == uint8_t(SegmentKind::kFree) || (info.flags & kSegmentRetired)) continue;
+    if (info.kind == uint8_t(SegmentKind::kFree) ||
+        (info.flags & (kSegmentRetired | kSegmentPending))) {
+      continue;  // (Pending: an import in flight, which no level names yet)
+    }
     std::string where =
         "segment " + std::to_string(seg) + " (" + SegmentKindName(SegmentKind(info.kind)) + ")";
     switch (SegmentKind(info.kind)) {

@@ -66,25 +66,27 @@ void FrameQueue::CopyOut(uint64_t at, void* dst, size_t n) const {
 }
 
 bool FrameQueue::Push(std::string_view frame, uint64_t tag) {
-  return Append(frame, tag, true);
+  return Append(frame, tag, true) == PushResult::kPushed;
 }
 
-bool FrameQueue::TryPush(std::string_view frame, uint64_t tag) {
+FrameQueue::PushResult FrameQueue::TryPush(std::string_view frame, uint64_t tag) {
   return Append(frame, tag, false);
 }
 
 // Appends under the lock; a frame that does not fit overflows the queue or is only refused.
-bool FrameQueue::Append(std::string_view frame, uint64_t tag, bool overflow_if_full) {
+FrameQueue::PushResult FrameQueue::Append(std::string_view frame, uint64_t tag,
+                                          bool overflow_if_full) {
   Lock lock(this);
   uint64_t need = kFrameHeader + frame.size();
-  if (overflowed_) return false;
+  if (overflowed_) return PushResult::kOverflowed;
   if (frame.size() > UINT32_MAX || need > capacity_) {
-    overflowed_ = 1;
-    return false;
+    overflowed_ = 1;  // it can never fit
+    return PushResult::kOverflowed;
   }
   if (tail_ - head_ + need > capacity_) {
-    if (overflow_if_full) overflowed_ = 1;
-    return false;
+    if (!overflow_if_full) return PushResult::kFull;
+    overflowed_ = 1;
+    return PushResult::kOverflowed;
   }
   uint32_t length = uint32_t(frame.size());
   CopyIn(tail_, &length, 4);
@@ -93,14 +95,18 @@ bool FrameQueue::Append(std::string_view frame, uint64_t tag, bool overflow_if_f
   tail_ += need;
   frames_++;
   pushed_++;
-  return true;
+  return PushResult::kPushed;
 }
 
 bool FrameQueue::Front(std::string* frame, uint64_t* tag) {
   Lock lock(this);
-  if (frames_ == 0) return false;
+  if (frames_ == 0 || head_ == tail_) return false;
   uint32_t length;
   CopyOut(head_, &length, 4);
+  if (length > tail_ - head_ - kFrameHeader) {  // torn by a holder that died
+    overflowed_ = 1;
+    return false;
+  }
   CopyOut(head_ + 4, tag, 8);
   frame->resize(length);
   CopyOut(head_ + kFrameHeader, frame->data(), length);

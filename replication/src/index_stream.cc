@@ -14,7 +14,6 @@ namespace {
 
 constexpr uint32_t kFrameMagic = 0x58444953;  // "SIDX"
 constexpr size_t kFrameHeader = 12;           // magic, type, length
-constexpr size_t kMaxPayload = 1u << 30;      // a segment and its header, with room
 
 enum class FrameType : uint32_t {
   kLogWrite = 1,
@@ -23,6 +22,7 @@ enum class FrameType : uint32_t {
   kInstalled = 4,
   kAbandoned = 5,
   kSegmentLz4 = 6,  // kSegment with the bytes LZ4-compressed (raw size first)
+  kSeed = 7,        // Engine::ShipLevels begins: a new replica applies from here on
 };
 
 // Appends fixed-size little-endian fields and length-prefixed blobs.
@@ -188,6 +188,12 @@ std::string EncodeCompactionInstalled(const engine::CompactionInstalledEvent& e)
   return w.Frame(FrameType::kInstalled);
 }
 
+// Frames the start of a seed.
+std::string EncodeSeedBegin() {
+  Writer w;
+  return w.Frame(FrameType::kSeed);
+}
+
 // Frames a compaction's abandon.
 std::string EncodeCompactionAbandoned(uint64_t compaction) {
   Writer w;
@@ -197,6 +203,9 @@ std::string EncodeCompactionAbandoned(uint64_t compaction) {
 
 void IndexEventEncoder::OnLogWrite(const engine::LogWriteEvent& event) {
   if (event.log == engine::ObservedLog::kLarge) emit_(EncodeLogWrite(event));
+}
+void IndexEventEncoder::OnSeedBegin() {
+  emit_(EncodeSeedBegin());
 }
 void IndexEventEncoder::OnCompactionBegin(const engine::CompactionBeginEvent& event) {
   emit_(EncodeCompactionBegin(event));
@@ -246,7 +255,7 @@ Status IndexApplier::Drain() {
     std::memcpy(&magic, pending_.data() + pos, 4);
     std::memcpy(&type, pending_.data() + pos + 4, 4);
     std::memcpy(&length, pending_.data() + pos + 8, 4);
-    if (magic != kFrameMagic || length > kMaxPayload) {
+    if (magic != kFrameMagic || length > max_payload_) {
       s = Status::InvalidArgument("the index stream is damaged at a frame header");
       break;
     }
@@ -268,8 +277,26 @@ Status IndexApplier::Drain() {
 
 // Decodes one frame and makes the replica engine import it.
 Status IndexApplier::Apply(uint32_t type, std::string_view payload, uint64_t frame_end) {
+  if (FrameType(type) == FrameType::kSeed) {
+    if (!payload.empty()) return Status::InvalidArgument("a malformed seed frame");
+    awaiting_seed_ = false;
+    return Status::OK();
+  }
+  if (awaiting_seed_) return Status::OK();  // reflected in the seed that follows
+  Status s = ApplyEvent(type, payload, frame_end);
+  if (!s.ok() && open_compaction_ != 0) {
+    replica_->AbandonImport(open_compaction_);  // nothing of it stays allocated
+    open_compaction_ = 0;
+  }
+  return s;
+}
+
+// Decodes one event frame and makes the replica engine import it.
+Status IndexApplier::ApplyEvent(uint32_t type, std::string_view payload, uint64_t frame_end) {
   Reader r(payload);
   switch (FrameType(type)) {
+    case FrameType::kSeed:
+      break;
     case FrameType::kLogWrite: {
       engine::LogWriteEvent e{};
       e.log = engine::ObservedLog(r.Get<uint8_t>());
@@ -289,6 +316,7 @@ Status IndexApplier::Apply(uint32_t type, std::string_view payload, uint64_t fra
       e.segment_size = r.Get<uint32_t>();
       e.node_size = r.Get<uint32_t>();
       if (!r.Done()) break;
+      open_compaction_ = e.compaction;
       return FromEngine(replica_->BeginImport(e));
     }
     case FrameType::kSegment: {
@@ -309,7 +337,7 @@ Status IndexApplier::Apply(uint32_t type, std::string_view payload, uint64_t fra
       e.segment = r.Get<uint32_t>();
       uint32_t raw_size = r.Get<uint32_t>();
       std::string_view packed = r.Blob();
-      if (!r.Done() || raw_size > kMaxPayload) break;
+      if (!r.Done() || raw_size > max_payload_) break;
       std::string raw(raw_size, '\0');
       int n = LZ4_decompress_safe(packed.data(), raw.data(), int(packed.size()), int(raw_size));
       if (n < 0 || uint32_t(n) != raw_size) {
@@ -347,12 +375,14 @@ Status IndexApplier::Apply(uint32_t type, std::string_view payload, uint64_t fra
       if (!r.Done()) break;
       Status s = FromEngine(replica_->InstallImport(e, frame_end));
       if (s.ok()) installed_++;
+      if (e.compaction == open_compaction_) open_compaction_ = 0;
       return s;
     }
     case FrameType::kAbandoned: {
       uint64_t compaction = r.Get<uint64_t>();
       if (!r.Done()) break;
       replica_->AbandonImport(compaction);
+      if (compaction == open_compaction_) open_compaction_ = 0;
       return Status::OK();
     }
   }

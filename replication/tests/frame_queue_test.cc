@@ -82,10 +82,12 @@ TEST(FrameQueue, ManyProducerProcessesOneConsumer) {
         // A full queue refuses; a producer here waits and retries instead of overflowing (the
         // engine's producers cannot, which is what the overflow is for).
         std::string f = FrameOf(p, seq);
-        while (!q->TryPush(f, uint64_t(p) << 32 | uint64_t(seq))) {
-          if (q->overflowed()) _exit(2);
+        FrameQueue::PushResult r;
+        while ((r = q->TryPush(f, uint64_t(p) << 32 | uint64_t(seq))) ==
+               FrameQueue::PushResult::kFull) {
           usleep(50);
         }
+        if (r != FrameQueue::PushResult::kPushed) _exit(2);
       }
       _exit(0);
     }

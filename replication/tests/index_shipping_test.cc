@@ -302,6 +302,15 @@ TEST(IndexApplier, DamagedOrMalformedFramesAreRefusedAndNothingAfterThemIsApplie
   EXPECT_EQ(a.end(), two.size());
   ASSERT_TRUE(a.Feed(0, two).ok());  // the same bytes again: skipped
   EXPECT_EQ(a.frames(), 2u);
+  // A new replica skips what comes before a seed's marker, and applies from it on.
+  engine::CompactionBeginEvent odd = begin;
+  odd.node_size *= 2;  // a frame the engine would refuse
+  IndexApplier c(replica.handle.get(), 0, /*await_seed=*/true);
+  std::string before = EncodeCompactionBegin(odd);
+  ASSERT_TRUE(c.Feed(0, before).ok()) << "a frame before the seed was applied";
+  std::string seed = EncodeSeedBegin();
+  ASSERT_TRUE(c.Feed(before.size(), seed).ok());
+  EXPECT_FALSE(c.Feed(before.size() + seed.size(), before).ok()) << "nothing after the seed";
   // A frame the engine refuses (other shapes) stops the applier with the engine's reason.
   IndexApplier b(replica.handle.get(), 0);
   begin.node_size *= 2;

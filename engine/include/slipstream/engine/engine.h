@@ -104,10 +104,11 @@ class Engine {
   // Frees what the import of `compaction` wrote.
   virtual void AbandonImport(uint64_t compaction) = 0;
   // On a primary: reports this node's levels as they stand to `observer`, as the events a new
-  // replica imports to start from (the large log's bytes written out so far, then one
-  // compaction per level, the medium-log segments with the first), under the compaction lock.
-  // A host starts shipping the live events before it calls this, and the replica applies them
-  // after these (a log range it already has is written again, harmlessly).
+  // replica imports to start from: OnSeedBegin, the large log's bytes written out so far, then
+  // one compaction per level in the order of their tree ids (the medium-log segments with the
+  // first). It holds the compaction and log write-out locks, so no other event interleaves: a
+  // host passes the observer that feeds its live stream, and a new replica applies that
+  // stream from the OnSeedBegin on.
   virtual Status ShipLevels(EngineObserver* observer) = 0;
 
   virtual Stats GetStats() = 0;

@@ -86,6 +86,11 @@ class EngineObserver {
   // Log bytes are being written out (in the process that writes them, before the write).
   virtual void OnLogWrite(const LogWriteEvent& event) { (void)event; }
 
+  // Engine::ShipLevels is about to report this node's state: every event raised before this
+  // one is reflected in what follows, none raised after it is (ShipLevels holds the locks
+  // every other event is raised under). A new replica applies a stream from here on.
+  virtual void OnSeedBegin() {}
+
   // A compaction begins (under the compaction lock, before any of its segments).
   virtual void OnCompactionBegin(const CompactionBeginEvent& event) { (void)event; }
 

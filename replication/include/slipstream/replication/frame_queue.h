@@ -35,8 +35,9 @@ class FrameQueue {
   // Producers: appends a frame tagged `tag`. False if it does not fit, or the queue is
   // overflowed already (it then stays overflowed until ClearOverflow).
   bool Push(std::string_view frame, uint64_t tag);
-  // The same for a producer that can wait: false without overflowing if there is no room now.
-  bool TryPush(std::string_view frame, uint64_t tag);
+  // The same for a producer that can wait: kFull (and no overflow) if there is no room now.
+  enum class PushResult { kPushed, kFull, kOverflowed };
+  PushResult TryPush(std::string_view frame, uint64_t tag);
 
   // The consumer: copies out the oldest frame and its tag without removing it (false: empty).
   bool Front(std::string* frame, uint64_t* tag);
@@ -55,7 +56,7 @@ class FrameQueue {
  private:
   FrameQueue() = default;
   struct Lock;
-  bool Append(std::string_view frame, uint64_t tag, bool overflow_if_full);
+  PushResult Append(std::string_view frame, uint64_t tag, bool overflow_if_full);
   void CopyIn(uint64_t at, const void* src, size_t n);
   void CopyOut(uint64_t at, void* dst, size_t n) const;
   char* data() { return reinterpret_cast<char*>(this + 1); }

@@ -31,6 +31,7 @@ std::string EncodeCompactionSegment(const engine::CompactionSegmentEvent& event)
 std::string EncodeCompactionSegmentLz4(const engine::CompactionSegmentEvent& event);
 std::string EncodeCompactionInstalled(const engine::CompactionInstalledEvent& event);
 std::string EncodeCompactionAbandoned(uint64_t compaction);
+std::string EncodeSeedBegin();
 
 // An EngineObserver for a primary that hands every event of index shipping, framed, to
 // `emit` (in the order the engine raised them; the caller appends them to the stream). Only
@@ -41,6 +42,7 @@ class IndexEventEncoder : public engine::EngineObserver {
   using Emit = std::function<void(std::string frame)>;
   explicit IndexEventEncoder(Emit emit, bool lz4 = false) : emit_(std::move(emit)), lz4_(lz4) {}
   void OnLogWrite(const engine::LogWriteEvent& event) override;
+  void OnSeedBegin() override;
   void OnCompactionBegin(const engine::CompactionBeginEvent& event) override;
   void OnCompactionSegment(const engine::CompactionSegmentEvent& event) override;
   void OnCompactionInstalled(const engine::CompactionInstalledEvent& event) override;
@@ -56,8 +58,13 @@ class IndexEventEncoder : public engine::EngineObserver {
 // persisted again) is skipped, one beyond it is held until the gap is filled.
 class IndexApplier {
  public:
-  // `start`: the stream position of the first frame.
-  IndexApplier(engine::Engine* replica, uint64_t start) : replica_(replica), end_(start) {}
+  // `start`: the stream position of the first frame. `await_seed`: a new replica, which skips
+  // the frames before a seed's marker (what they did is reflected in the seed).
+  IndexApplier(engine::Engine* replica, uint64_t start, bool await_seed = false)
+      : replica_(replica),
+        end_(start),
+        awaiting_seed_(await_seed),
+        max_payload_(uint64_t(replica->options().segment_size) + 4096) {}
 
   // Takes stream bytes [position, position + bytes.size()) and applies the frames they
   // complete. After a failure (a damaged frame, or an import the engine refused) nothing more
@@ -75,6 +82,7 @@ class IndexApplier {
  private:
   Status Drain();
   Status Apply(uint32_t type, std::string_view payload, uint64_t frame_end);
+  Status ApplyEvent(uint32_t type, std::string_view payload, uint64_t frame_end);
 
   engine::Engine* replica_;
   uint64_t end_;
@@ -83,6 +91,9 @@ class IndexApplier {
   uint64_t frames_ = 0;
   uint64_t installed_ = 0;
   Status error_;
+  bool awaiting_seed_;
+  uint64_t max_payload_;          // a segment and a frame's fields, with room
+  uint64_t open_compaction_ = 0;  // begun and not yet ended: abandoned if a frame fails
 };
 
 // A backup's store when it keeps a Send-Index replica: every stream's images are kept as
