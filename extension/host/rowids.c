@@ -1,10 +1,12 @@
 /*
  * host/rowids.c: a relation's engine keyspace (cached in its relcache entry) and its row ids:
  * dense, never reused, handed out from a shared counter per relation file node that is
- * initialised after a restart by a binary search over iterator seeks.
+ * initialised after a restart by a binary search over iterator seeks (and during recovery
+ * read that way every time, never cached: replay does not take ids from the counter).
  */
 #include "slipstream.h"
 
+#include "access/xlog.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
@@ -140,6 +142,20 @@ ss_next_rowid(Relation rel, uint32 keyspace, uint32 count)
 	bool		found;
 	uint64		first;
 
+	/*
+	 * On a standby, replay adds rows with the primary's ids and never takes them from here: a
+	 * counter cached now would fall behind (parallel scans would miss rows) and, after a
+	 * promotion, hand out ids of rows that exist (inserts would overwrite them). So in
+	 * recovery the high-water mark is read from the engine every time, and nothing is cached.
+	 */
+	if (RecoveryInProgress())
+	{
+		if (count != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+					 errmsg("slipstream: cannot take row ids during recovery")));
+		return first_free_rowid(keyspace);
+	}
 	LWLockAcquire(rowid_map_lock, LW_SHARED);
 	entry = hash_search(rowid_map, &tag, HASH_FIND, NULL);
 	if (entry != NULL)
