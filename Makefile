@@ -9,7 +9,8 @@ DEMO_NUM   ?= 300000
 
 DEBIAN_PACKAGES = cmake g++ make pkg-config googletest libgtest-dev libgmock-dev \
   liburing-dev liblz4-dev libssl-dev libibverbs-dev librdmacm-dev rdma-core \
-  postgresql-15 postgresql-server-dev-15 librocksdb-dev clang-format
+  postgresql-15 postgresql-server-dev-15 librocksdb-dev clang-format \
+  patroni etcd-server etcd-client curl jq
 
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -68,8 +69,9 @@ test-sanitize: deps
 # pg_regress and isolation suites on a private cluster run by the postgres OS user, the
 # contention and crash tests, the replication kill tests (a primary and a backup, tcp and shm,
 # 20 rounds; a backup killed under load; a seeded streaming standby; takeovers after SIGKILL
-# of the primary with two backups, 26 rounds over tcp, shm, remote_flush and deferred replay),
-# and a smoke run of the YCSB benchmark (every workload, verify).
+# of the primary with two backups, 26 rounds over tcp, shm, remote_flush and deferred replay;
+# Patroni's failover after a SIGKILL of the leader, 3 rounds), and a smoke run of the YCSB
+# benchmark (every workload, verify).
 test-pg: install
 	scripts/pg_regress.sh
 	tests/pg_preload_test.sh
@@ -83,6 +85,7 @@ test-pg: install
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-tcp 55700 12 tcp remote_memory
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-shm 55720 6 shm remote_memory
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-deferred 55760 4 shm remote_memory deferred
+	tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-flush 55740 4 tcp remote_flush
 	bench/ycsb_pg.sh --records=2000 --seconds=1 --mixes=SD --port=55471 --scratch=/tmp/slipstream-ycsb-smoke
 
