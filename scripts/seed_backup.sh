@@ -36,6 +36,7 @@ datadir=""
 name=""
 streaming=0
 settings=()
+scope=""
 
 usage() {
   sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
@@ -52,13 +53,22 @@ while [ $# -gt 0 ]; do
     --name=*) name=${1#*=}; shift ;;
     --streaming) streaming=1; shift ;;
     --set) settings+=("${2:?}"); shift 2 ;;
-    --scope|--role) shift 2 ;;
-    --scope=*|--role=*) shift ;;
+    --set=*) settings+=("${1#*=}"); shift ;;
+    --scope) scope=${2:?}; shift 2 ;;
+    --scope=*) scope=${1#*=}; shift ;;
+    --role) shift 2 ;;
+    --role=*) shift ;;
     -h|--help) usage ;;
     *) echo "seed_backup.sh: unknown argument $1" >&2; usage ;;
   esac
 done
 [ -n "$connstring" ] && [ -n "$datadir" ] || usage
+# Under Patroni every node's data directory may have the same name: two seeds of one name at
+# once would drop each other's slot.
+if [ -n "$scope" ] && [ -z "$name" ]; then
+  echo "seed_backup.sh: with --scope (Patroni), give each node its own --name" >&2
+  exit 2
+fi
 [ -n "$name" ] || name=$(basename "$datadir")
 slot="slipstream_seed_$(echo "$name" | tr -c 'a-z0-9_\n' '_')"
 if [ -e "$datadir" ] && [ -n "$(ls -A "$datadir" 2>/dev/null)" ]; then
