@@ -133,6 +133,32 @@ Status EngineImpl::RunCompactionLocked(const Version& v, MergeSource* newer, Mer
   return InstallCompaction(v, from_l0, replaced_level, *compaction);
 }
 
+// The end event of a compaction that installed `out` at `dest` (what retired is added by the
+// caller).
+CompactionInstalledEvent EngineImpl::InstalledEvent(uint64_t compaction, uint32_t dest,
+                                                    const LevelDesc& out,
+                                                    uint64_t manifest_number) {
+  CompactionInstalledEvent e;
+  e.compaction = compaction;
+  e.dest_level = dest;
+  e.tree_id = out.tree_id;
+  e.height = out.height;
+  e.root_segment = out.root.segment;
+  e.root_offset = out.root.offset;
+  e.bloom_segment = out.bloom_dir.segment;
+  e.bloom_offset = out.bloom_dir.offset;
+  e.entries = out.entries;
+  e.segments = out.segments;
+  e.manifest_number = manifest_number;
+  e.bloom_blocks = out.bloom_blocks;
+  e.bytes = out.bytes;
+  e.small_entries = out.small_entries;
+  e.medium_entries = out.medium_entries;
+  e.large_entries = out.large_entries;
+  e.tombstones = out.tombstones;
+  return e;
+}
+
 // Frees what a compaction that will not be installed wrote (no manifest names it), and tells
 // the observer.
 void EngineImpl::AbandonCompaction(const Compaction& compaction) {
@@ -224,30 +250,13 @@ Status EngineImpl::InstallCompaction(const Version& before, bool from_l0, uint32
   s = levels_.WriteManifest(image);
   if (!s.ok()) return s;  // the old segments stay allocated: nothing is freed early
   if (observer_ != nullptr) {
-    const LevelDesc& out = compaction.output();
-    CompactionInstalledEvent event;
-    event.compaction = compaction.spec().tree_id;
+    CompactionInstalledEvent event =
+        InstalledEvent(compaction.spec().tree_id, dest, compaction.output(), manifest_number);
     event.from_l0 = from_l0;
     event.replaced_level = replaced_level;
-    event.dest_level = dest;
-    event.tree_id = out.tree_id;
-    event.height = out.height;
-    event.root_segment = out.root.segment;
-    event.root_offset = out.root.offset;
-    event.bloom_segment = out.bloom_dir.segment;
-    event.bloom_offset = out.bloom_dir.offset;
-    event.entries = out.entries;
-    event.segments = out.segments;
-    event.manifest_number = manifest_number;
     event.retired_segments = retired_segments;
     event.retired_segments.insert(event.retired_segments.end(), retired_tree_segments.begin(),
                                   retired_tree_segments.end());
-    event.bloom_blocks = out.bloom_blocks;
-    event.bytes = out.bytes;
-    event.small_entries = out.small_entries;
-    event.medium_entries = out.medium_entries;
-    event.large_entries = out.large_entries;
-    event.tombstones = out.tombstones;
     event.medium_segments = compaction.medium_segments();
     event.retired_log_segments = retired_segments;
     event.retired_trees = retired_trees;

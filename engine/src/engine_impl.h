@@ -124,6 +124,8 @@ class EngineImpl final : public Engine {
   Status InstallCompaction(const Version& before, bool from_l0, uint32_t replaced_level,
                            const Compaction& compaction);
   void AbandonCompaction(const Compaction& compaction);
+  static CompactionInstalledEvent InstalledEvent(uint64_t compaction, uint32_t dest,
+                                                 const LevelDesc& out, uint64_t manifest_number);
   void MarkTreesRetired(const Version& before, uint32_t replaced_level, uint32_t dest,
                         std::vector<uint32_t>* trees, std::vector<uint32_t>* segments);
   CompactionSpec SpecFor(const Version& v, uint32_t dest);

@@ -138,25 +138,7 @@ Status EngineImpl::ShipLevels(EngineObserver* observer) {
           CompactionSegmentEvent{d.tree_id, level, CompactionSegmentKind::kIndex, t.segment,
                                  std::string_view(device_.Segment(t.segment), t.used)});
     }
-    CompactionInstalledEvent e;
-    e.compaction = d.tree_id;
-    e.dest_level = level;
-    e.tree_id = d.tree_id;
-    e.height = d.height;
-    e.root_segment = d.root.segment;
-    e.root_offset = d.root.offset;
-    e.bloom_segment = d.bloom_dir.segment;
-    e.bloom_offset = d.bloom_dir.offset;
-    e.entries = d.entries;
-    e.segments = d.segments;
-    e.manifest_number = levels_.manifest_number();
-    e.bloom_blocks = d.bloom_blocks;
-    e.bytes = d.bytes;
-    e.small_entries = d.small_entries;
-    e.medium_entries = d.medium_entries;
-    e.large_entries = d.large_entries;
-    e.tombstones = d.tombstones;
-    observer->OnCompactionInstalled(e);
+    observer->OnCompactionInstalled(InstalledEvent(d.tree_id, level, d, levels_.manifest_number()));
   }
   return Status::OK();
 }
