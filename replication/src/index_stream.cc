@@ -229,49 +229,63 @@ Status IndexApplier::Feed(uint64_t position, std::string_view bytes) {
     out_of_order_[position] = std::string(bytes);
     return Status::OK();
   }
-  pending_.append(bytes.substr(end_ - position));
-  end_ = end;
+  error_ = Take(bytes.substr(end_ - position));
   // Records held beyond the gap this one filled.
-  while (!out_of_order_.empty() && out_of_order_.begin()->first <= end_) {
-    auto it = out_of_order_.begin();
-    uint64_t held_end = it->first + it->second.size();
-    if (held_end > end_) {
-      pending_.append(std::string_view(it->second).substr(end_ - it->first));
-      end_ = held_end;
+  while (error_.ok() && !out_of_order_.empty() && out_of_order_.begin()->first <= end_) {
+    auto held = out_of_order_.extract(out_of_order_.begin());
+    if (held.key() + held.mapped().size() > end_) {
+      error_ = Take(std::string_view(held.mapped()).substr(end_ - held.key()));
     }
-    out_of_order_.erase(it);
   }
-  error_ = Drain();
   return error_;
 }
 
-// Applies every whole frame at the front of pending_.
-Status IndexApplier::Drain() {
-  const uint64_t base = end_ - pending_.size();  // stream position of pending_[0]
+// Takes the stream bytes at end_. Frames whole in them are applied where they lie (a frame is
+// up to a segment: copying each into a buffer first cost as much as writing it); only a frame
+// cut by their end, or completing one cut before, goes through pending_.
+Status IndexApplier::Take(std::string_view fresh) {
+  uint64_t base = end_;
+  end_ += fresh.size();
+  if (!pending_.empty()) {
+    pending_.append(fresh);
+    size_t used = 0;
+    Status s = Drain(pending_, end_ - pending_.size(), &used);
+    pending_.erase(0, used);
+    return s;
+  }
+  size_t used = 0;
+  Status s = Drain(fresh, base, &used);
+  pending_.assign(fresh.substr(used));
+  return s;
+}
+
+// Applies every whole frame at the front of `data` (whose first byte is at stream position
+// `base`); *used gets the bytes they took.
+Status IndexApplier::Drain(std::string_view data, uint64_t base, size_t* used) {
   size_t pos = 0;
   Status s;
-  while (s.ok() && pending_.size() - pos >= kFrameHeader) {
+  while (s.ok() && data.size() - pos >= kFrameHeader) {
     uint32_t magic, type, length;
-    std::memcpy(&magic, pending_.data() + pos, 4);
-    std::memcpy(&type, pending_.data() + pos + 4, 4);
-    std::memcpy(&length, pending_.data() + pos + 8, 4);
+    std::memcpy(&magic, data.data() + pos, 4);
+    std::memcpy(&type, data.data() + pos + 4, 4);
+    std::memcpy(&length, data.data() + pos + 8, 4);
     if (magic != kFrameMagic || length > max_payload_) {
       s = Status::InvalidArgument("the index stream is damaged at a frame header");
       break;
     }
-    if (pending_.size() - pos < kFrameHeader + length + 4) break;  // the rest comes later
+    if (data.size() - pos < kFrameHeader + length + 4) break;  // the rest comes later
     uint32_t crc;
-    std::memcpy(&crc, pending_.data() + pos + kFrameHeader + length, 4);
-    if (crc != engine::crc32c::Value(pending_.data() + pos, kFrameHeader + length)) {
+    std::memcpy(&crc, data.data() + pos + kFrameHeader + length, 4);
+    if (crc != engine::crc32c::Value(data.data() + pos, kFrameHeader + length)) {
       s = Status::InvalidArgument("an index stream frame fails its checksum");
       break;
     }
-    s = Apply(type, std::string_view(pending_).substr(pos + kFrameHeader, length),
+    s = Apply(type, data.substr(pos + kFrameHeader, length),
               base + pos + kFrameHeader + length + 4);
     if (s.ok()) frames_++;
     pos += kFrameHeader + length + 4;
   }
-  pending_.erase(0, pos);
+  *used = pos;
   return s;
 }
 

@@ -80,7 +80,8 @@ class IndexApplier {
   const Status& error() const { return error_; }
 
  private:
-  Status Drain();
+  Status Take(std::string_view fresh);
+  Status Drain(std::string_view data, uint64_t base, size_t* used);
   Status Apply(uint32_t type, std::string_view payload, uint64_t frame_end);
   Status ApplyEvent(uint32_t type, std::string_view payload, uint64_t frame_end);
 
