@@ -46,8 +46,8 @@ class BackupStore {
                          const std::vector<engine::ScannedRecord>& records, bool closed) = 0;
 
   // Does what a store leaves off the path of the answer to the request that persisted: the
-  // backup server calls it after answering, before it handles the next request (and when a
-  // session ends). What Persist returned OK for is durable already; what Settle does is not
+  // backup server calls it after answering, once requests pause for 2 ms or 20 ms after the
+  // first unsettled one (and when a session ends). What Persist returned OK for is durable already; what Settle does is not
   // needed for that (WalDirectoryStore: the fsync of the WAL written into pg_wal, which its
   // images can redo). The default does nothing.
   virtual Status Settle() { return Status::OK(); }
