@@ -47,9 +47,9 @@ class BackupStore {
 
   // Does what a store leaves off the path of the answer to the request that persisted: the
   // backup server calls it after answering, once requests pause for 2 ms or 20 ms after the
-  // first unsettled one (and when a session ends). What Persist returned OK for is durable already; what Settle does is not
-  // needed for that (WalDirectoryStore: the fsync of the WAL written into pg_wal, which its
-  // images can redo). The default does nothing.
+  // first unsettled one (and when a session ends). What Persist returned OK for is durable already;
+  // what Settle does is not needed for that (WalDirectoryStore: the fsync of the WAL written into
+  // pg_wal, which its images can redo). The default does nothing.
   virtual Status Settle() { return Status::OK(); }
 
   // The highest version seen for a primary (0: none), and recording a higher one durably.
