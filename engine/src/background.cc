@@ -204,6 +204,8 @@ Status EngineImpl::InstallCompaction(const Version& before, bool from_l0, uint32
   std::vector<uint32_t> retired_tree_segments;  // for the observer; freed with their trees
   std::string image;
   uint64_t manifest_number;
+  std::vector<KeyspaceRecord> keyspaces;
+  uint32_t next_keyspace_id = 0;
   {
     SharedLock w(&shared_->write_mu);
     SharedLock a(segments_.mutex());
@@ -246,6 +248,10 @@ Status EngineImpl::InstallCompaction(const Version& before, bool from_l0, uint32
     });
     image = levels_.NextManifest(logs_.last_lsn(), segments_, keyspaces_, logs_);
     manifest_number = levels_.manifest_number();
+    if (observer_ != nullptr) {
+      keyspaces = keyspaces_.Records();  // what this manifest records
+      next_keyspace_id = keyspaces_.next_id();
+    }
   }
   s = levels_.WriteManifest(image);
   if (!s.ok()) return s;  // the old segments stay allocated: nothing is freed early
@@ -260,6 +266,8 @@ Status EngineImpl::InstallCompaction(const Version& before, bool from_l0, uint32
     event.medium_segments = compaction.medium_segments();
     event.retired_log_segments = retired_segments;
     event.retired_trees = retired_trees;
+    event.keyspaces = std::move(keyspaces);
+    event.next_keyspace_id = next_keyspace_id;
     observer_->OnCompactionInstalled(event);
   }
   for (uint32_t tree : retired_trees) reclaimer_.Retire(RetiredItem::kTree, tree);

@@ -78,6 +78,7 @@ class EngineImpl final : public Engine {
   uint64_t ImportResumePosition() override;
   void AbandonImport(uint64_t compaction) override;
   Status ShipLevels(EngineObserver* observer) override;
+  Status ImportLevels(const std::vector<uint32_t>& level_trees) override;
   Status CompactAll() override;
   Status RunGC() override;
   Stats GetStats() override;

@@ -282,7 +282,8 @@ Status EngineImpl::ImportSegment(const CompactionSegmentEvent& event) {
 Status EngineImpl::InstallImport(const CompactionInstalledEvent& event, uint64_t resume_at) {
   if ((import_ == nullptr || import_->begin.compaction != event.compaction) &&
       Covered(event.compaction)) {
-    if (resume_at > levels_.import_resume()) levels_.set_import_resume(resume_at);
+    // The resume position stays where the manifest has it: the host prunes the stream's
+    // images below it, and one moved in memory alone would not survive a restart.
     return Status::OK();
   }
   if (import_ == nullptr || import_->begin.compaction != event.compaction) {
@@ -375,9 +376,17 @@ Status EngineImpl::InstallImport(const CompactionInstalledEvent& event, uint64_t
       next.levels[event.dest_level] = out;
     });
     if (resume_at != 0) levels_.set_import_resume(resume_at);
+    if (event.next_keyspace_id != 0 &&
+        !keyspaces_.Mirror(event.keyspaces, event.next_keyspace_id)) {
+      s = Status::Corruption("compaction " + std::to_string(event.compaction) +
+                             " names more keyspaces than this node's table holds");
+    }
     image = levels_.NextManifest(logs_.last_lsn(), segments_, keyspaces_, logs_);
   }
   import_.reset();
+  // A table the primary's own (of the same size) held cannot overflow here unless the frame
+  // lies: the install is then not made durable, and a restart feeds it again.
+  if (!s.ok()) return s;
   s = levels_.WriteManifest(image);
   if (!s.ok()) return s;  // as for a compaction of this node: nothing is freed early
   for (uint32_t tree : retired_trees) reclaimer_.Retire(RetiredItem::kTree, tree);
@@ -399,6 +408,46 @@ void EngineImpl::AbandonImport(uint64_t compaction) {
     for (const auto& [primary, local] : map) segments_.Free(local);
   }
   import_.reset();
+}
+
+// Under the compaction lock as an install: the stale levels are swapped out, the manifest
+// written, then their trees retired as a compaction's are.
+Status EngineImpl::ImportLevels(const std::vector<uint32_t>& level_trees) {
+  if (import_ != nullptr) AbandonImport(import_->begin.compaction);  // a seed ends no compaction
+  SharedLock compacting(&shared_->compaction_mu);
+  std::vector<uint32_t> retired_trees;
+  std::vector<uint32_t> retired_segments;
+  std::string image;
+  {
+    SharedLock w(&shared_->write_mu);
+    SharedLock a(segments_.mutex());
+    Version before = levels_.Current();
+    std::vector<uint32_t> stale;
+    for (uint32_t level = 1; level <= options_.max_levels; level++) {
+      uint32_t want = level < level_trees.size() ? level_trees[level] : 0;
+      uint32_t have = before.levels[level].tree_id;
+      if (want != 0 && want != have) {
+        return Status::Corruption("the seed has tree " + std::to_string(want) + " at level " +
+                                  std::to_string(level) + ", this node tree " +
+                                  std::to_string(have));
+      }
+      if (want == 0 && have != 0) stale.push_back(level);
+    }
+    if (stale.empty()) return Status::OK();
+    for (uint32_t level : stale) {
+      MarkTreesRetired(before, 0, level, &retired_trees, &retired_segments);
+    }
+    levels_.Apply([&](Version& next) {
+      for (uint32_t level : stale) next.levels[level] = LevelDesc{};
+    });
+    image = levels_.NextManifest(logs_.last_lsn(), segments_, keyspaces_, logs_);
+  }
+  Status s = levels_.WriteManifest(image);
+  if (!s.ok()) return s;
+  for (uint32_t tree : retired_trees) reclaimer_.Retire(RetiredItem::kTree, tree);
+  for (uint32_t seg : retired_segments) reclaimer_.Retire(RetiredItem::kSegment, seg);
+  reclaimer_.Reclaim();
+  return Status::OK();
 }
 
 }  // namespace slipstream::engine

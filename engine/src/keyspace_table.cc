@@ -1,6 +1,8 @@
 // KeyspaceTable: see keyspace_table.h.
 #include "keyspace_table.h"
 
+#include <algorithm>
+#include <set>
 #include <string>
 
 namespace slipstream::engine {
@@ -88,6 +90,37 @@ bool KeyspaceTable::AnyDropped() const {
     if (slots[i].state.load() == KeyspaceSlot::kDropped) return true;
   }
   return false;
+}
+
+// Read slot by slot: a keyspace created or dropped meanwhile may or may not appear.
+std::vector<KeyspaceRecord> KeyspaceTable::Records() const {
+  std::vector<KeyspaceRecord> records;
+  ForEachRecorded([&](uint64_t tag, KeyspaceId id, uint32_t state) {
+    records.push_back(KeyspaceRecord{tag, id, state});
+  });
+  return records;
+}
+
+// Deletes what the primary no longer records first, so that slots are free for what it adds.
+bool KeyspaceTable::Mirror(const std::vector<KeyspaceRecord>& records, uint32_t next_id) {
+  std::set<KeyspaceId> wanted;
+  for (const KeyspaceRecord& r : records) wanted.insert(r.id);
+  KeyspaceSlot* slots = Slots();
+  for (uint32_t i = 0; i < kKeyspaceSlots; i++) {
+    uint32_t state = slots[i].state.load();
+    if ((state == KeyspaceSlot::kLive || state == KeyspaceSlot::kDropped) &&
+        !wanted.count(slots[i].id)) {
+      slots[i].state.store(KeyspaceSlot::kDeleted, std::memory_order_release);
+    }
+  }
+  for (const KeyspaceRecord& r : records) {
+    KeyspaceSlot* slot = Insert(r.id);
+    if (slot == nullptr) return false;
+    slot->tag = r.tag;
+    slot->state.store(r.state, std::memory_order_release);
+  }
+  shared_->next_id = std::max(shared_->next_id, next_id);
+  return true;
 }
 
 }  // namespace slipstream::engine

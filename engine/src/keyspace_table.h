@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "shared_state.h"
+#include "slipstream/engine/observer.h"
 #include "slipstream/engine/status.h"
 #include "slipstream/engine/write_batch.h"
 
@@ -41,6 +42,12 @@ class KeyspaceTable {
   // Ids of dropped keyspaces whose data may still be in the levels.
   std::vector<KeyspaceId> Dropped() const;
   bool AnyDropped() const;
+
+  // The live and dropped keyspaces, as a primary reports them to its replicas.
+  std::vector<KeyspaceRecord> Records() const;
+  // A replica: makes the table exactly `records` (every other keyspace deleted), with ids from
+  // `next_id` on. False if the table is full.
+  bool Mirror(const std::vector<KeyspaceRecord>& records, uint32_t next_id);
 
   // Calls fn(tag, id, state) for every live or dropped slot (what the manifest records).
   template <typename Fn>

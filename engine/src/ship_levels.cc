@@ -138,8 +138,17 @@ Status EngineImpl::ShipLevels(EngineObserver* observer) {
           CompactionSegmentEvent{d.tree_id, level, CompactionSegmentKind::kIndex, t.segment,
                                  std::string_view(device_.Segment(t.segment), t.used)});
     }
-    observer->OnCompactionInstalled(InstalledEvent(d.tree_id, level, d, levels_.manifest_number()));
+    CompactionInstalledEvent installed =
+        InstalledEvent(d.tree_id, level, d, levels_.manifest_number());
+    installed.keyspaces = keyspaces_.Records();
+    installed.next_keyspace_id = keyspaces_.next_id();
+    observer->OnCompactionInstalled(installed);
   }
+  std::vector<uint32_t> level_trees(options_.max_levels + 1, 0);
+  for (uint32_t level = 1; level <= options_.max_levels; level++) {
+    level_trees[level] = v.levels[level].tree_id;
+  }
+  observer->OnSeedEnd(level_trees);
   return Status::OK();
 }
 

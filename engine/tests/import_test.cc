@@ -44,6 +44,13 @@ class Forwarder : public EngineObserver {
       capture_->push_back([](Engine*) { return Status::OK(); });  // the marker
     }
   }
+  void OnSeedEnd(const std::vector<uint32_t>& level_trees) override {
+    if (capture_ != nullptr) {
+      capture_->push_back([level_trees](Engine* r) { return r->ImportLevels(level_trees); });
+      return;
+    }
+    if (enabled_) Record((*replica_)->ImportLevels(level_trees), "seed end");
+  }
   void OnCompactionBegin(const CompactionBeginEvent& e) override {
     if (capture_ != nullptr) {
       capture_->push_back([e](Engine* r) { return r->BeginImport(e); });
@@ -221,6 +228,35 @@ TEST(Import, ReplicaEqualsPrimaryAfterEveryFullCompaction) {
   }
 }
 
+TEST(Import, AReplicaTakesThePrimarysKeyspaceTable) {
+  Pair p;
+  KeyspaceId dropped = 0, kept = 0;
+  ASSERT_TRUE(p.primary->CreateKeyspace(100, &dropped).ok());
+  ASSERT_TRUE(p.primary->CreateKeyspace(200, &kept).ok());
+  ASSERT_TRUE(p.primary->DropKeyspace(dropped).ok());
+  std::map<std::string, std::string> model;
+  for (int i = 0; i < 2000; i++) {
+    std::string key = "r" + std::to_string(i);
+    model[key] = Value(40, i);
+    ASSERT_TRUE(p.primary->Put(kept, key, model[key]).ok());
+  }
+  ASSERT_TRUE(p.primary->CompactAll().ok());
+  for (const std::string& e : p.forwarder->errors_) ADD_FAILURE() << e;
+  // The replica created none of these: its table is the primary's, ids and all.
+  for (int pass = 0; pass < 2; pass++) {
+    KeyspaceId id = 0;
+    ASSERT_TRUE(p.replica->LookupKeyspace(200, &id).ok()) << "pass " << pass;
+    EXPECT_EQ(id, kept);
+    EXPECT_TRUE(p.replica->LookupKeyspace(100, &id).IsNotFound());
+    EXPECT_TRUE(Contents(p.replica.engine.get(), kept) == model);
+    p.RestartReplica();  // and the manifest keeps it
+  }
+  // After a promotion, a new keyspace takes an id the primary never gave.
+  KeyspaceId fresh = 0;
+  ASSERT_TRUE(p.replica->CreateKeyspace(300, &fresh).ok());
+  EXPECT_GT(fresh, kept);
+}
+
 TEST(Import, ACompactionWithAMissingSegmentIsRefusedAndLeavesNothing) {
   Pair p;
   std::mt19937 rng(7);
@@ -298,6 +334,78 @@ TEST(Import, AReplicaSeededFromThePrimarysLevelsFollowsItsCompactions) {
     v = p.replica->Verify();
     ASSERT_TRUE(v.ok()) << v.ToString();
   }
+}
+
+TEST(Import, ASeedEmptiesTheLevelsThePrimaryEmptiedWhileTheReplicaWasAway) {
+  Pair p;
+  std::mt19937 rng(21);
+  std::map<std::string, std::string> model;
+  auto work = [&](int n, int seed) {
+    for (int i = 0; i < n; i++) {
+      std::string key = "k" + std::to_string(rng() % 4000);
+      std::string v = Value(30 + rng() % 40, seed + i);
+      ASSERT_TRUE(p.primary->Put(p.ks, key, v).ok());
+      model[key] = v;
+    }
+    while (p.primary->DoBackgroundWork()) {
+    }
+  };
+  // Both hold a level 1 of old versions.
+  work(20000, 0);
+  ASSERT_TRUE(p.forwarder->errors_.empty()) << p.forwarder->errors_[0];
+  bool replica_has_l1 = false;
+  for (const LevelStats& l : p.replica->GetStats().levels)
+    replica_has_l1 |= l.level == 1 && l.entries > 0;
+  ASSERT_TRUE(replica_has_l1) << "the workload should leave a level 1";
+  // Away, the replica misses new versions and the compactions that move level 1 down, until
+  // the primary's level 1 is empty and a deeper level holds everything.
+  p.forwarder->enabled_ = false;
+  work(20000, 100000);  // new versions of every key
+  auto l1_empty_deeper_full = [&p] {
+    uint64_t l1 = 0, deeper = 0;
+    for (const LevelStats& l : p.primary->GetStats().levels) {
+      (l.level == 1 ? l1 : deeper) += l.entries;
+    }
+    return l1 == 0 && deeper > 0;
+  };
+  bool found = false;
+  for (int i = 0; i < 400 && !found; i++) {
+    for (int j = 0; j < 500; j++) {
+      std::string key = "u" + std::to_string(i * 500 + j);
+      model[key] = Value(60, i * 500 + j);
+      ASSERT_TRUE(p.primary->Put(p.ks, key, model[key]).ok());
+    }
+    while (!found && p.primary->DoBackgroundWork()) found = l1_empty_deeper_full();
+  }
+  ASSERT_TRUE(l1_empty_deeper_full()) << "the primary never emptied level 1";
+  // The seed brings the last level; its end empties the replica's stale level 1, whose old
+  // versions would otherwise shadow the new ones.
+  p.forwarder->enabled_ = true;
+  Status s = p.primary->ShipLevels(p.forwarder.get());
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  for (const std::string& e : p.forwarder->errors_) ADD_FAILURE() << e;
+  // The versions the replica missed are in the primary's deeper level now; a stale level 1
+  // on the replica would shadow them. (The newest keys are still in the primary's memtable.)
+  for (const LevelStats& l : p.replica->GetStats().levels) {
+    if (l.level == 1) {
+      EXPECT_EQ(l.entries, 0u) << "the replica kept its stale level 1";
+    }
+  }
+  std::string value;
+  for (const auto& [key, expect] : model) {
+    if (key[0] != 'k') continue;
+    ASSERT_TRUE(p.replica->Get(p.replica_ks, key, &value).ok()) << key;
+    ASSERT_EQ(value, expect) << key << ": an old version shadows the new one";
+  }
+  Status v = p.replica->Verify();
+  EXPECT_TRUE(v.ok()) << v.ToString();
+  p.RestartReplica();  // and the emptied level stays empty
+  ASSERT_TRUE(p.replica->Get(p.replica_ks, "k1", &value).ok());
+  EXPECT_EQ(value, model["k1"]);
+  // Then it follows the primary again.
+  ASSERT_TRUE(p.primary->CompactAll().ok());
+  for (const std::string& e : p.forwarder->errors_) ADD_FAILURE() << e;
+  EXPECT_TRUE(Contents(p.replica.engine.get(), p.replica_ks) == model);
 }
 
 TEST(Import, AReplicaKilledInTheMiddleOfAnImportRecoversAndCatchesUp) {

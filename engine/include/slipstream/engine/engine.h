@@ -103,6 +103,11 @@ class Engine {
   virtual uint64_t ImportResumePosition() = 0;
   // Frees what the import of `compaction` wrote.
   virtual void AbandonImport(uint64_t compaction) = 0;
+  // The end of a seed: empties every level of this node whose tree is not the one the
+  // primary has there (`level_trees[L]`, 0: empty). A replica that missed the compaction that
+  // emptied a level on the primary would otherwise keep its stale tree, whose versions shadow
+  // the newer ones below. Corruption if a level the primary has is not the one installed here.
+  virtual Status ImportLevels(const std::vector<uint32_t>& level_trees) = 0;
   // On a primary: reports this node's levels as they stand to `observer`, as the events a new
   // replica imports to start from: OnSeedBegin, the large log's bytes written out so far, then
   // one compaction per level in the order of their tree ids (the medium-log segments with the

@@ -53,6 +53,13 @@ struct CompactionSegmentEvent {
   std::string_view bytes;  // valid only during the callback
 };
 
+// One keyspace of a node's table, as a replica mirrors it.
+struct KeyspaceRecord {
+  uint64_t tag = 0;
+  uint32_t id = 0;
+  uint32_t state = 0;  // 1: live, 2: dropped (its entries may still be in the levels)
+};
+
 // A compaction's level, now installed and named by the manifest.
 struct CompactionInstalledEvent {
   uint64_t compaction = 0;
@@ -77,6 +84,10 @@ struct CompactionInstalledEvent {
   // retired_segments split: dead log segments (L0, medium, large), and the trees retired whole.
   std::vector<uint32_t> retired_log_segments;
   std::vector<uint32_t> retired_trees;
+  // The keyspace table when the level was installed, and its next id: the levels' keys carry
+  // keyspace ids, so a replica takes the primary's table as it is (0: not reported).
+  std::vector<KeyspaceRecord> keyspaces;
+  uint32_t next_keyspace_id = 0;
 };
 
 class EngineObserver {
@@ -90,6 +101,10 @@ class EngineObserver {
   // one is reflected in what follows, none raised after it is (ShipLevels holds the locks
   // every other event is raised under). A new replica applies a stream from here on.
   virtual void OnSeedBegin() {}
+
+  // Engine::ShipLevels has reported every level: `level_trees[L]` is the tree at level L
+  // (0: empty; index 0 unused). A replica empties the levels the seed left out.
+  virtual void OnSeedEnd(const std::vector<uint32_t>& level_trees) { (void)level_trees; }
 
   // A compaction begins (under the compaction lock, before any of its segments).
   virtual void OnCompactionBegin(const CompactionBeginEvent& event) { (void)event; }
