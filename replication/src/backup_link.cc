@@ -53,6 +53,7 @@ Status BackupLink::Connect(const LinkOptions& options, std::unique_ptr<BackupLin
   l->buffer_size_ = ok->buffer_size;
   l->buffers_ = ok->buffers;
   l->resume_ = ok->resume;
+  l->index_resume_ = ok->index_resume;
   *link = std::move(l);
   return Status::OK();
 }

@@ -185,7 +185,12 @@ Status BackupServer::Session::OnHello(const Hello& hello) {
   }
   // Asked only now that an older session has persisted its open buffers: they count.
   uint64_t resume = server_->store_->ResumePosition(hello.primary, uint32_t(StreamId::kWal));
-  return Reply(HelloOk{seen, o.buffer_size, granted, resume});
+  uint64_t index_resume =
+      server_->store_->ResumePosition(hello.primary, uint32_t(StreamId::kEngineIndex));
+  Status noted = server_->store_->NoteSessionStart(hello.primary, uint32_t(StreamId::kEngineIndex),
+                                                   index_resume);
+  if (!noted.ok()) return Refuse(ErrorCode::kStorage, noted.ToString());
+  return Reply(HelloOk{seen, o.buffer_size, granted, resume, index_resume});
 }
 
 Status BackupServer::Session::OnOpen(const Open& open) {

@@ -127,6 +127,11 @@ bool FrameQueue::overflowed() {
   return overflowed_ != 0;
 }
 
+void FrameQueue::MarkOverflowed() {
+  Lock lock(this);
+  overflowed_ = 1;
+}
+
 void FrameQueue::ClearOverflow() {
   Lock lock(this);
   overflowed_ = 0;

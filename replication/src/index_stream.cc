@@ -2,9 +2,11 @@
 #include "slipstream/replication/index_stream.h"
 
 #include <lz4.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "slipstream/engine/crc32c.h"
 
@@ -23,7 +25,18 @@ enum class FrameType : uint32_t {
   kAbandoned = 5,
   kSegmentLz4 = 6,  // kSegment with the bytes LZ4-compressed (raw size first)
   kSeed = 7,        // Engine::ShipLevels begins: a new replica applies from here on
+  kHorizon = 8,     // what is installed covers the primary's WAL below this position
+  kSeedEnd = 9,     // Engine::ShipLevels ends: the tree at every level of the primary
 };
+
+// The type of a frame whose header `frame` starts with (0: not a frame header).
+FrameType TypeOf(std::string_view frame) {
+  uint32_t magic = 0, type = 0;
+  if (frame.size() < kFrameHeader) return FrameType(0);
+  std::memcpy(&magic, frame.data(), 4);
+  std::memcpy(&type, frame.data() + 4, 4);
+  return magic == kFrameMagic ? FrameType(type) : FrameType(0);
+}
 
 // Appends fixed-size little-endian fields and length-prefixed blobs.
 class Writer {
@@ -159,6 +172,29 @@ std::string EncodeCompactionSegmentLz4(const engine::CompactionSegmentEvent& e) 
   return w.Frame(FrameType::kSegmentLz4);
 }
 
+// Decodes an uncompressed segment frame and frames it again compressed; any other frame, or
+// one that does not parse, is returned as it is (the replica judges it).
+std::string CompressSegmentFrame(std::string_view frame) {
+  uint32_t magic = 0, type = 0, length = 0;
+  if (frame.size() < kFrameHeader + 4) return std::string(frame);
+  std::memcpy(&magic, frame.data(), 4);
+  std::memcpy(&type, frame.data() + 4, 4);
+  std::memcpy(&length, frame.data() + 8, 4);
+  if (magic != kFrameMagic || FrameType(type) != FrameType::kSegment ||
+      frame.size() != kFrameHeader + size_t(length) + 4) {
+    return std::string(frame);
+  }
+  Reader r(frame.substr(kFrameHeader, length));
+  engine::CompactionSegmentEvent e{};
+  e.compaction = r.Get<uint64_t>();
+  e.dest_level = r.Get<uint32_t>();
+  e.kind = engine::CompactionSegmentKind(r.Get<uint8_t>());
+  e.segment = r.Get<uint32_t>();
+  e.bytes = r.Blob();
+  if (!r.Done()) return std::string(frame);
+  return EncodeCompactionSegmentLz4(e);
+}
+
 // Frames a compaction's end: the level it installed and what it retired.
 std::string EncodeCompactionInstalled(const engine::CompactionInstalledEvent& e) {
   Writer w;
@@ -185,7 +221,43 @@ std::string EncodeCompactionInstalled(const engine::CompactionInstalledEvent& e)
   w.U32s(e.medium_segments);
   w.U32s(e.retired_log_segments);
   w.U32s(e.retired_trees);
+  w.Put(e.next_keyspace_id);
+  w.Put(uint32_t(e.keyspaces.size()));
+  for (const engine::KeyspaceRecord& k : e.keyspaces) {
+    w.Put(k.tag);
+    w.Put(k.id);
+    w.Put(k.state);
+  }
   return w.Frame(FrameType::kInstalled);
+}
+
+// Frames a seed's end.
+std::string EncodeSeedEnd(const std::vector<uint32_t>& level_trees) {
+  Writer w;
+  w.U32s(level_trees);
+  return w.Frame(FrameType::kSeedEnd);
+}
+
+// Whether a frame (header first) is a seed's end.
+bool IsSeedEndFrame(std::string_view frame) {
+  return TypeOf(frame) == FrameType::kSeedEnd;
+}
+
+// Frames a WAL horizon.
+std::string EncodeHorizon(uint64_t wal_position) {
+  Writer w;
+  w.Put(wal_position);
+  return w.Frame(FrameType::kHorizon);
+}
+
+// Whether a frame (header first) is a seed's marker.
+bool IsSeedFrame(std::string_view frame) {
+  return TypeOf(frame) == FrameType::kSeed;
+}
+
+// Whether a frame (header first) is a compaction's end.
+bool IsInstallFrame(std::string_view frame) {
+  return TypeOf(frame) == FrameType::kInstalled;
 }
 
 // Frames the start of a seed.
@@ -207,6 +279,9 @@ void IndexEventEncoder::OnLogWrite(const engine::LogWriteEvent& event) {
 void IndexEventEncoder::OnSeedBegin() {
   emit_(EncodeSeedBegin());
 }
+void IndexEventEncoder::OnSeedEnd(const std::vector<uint32_t>& level_trees) {
+  emit_(EncodeSeedEnd(level_trees));
+}
 void IndexEventEncoder::OnCompactionBegin(const engine::CompactionBeginEvent& event) {
   emit_(EncodeCompactionBegin(event));
 }
@@ -220,24 +295,74 @@ void IndexEventEncoder::OnCompactionAbandoned(uint64_t compaction) {
   emit_(EncodeCompactionAbandoned(compaction));
 }
 
+// Whether a record begins with a whole seed frame: 16 bytes with their own checksum. Every
+// connection of a primary starts its index stream with one, where the backup's copy ended, so
+// such a record ends whatever the old connection left (a frame cut by its end, or a stream
+// that could not be parsed after a refused frame). Continuation bytes that look like one are
+// not a practical worry.
+namespace {
+bool BeginsWithSeed(std::string_view record) {
+  if (record.size() < kFrameHeader + 4) return false;
+  uint32_t length, crc;
+  std::memcpy(&length, record.data() + 8, 4);
+  std::memcpy(&crc, record.data() + kFrameHeader, 4);
+  return IsSeedFrame(record) && length == 0 &&
+         crc == engine::crc32c::Value(record.data(), kFrameHeader);
+}
+}  // namespace
+
 // Takes a record of the stream, in order or not, and applies what it completes.
 Status IndexApplier::Feed(uint64_t position, std::string_view bytes) {
-  if (!error_.ok()) return error_;
   uint64_t end = position + bytes.size();
   if (end <= end_) return Status::OK();  // persisted again: applied already
+  if (position > end_ && session_starts_.count(position) != 0 && BeginsWithSeed(bytes)) {
+    // A session that starts beyond what this applier holds (the old session's last bytes
+    // never became durable here): what lies between is of no use before the seed.
+    out_of_order_.erase(out_of_order_.begin(), out_of_order_.lower_bound(position));
+    pending_.clear();
+    lost_ = true;  // ends at this record, below
+    end_ = position;
+  }
   if (position > end_) {
     out_of_order_[position] = std::string(bytes);
     return Status::OK();
   }
-  error_ = Take(bytes.substr(end_ - position));
+  Status s = TakeRecord(position, bytes);
   // Records held beyond the gap this one filled.
-  while (error_.ok() && !out_of_order_.empty() && out_of_order_.begin()->first <= end_) {
+  while (!out_of_order_.empty() && out_of_order_.begin()->first <= end_) {
     auto held = out_of_order_.extract(out_of_order_.begin());
     if (held.key() + held.mapped().size() > end_) {
-      error_ = Take(std::string_view(held.mapped()).substr(end_ - held.key()));
+      Status t = TakeRecord(held.key(), held.mapped());
+      if (s.ok()) s = t;
     }
   }
-  return error_;
+  return s;
+}
+
+// Takes a record that reaches beyond end_ (and starts at or below it). A refused frame stops
+// the parse: the rest of the stream is skipped until a record that begins a new connection's
+// seed, and what the compaction in flight wrote is freed. The WAL is still complete on the
+// backup, so nothing is lost: a promotion replays from the last install's horizon.
+Status IndexApplier::TakeRecord(uint64_t position, std::string_view bytes) {
+  std::string_view fresh = bytes.substr(end_ - position);
+  if (position == end_ && (lost_ || !pending_.empty()) && session_starts_.count(position) != 0 &&
+      BeginsWithSeed(bytes)) {
+    pending_.clear();
+    lost_ = false;
+  }
+  if (lost_) {
+    end_ += fresh.size();
+    return Status::OK();
+  }
+  Status s = Take(fresh);
+  if (!s.ok()) {
+    error_ = s;
+    failures_++;
+    lost_ = true;
+    pending_.clear();
+    AbandonOpen();
+  }
+  return s;
 }
 
 // Takes the stream bytes at end_. Frames whole in them are applied where they lie (a frame is
@@ -386,11 +511,33 @@ Status IndexApplier::ApplyEvent(uint32_t type, std::string_view payload, uint64_
       e.medium_segments = r.U32s();
       e.retired_log_segments = r.U32s();
       e.retired_trees = r.U32s();
+      e.next_keyspace_id = r.Get<uint32_t>();
+      uint32_t count = r.Get<uint32_t>();
+      if (count > payload.size() / 16) break;  // each takes 16 bytes
+      for (uint32_t i = 0; i < count; i++) {
+        engine::KeyspaceRecord k;
+        k.tag = r.Get<uint64_t>();
+        k.id = r.Get<uint32_t>();
+        k.state = r.Get<uint32_t>();
+        if (k.state != 1 && k.state != 2) return Status::InvalidArgument("a keyspace state");
+        e.keyspaces.push_back(k);
+      }
       if (!r.Done()) break;
       Status s = FromEngine(replica_->InstallImport(e, frame_end));
       if (s.ok()) installed_++;
       if (e.compaction == open_compaction_) open_compaction_ = 0;
       return s;
+    }
+    case FrameType::kSeedEnd: {
+      std::vector<uint32_t> level_trees = r.U32s();
+      if (!r.Done()) break;
+      return FromEngine(replica_->ImportLevels(level_trees));
+    }
+    case FrameType::kHorizon: {
+      uint64_t horizon = r.Get<uint64_t>();
+      if (!r.Done()) break;
+      if (horizon > horizon_) horizon_ = horizon;  // installed levels only grow in coverage
+      return Status::OK();
     }
     case FrameType::kAbandoned: {
       uint64_t compaction = r.Get<uint64_t>();
@@ -404,19 +551,30 @@ Status IndexApplier::ApplyEvent(uint32_t type, std::string_view payload, uint64_
                                  ")");
 }
 
+void IndexApplier::AbandonOpen() {
+  if (open_compaction_ != 0) replica_->AbandonImport(open_compaction_);
+  open_compaction_ = 0;
+}
+
+IndexStore::~IndexStore() {
+  std::lock_guard<std::mutex> lock(mu_);
+  applier_.AbandonOpen();
+}
+
 // Keeps the image, then applies the index stream's new records.
 Status IndexStore::Persist(const SegmentId& segment, const char* image, uint32_t from, uint32_t to,
                            const std::vector<engine::ScannedRecord>& records, bool closed) {
   Status s = FileBackupStore::Persist(segment, image, from, to, records, closed);
   if (!s.ok() || segment.stream != uint32_t(StreamId::kEngineIndex) ||
-      segment.primary != primary_) {
+      (!primary_.empty() && segment.primary != primary_)) {
     return s;
   }
   std::lock_guard<std::mutex> lock(mu_);
+  if (primary_.empty()) primary_ = segment.primary;  // the first primary that ships one
   for (const engine::ScannedRecord& r : records) {
     // A refused frame is reported (import_error), not failed back: the images are durable,
-    // and the primary's WAL stream must go on.
-    if (!applier_.Feed(r.lsn, r.payload).ok()) break;
+    // and the primary's WAL stream must go on. The applier skips what follows it.
+    (void)applier_.Feed(r.lsn, r.payload);
   }
   return Status::OK();
 }
@@ -426,9 +584,33 @@ Status IndexStore::Persist(const SegmentId& segment, const char* image, uint32_t
 Status IndexStore::Recover() {
   std::vector<std::string> files;
   std::vector<PersistedRecord> records;
+  if (primary_.empty()) {
+    // The primary whose index stream was kept last: the one this replica follows.
+    std::filesystem::file_time_type newest{};
+    for (const std::string& p : Primaries()) {
+      for (const std::string& f : SegmentFiles(p, uint32_t(StreamId::kEngineIndex))) {
+        std::error_code ec;
+        auto t = std::filesystem::last_write_time(f, ec);
+        if (!ec && (primary_.empty() || t > newest)) {
+          newest = t;
+          primary_ = p;
+        }
+      }
+    }
+    if (primary_.empty()) return Status::OK();  // nothing kept yet
+  }
   Status s = PersistedRecords(primary_, uint32_t(StreamId::kEngineIndex), &files, &records);
   if (!s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
+  {
+    std::string dir = SegmentPath(SegmentId{primary_, uint32_t(StreamId::kEngineIndex), 0, 0});
+    FILE* f = std::fopen((dir.substr(0, dir.rfind('/')) + "/SESSIONS").c_str(), "r");
+    unsigned long long position;
+    while (f != nullptr && std::fscanf(f, "%llu", &position) == 1) {
+      applier_.AddSessionStart(position);
+    }
+    if (f != nullptr) std::fclose(f);
+  }
   std::string payload;
   for (const PersistedRecord& r : records) {
     if (r.position + r.length <= applier_.end()) continue;
@@ -439,15 +621,53 @@ Status IndexStore::Recover() {
               std::fread(payload.data(), 1, r.length, f) == r.length;
     std::fclose(f);
     if (!ok) return Status::IOError("cannot read a record of " + files[r.file]);
-    s = applier_.Feed(r.position, payload);
-    if (!s.ok()) return s;
+    // A refused frame is recorded (import_error) and skipped past, as when it arrives live.
+    (void)applier_.Feed(r.position, payload);
   }
   return Status::OK();
+}
+
+// One line per session start, fsynced before the hello is answered.
+Status IndexStore::NoteSessionStart(const std::string& primary, uint32_t stream,
+                                    uint64_t position) {
+  if (stream != uint32_t(StreamId::kEngineIndex)) return Status::OK();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!primary_.empty() && primary != primary_) return Status::OK();
+  std::string dir = SegmentPath(SegmentId{primary, stream, 0, 0});
+  dir = dir.substr(0, dir.rfind('/'));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IOError("create " + dir + ": " + ec.message());
+  std::string path = dir + "/SESSIONS";
+  FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr) return Status::IOError("cannot open " + path);
+  bool ok = std::fprintf(f, "%llu\n", static_cast<unsigned long long>(position)) > 0 &&
+            std::fflush(f) == 0 && fsync(fileno(f)) == 0;
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) return Status::IOError("cannot write " + path);
+  applier_.AddSessionStart(position);
+  return Status::OK();
+}
+
+// Below the install the replica's manifest records: a restart resumes there.
+Status IndexStore::PruneInstalled(const std::vector<SegmentId>& open, PruneStats* removed) {
+  uint64_t installed_end = replica_->ImportResumePosition();
+  if (installed_end == 0) {
+    if (removed != nullptr) *removed = PruneStats{};
+    return Status::OK();
+  }
+  return PruneFiles(uint32_t(StreamId::kEngineIndex), installed_end, open, /*keep_resume=*/true,
+                    removed);
 }
 
 uint64_t IndexStore::applied_end() {
   std::lock_guard<std::mutex> lock(mu_);
   return applier_.end();
+}
+
+uint64_t IndexStore::horizon() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return applier_.horizon();
 }
 
 uint64_t IndexStore::installed() {
@@ -458,6 +678,16 @@ uint64_t IndexStore::installed() {
 Status IndexStore::import_error() {
   std::lock_guard<std::mutex> lock(mu_);
   return applier_.error();
+}
+
+uint64_t IndexStore::refused() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return applier_.failures();
+}
+
+bool IndexStore::awaiting_seed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return applier_.lost();
 }
 
 }  // namespace slipstream::replication

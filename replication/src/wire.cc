@@ -122,6 +122,7 @@ std::string Encode(const Message& message) {
           w.U32(m.buffer_size);
           w.U32(m.buffers);
           w.U64(m.resume);
+          w.U64(m.index_resume);
           return w.Finish(Type::kHelloOk);
         } else if constexpr (std::is_same_v<T, Open>) {
           w.U32(m.stream);
@@ -185,6 +186,7 @@ Status Decode(std::string_view bytes, Message* message) {
       m.buffer_size = r.U32();
       m.buffers = r.U32();
       m.resume = r.U64();
+      m.index_resume = r.U64();
       if (!r.Done()) return bad("hello reply");
       *message = m;
       return Status::OK();

@@ -67,6 +67,10 @@ TEST(FrameQueue, AFrameThatDoesNotFitOverflowsTheQueueUntilCleared) {
   EXPECT_FALSE(s.queue->overflowed());
   EXPECT_EQ(s.queue->frames(), 0u);
   EXPECT_TRUE(s.queue->Push("small", 4));
+  // A producer that could not make its frame marks the gap the same way.
+  s.queue->MarkOverflowed();
+  EXPECT_TRUE(s.queue->overflowed());
+  EXPECT_FALSE(s.queue->Push("after", 5));
 }
 
 TEST(FrameQueue, ManyProducerProcessesOneConsumer) {

@@ -34,13 +34,14 @@ TEST(Wire, EveryMessageRoundTrips) {
 
 TEST(Wire, HelloOkCarriesTheResumePosition) {
   Message back;
-  ASSERT_TRUE(Decode(Encode(HelloOk{3, 1u << 20, 2, 0x2a0001000ull}), &back).ok());
+  ASSERT_TRUE(Decode(Encode(HelloOk{3, 1u << 20, 2, 0x2a0001000ull, 77}), &back).ok());
   const auto* ok = std::get_if<HelloOk>(&back);
   ASSERT_NE(ok, nullptr);
   EXPECT_EQ(ok->version, 3u);
   EXPECT_EQ(ok->buffer_size, 1u << 20);
   EXPECT_EQ(ok->buffers, 2u);
   EXPECT_EQ(ok->resume, 0x2a0001000ull);
+  EXPECT_EQ(ok->index_resume, 77u);
 }
 
 TEST(Wire, TruncatedExtendedAndForeignBytesAreRefused) {

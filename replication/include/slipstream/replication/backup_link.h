@@ -40,6 +40,8 @@ class BackupLink {
   // Where the backup's durable copy of this primary's WAL ends (0: it holds none): the
   // position to ship from so that its copy has no gap.
   uint64_t resume() const { return resume_; }
+  // The same for the index stream (StreamId::kEngineIndex).
+  uint64_t index_resume() const { return index_resume_; }
   const std::string& address() const { return options_.address; }
 
   // Opens a buffer for segment `sequence` of `stream` (WouldBlock: the backup has none free).
@@ -96,6 +98,7 @@ class BackupLink {
   uint32_t buffer_size_ = 0;
   uint32_t buffers_ = 0;
   uint64_t resume_ = 0;
+  uint64_t index_resume_ = 0;
   std::map<uint32_t, OpenBuffer> open_;
   Status failed_;
 };

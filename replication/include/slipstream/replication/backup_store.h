@@ -60,6 +60,16 @@ class BackupStore {
   // (0: the store holds none of it). A reconnecting primary ships from there.
   virtual uint64_t ResumePosition(const std::string& primary, uint32_t stream) = 0;
 
+  // A primary's new session ships `stream` from `position` on (its resume position, given in
+  // the hello's answer): what the stream holds before it may end in a piece the old session
+  // never completed. Told before the answer goes out; the default ignores it.
+  virtual Status NoteSessionStart(const std::string& primary, uint32_t stream, uint64_t position) {
+    (void)primary;
+    (void)stream;
+    (void)position;
+    return Status::OK();
+  }
+
   // Deletes what the store keeps of `stream` that is no longer needed: segments, of every
   // primary, whose records all end at or below `upto` and that are not in `open` (the server
   // still appends to an open buffer and persists it from an offset, so its file must stay).
@@ -107,7 +117,8 @@ class FileBackupStore : public BackupStore {
   Status Prune(uint32_t stream, uint64_t upto, const std::vector<SegmentId>& open,
                PruneStats* removed) override;
 
-  // Unlinks the segment files of `stream` (WAL only; other streams keep theirs) of every
+  // Unlinks the segment files of `stream` (the WAL or the index stream; the engine's log
+  // streams keep theirs) of every
   // primary whose records all end at or below `upto` and that are not open; fsyncs each
   // directory it removed from. A file that is not wholly a valid prefix (no header, damage, a
   // stale tail) is kept, a file persisted while the prune ran is kept, and the errors
@@ -135,6 +146,16 @@ class FileBackupStore : public BackupStore {
  private:
   using StreamKey = std::pair<std::string, uint32_t>;  // primary, stream
 
+  // What a scan of one kept file found, with what identifies the file's version.
+  struct FileScan {
+    uint64_t inode = 0, size = 0;
+    int64_t mtime = 0;
+    bool header_ok = false, damaged = false, whole = false;
+    uint32_t kind = 0;
+    std::vector<PersistedRecord> records;  // file index 0: the caller's is set when copied
+  };
+  Status ScanFile(const std::string& path, FileScan* out) const;
+
   // Persist's file work: writes image[from, to) into `path` and fsyncs what it must.
   Status WriteSegment(const SegmentId& segment, const std::string& path, const char* image,
                       uint32_t from, uint32_t to);
@@ -151,6 +172,8 @@ class FileBackupStore : public BackupStore {
   bool pruning_ = false;
   std::set<std::string> touched_;
   std::mutex prune_mu_;  // one prune at a time
+  mutable std::mutex scan_mu_;
+  mutable std::map<std::string, FileScan> scans_;  // by path; a changed file is read again
 };
 
 }  // namespace slipstream::replication

@@ -47,6 +47,8 @@ class FrameQueue {
   // every queued frame, since what follows a gap is of no use to the stream it fed.
   bool overflowed();
   void ClearOverflow();
+  // Marks the queue overflowed (a producer that could not make its frame); allocates nothing.
+  void MarkOverflowed();
 
   // Frames and bytes queued now, and frames pushed since Create.
   uint64_t frames();

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -32,6 +33,19 @@ std::string EncodeCompactionSegmentLz4(const engine::CompactionSegmentEvent& eve
 std::string EncodeCompactionInstalled(const engine::CompactionInstalledEvent& event);
 std::string EncodeCompactionAbandoned(uint64_t compaction);
 std::string EncodeSeedBegin();
+std::string EncodeSeedEnd(const std::vector<uint32_t>& level_trees);
+// A WAL horizon: the levels installed before it hold every change the primary's WAL logged
+// below `wal_position`, so a replica's WAL replay at promotion may start there.
+std::string EncodeHorizon(uint64_t wal_position);
+// An uncompressed segment frame compressed (for a backup that wants LZ4); other frames as
+// they are.
+std::string CompressSegmentFrame(std::string_view frame);
+// Whether a frame is a seed's marker (Engine::ShipLevels begins).
+bool IsSeedFrame(std::string_view frame);
+// Whether a frame is a seed's end.
+bool IsSeedEndFrame(std::string_view frame);
+// Whether a frame is a compaction's end.
+bool IsInstallFrame(std::string_view frame);
 
 // An EngineObserver for a primary that hands every event of index shipping, framed, to
 // `emit` (in the order the engine raised them; the caller appends them to the stream). Only
@@ -43,6 +57,7 @@ class IndexEventEncoder : public engine::EngineObserver {
   explicit IndexEventEncoder(Emit emit, bool lz4 = false) : emit_(std::move(emit)), lz4_(lz4) {}
   void OnLogWrite(const engine::LogWriteEvent& event) override;
   void OnSeedBegin() override;
+  void OnSeedEnd(const std::vector<uint32_t>& level_trees) override;
   void OnCompactionBegin(const engine::CompactionBeginEvent& event) override;
   void OnCompactionSegment(const engine::CompactionSegmentEvent& event) override;
   void OnCompactionInstalled(const engine::CompactionInstalledEvent& event) override;
@@ -67,9 +82,21 @@ class IndexApplier {
         max_payload_(uint64_t(replica->options().segment_size) + 4096) {}
 
   // Takes stream bytes [position, position + bytes.size()) and applies the frames they
-  // complete. After a failure (a damaged frame, or an import the engine refused) nothing more
-  // is applied: the error is kept and returned from then on.
+  // complete; returns the failure of a frame they hold (damaged, or an import the engine
+  // refused). After a failure nothing is applied until a record that begins with a seed's
+  // marker (a primary's next connection): the compaction in flight is abandoned, and error()
+  // keeps the failure.
   Status Feed(uint64_t position, std::string_view bytes);
+
+  // Frees what the compaction being imported (begun, not ended) wrote so far: the applier is
+  // going away (a promotion takes the engine over), and nothing will end it.
+  void AbandonOpen();
+
+  // A primary's session started shipping at `position` (BackupStore::NoteSessionStart): a
+  // record there that begins with a seed's marker ends what the old session left, a frame it
+  // cut or a stream skipped after a refused frame. Only there: a seed's marker inside the
+  // stream's bytes (user data in a large value can look like one) is never taken for a cut.
+  void AddSessionStart(uint64_t position) { session_starts_.insert(position); }
 
   // Where the bytes taken so far end, and the frames applied.
   // (Each install also records in the replica where the stream continues after it:
@@ -77,9 +104,16 @@ class IndexApplier {
   uint64_t end() const { return end_; }
   uint64_t frames() const { return frames_; }
   uint64_t installed() const { return installed_; }
+  // The highest WAL horizon the stream declared (0: none yet).
+  uint64_t horizon() const { return horizon_; }
+  // The last failure (OK if none), how many there were, and whether the applier skips the
+  // stream until the next seed.
   const Status& error() const { return error_; }
+  uint64_t failures() const { return failures_; }
+  bool lost() const { return lost_; }
 
  private:
+  Status TakeRecord(uint64_t position, std::string_view bytes);
   Status Take(std::string_view fresh);
   Status Drain(std::string_view data, uint64_t base, size_t* used);
   Status Apply(uint32_t type, std::string_view payload, uint64_t frame_end);
@@ -91,7 +125,11 @@ class IndexApplier {
   std::map<uint64_t, std::string> out_of_order_;  // records beyond end_
   uint64_t frames_ = 0;
   uint64_t installed_ = 0;
+  uint64_t horizon_ = 0;
   Status error_;
+  uint64_t failures_ = 0;
+  bool lost_ = false;  // after a failure: skip until a session start's seed
+  std::set<uint64_t> session_starts_;
   bool awaiting_seed_;
   uint64_t max_payload_;          // a segment and a frame's fields, with room
   uint64_t open_compaction_ = 0;  // begun and not yet ended: abandoned if a frame fails
@@ -103,13 +141,18 @@ class IndexApplier {
 class IndexStore : public FileBackupStore {
  public:
   // `index_start`: where the primary's index stream starts, for a replica that installed
-  // nothing yet; one that did resumes after its last install.
+  // nothing yet; one that did resumes after its last install. An empty `primary`: the first
+  // primary that ships an index stream (Recover: the one whose stream was kept last).
   IndexStore(std::string directory, engine::Engine* replica, std::string primary,
              uint64_t index_start)
       : FileBackupStore(std::move(directory)),
+        replica_(replica),
         primary_(std::move(primary)),
         applier_(replica, replica->ImportResumePosition() != 0 ? replica->ImportResumePosition()
                                                                : index_start) {}
+
+  // The import in flight, if any, is abandoned: nothing of it stays allocated.
+  ~IndexStore() override;
 
   // Feeds the kept images of the index stream again from where the replica's last install
   // left off: what it imported after that install (large-log bytes, a compaction in flight)
@@ -119,12 +162,24 @@ class IndexStore : public FileBackupStore {
   Status Persist(const SegmentId& segment, const char* image, uint32_t from, uint32_t to,
                  const std::vector<engine::ScannedRecord>& records, bool closed) override;
 
+  // Records durably (DIR/PRIMARY/SESSIONS) where a session of the primary starts the index
+  // stream, and tells the applier; Recover reads them back.
+  Status NoteSessionStart(const std::string& primary, uint32_t stream, uint64_t position) override;
+
+  // Deletes the kept images of the index stream that hold only frames below the replica's
+  // last install (Recover never feeds them again); what ResumePosition answers stays.
+  Status PruneInstalled(const std::vector<SegmentId>& open, PruneStats* removed);
+
   // The applier's state, read under the store's lock.
   uint64_t applied_end();
   uint64_t installed();
+  uint64_t horizon();
   Status import_error();
+  uint64_t refused();    // frames refused so far
+  bool awaiting_seed();  // skipping the stream until the primary's next seed
 
  private:
+  engine::Engine* replica_;
   std::string primary_;
   std::mutex mu_;
   IndexApplier applier_;

@@ -61,6 +61,8 @@ struct HelloOk {
   // The WAL position where the backup's durable copy of this primary's WAL stream ends (0: it
   // holds none). The primary ships from here, so a reconnect never leaves a gap.
   uint64_t resume;
+  // The same for the primary's index stream (StreamId::kEngineIndex; 0: it holds none).
+  uint64_t index_resume = 0;
 };
 // Asks for a buffer for segment `sequence` of a stream, starting at stream position `start`.
 struct Open {
