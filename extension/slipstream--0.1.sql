@@ -61,10 +61,11 @@ CREATE FUNCTION stop_serving()
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'slipstream_stop_serving' LANGUAGE C VOLATILE;
 
-CREATE FUNCTION add_backup(name text, address text, transport text DEFAULT 'tcp', secret text DEFAULT NULL)
+CREATE FUNCTION add_backup(name text, address text, transport text DEFAULT 'tcp', secret text DEFAULT NULL,
+                           shipping text DEFAULT 'build_index', lz4 boolean DEFAULT false)
 RETURNS void
 AS 'MODULE_PATHNAME', 'slipstream_add_backup' LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION add_backup(text, text, text, text) IS 'ships this primary''s WAL to a backup from now on';
+COMMENT ON FUNCTION add_backup(text, text, text, text, text, boolean) IS 'ships this primary''s WAL to a backup from now on (shipping => ''send_index'': also the levels of every compaction, which the backup imports)';
 
 CREATE FUNCTION drop_backup(name text)
 RETURNS void
@@ -73,13 +74,22 @@ AS 'MODULE_PATHNAME', 'slipstream_drop_backup' LANGUAGE C VOLATILE STRICT;
 CREATE FUNCTION replication_status()
 RETURNS TABLE(name text, address text, transport text, state text, sent_lsn pg_lsn,
               placed_lsn pg_lsn, durable_lsn pg_lsn, placed_lag bigint,
-              last_ok timestamptz, error text)
+              last_ok timestamptz, error text, shipping text, lz4 boolean,
+              index_sent bigint, index_lag bigint, index_frames bigint, index_bytes bigint,
+              index_raw_bytes bigint, index_installs bigint, index_seeds bigint)
 AS 'MODULE_PATHNAME', 'slipstream_replication_status' LANGUAGE C VOLATILE;
 
 CREATE FUNCTION backup_buffer_status()
 RETURNS TABLE(primary_name text, buffer integer, stream text, sequence bigint,
               start_lsn pg_lsn, valid_bytes bigint, durable_bytes bigint)
 AS 'MODULE_PATHNAME', 'slipstream_backup_buffers' LANGUAGE C VOLATILE;
+
+CREATE FUNCTION index_import_status()
+RETURNS TABLE(importing boolean, applied_position bigint, installed_compactions bigint,
+              horizon pg_lsn, slot_lsn pg_lsn, promotable boolean, refused_frames bigint,
+              awaiting_seed boolean, error text)
+AS 'MODULE_PATHNAME', 'slipstream_index_import_status' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION index_import_status() IS 'on a backup that imports its primary''s levels: how far it has imported, and whether it can take over';
 
 CREATE FUNCTION promote(wait_seconds integer DEFAULT 60)
 RETURNS pg_lsn
@@ -93,18 +103,19 @@ COMMENT ON FUNCTION seed_snapshot() IS 'a consistent dump of the engine for seed
 
 CREATE VIEW replication AS SELECT * FROM replication_status();
 CREATE VIEW backup_buffers AS SELECT * FROM backup_buffer_status();
+CREATE VIEW index_import AS SELECT * FROM index_import_status();
 
 DO $$
 DECLARE f text;
 BEGIN
   FOREACH f IN ARRAY ARRAY['serve_backup(text, text, integer, text)', 'stop_serving()',
-                           'add_backup(text, text, text, text)', 'drop_backup(text)',
-                           'replication_status()', 'backup_buffer_status()',
+                           'add_backup(text, text, text, text, text, boolean)', 'drop_backup(text)',
+                           'replication_status()', 'backup_buffer_status()', 'index_import_status()',
                            'seed_snapshot()', 'promote(integer)'] LOOP
     EXECUTE format('REVOKE ALL ON FUNCTION slipstream.%s FROM PUBLIC', f);
     EXECUTE format('GRANT EXECUTE ON FUNCTION slipstream.%s TO slipstream_admin', f);
   END LOOP;
 END
 $$;
-REVOKE ALL ON replication, backup_buffers FROM PUBLIC;
-GRANT SELECT ON replication, backup_buffers TO slipstream_admin;
+REVOKE ALL ON replication, backup_buffers, index_import FROM PUBLIC;
+GRANT SELECT ON replication, backup_buffers, index_import TO slipstream_admin;

@@ -7,6 +7,7 @@
 #include <new>
 #include <string>
 
+#include "bridge_internal.h"
 #include "slipstream/engine/engine.h"
 
 namespace {
@@ -76,10 +77,18 @@ Options ToOptions(const SsOptions* o) {
 #include "slipstream/engine/settings.def"
   opts.max_device_size = o->max_device_size;
   opts.max_value_size = o->max_value_size;
+  if (o->observer != nullptr) {
+    opts.observer = *static_cast<std::shared_ptr<slipstream::engine::EngineObserver>*>(o->observer);
+  }
   return opts;
 }
 
 }  // namespace
+
+// This process's engine handle, for the other bridges (bridge_internal.h).
+slipstream::engine::Engine* ss_bridge_engine() {
+  return g_engine.get();
+}
 
 // An iterator, and the code of a failure (an exception) in one of its moves: the iteration
 // then reports that failure instead of ending quietly.

@@ -45,6 +45,8 @@ typedef struct SsOptions
 #include "slipstream/engine/settings.def"
 	uint64_t	max_device_size;
 	uint32_t	max_value_size;
+	/* Told of this process's log write-outs and compactions (index_bridge.h; NULL: none). */
+	void	   *observer;
 } SsOptions;
 
 /* Called before engine records reach the device; returns false (and fills msg) to refuse. */

@@ -9,22 +9,89 @@
 #include <memory>
 #include <string>
 
+#include "bridge_internal.h"
 #include "slipstream/replication/backup_link.h"
 #include "slipstream/replication/backup_server.h"
+#include "slipstream/replication/index_stream.h"
 #include "slipstream/replication/stream_shipper.h"
 #include "slipstream/replication/wal_directory_store.h"
 
 namespace repl = slipstream::replication;
 
+namespace {
+
+// The store of a standby that imports its engine's levels: the WAL goes into pg_wal
+// (WalDirectoryStore) and the index stream to an IndexStore whose replica is this process's
+// engine, each keeping its own images.
+class ImportingStore : public repl::BackupStore {
+ public:
+  ImportingStore(std::unique_ptr<repl::WalDirectoryStore> wal,
+                 std::unique_ptr<repl::IndexStore> index)
+      : wal_(std::move(wal)), index_(std::move(index)) {}
+
+  repl::Status Persist(const repl::SegmentId& segment, const char* image, uint32_t from,
+                       uint32_t to, const std::vector<slipstream::engine::ScannedRecord>& records,
+                       bool closed) override {
+    return Route(segment.stream)->Persist(segment, image, from, to, records, closed);
+  }
+  repl::Status Settle() override { return wal_->Settle(); }
+  repl::Status LoadVersion(const std::string& primary, uint64_t* version) override {
+    return wal_->LoadVersion(primary, version);
+  }
+  repl::Status SaveVersion(const std::string& primary, uint64_t version) override {
+    return wal_->SaveVersion(primary, version);
+  }
+  uint64_t ResumePosition(const std::string& primary, uint32_t stream) override {
+    return Route(stream)->ResumePosition(primary, stream);
+  }
+  repl::Status NoteSessionStart(const std::string& primary, uint32_t stream,
+                                uint64_t position) override {
+    return Route(stream)->NoteSessionStart(primary, stream, position);
+  }
+  // With the WAL's images go the index stream's that hold only what the replica installed
+  // (IndexStore::Recover feeds it again from its last install).
+  repl::Status Prune(uint32_t stream, uint64_t upto, const std::vector<repl::SegmentId>& open,
+                     repl::PruneStats* removed) override {
+    if (stream == uint32_t(repl::StreamId::kEngineIndex)) {
+      if (removed != nullptr) *removed = repl::PruneStats{};
+      return repl::Status::OK();
+    }
+    repl::Status s = wal_->Prune(stream, upto, open, removed);
+    repl::PruneStats index_removed;
+    repl::Status t = index_->PruneInstalled(open, &index_removed);
+    if (removed != nullptr) {
+      removed->files += index_removed.files;
+      removed->bytes += index_removed.bytes;
+    }
+    return s.ok() ? t : s;
+  }
+
+  repl::WalDirectoryStore* wal() { return wal_.get(); }
+  repl::IndexStore* index() { return index_.get(); }
+
+ private:
+  repl::BackupStore* Route(uint32_t stream) {
+    if (stream == uint32_t(repl::StreamId::kEngineIndex)) return index_.get();
+    return wal_.get();
+  }
+
+  std::unique_ptr<repl::WalDirectoryStore> wal_;
+  std::unique_ptr<repl::IndexStore> index_;
+};
+
+}  // namespace
+
 struct SsBackupServer {
   std::unique_ptr<repl::BackupStore> store;
   repl::WalDirectoryStore* wal_store = nullptr;  // the store, when it writes into pg_wal
+  repl::IndexStore* index_store = nullptr;       // the store, when it imports
   std::unique_ptr<repl::BackupServer> server;
 };
 
 struct SsBackupConn {
   std::unique_ptr<repl::BackupLink> link;
   std::unique_ptr<repl::StreamShipper> shipper;
+  std::unique_ptr<repl::StreamShipper> index;  // the index stream (Send-Index backups)
 };
 
 namespace {
@@ -95,7 +162,22 @@ bool ss_backup_server_start(const SsBackupServerOptions* options, SsBackupServer
       repl::Status st = repl::WalDirectoryStore::Open(w, &store);
       if (!st.ok()) return st;
       s->wal_store = store.get();
-      s->store = std::move(store);
+      if (options->import_index) {
+        slipstream::engine::Engine* replica = ss_bridge_engine();
+        if (replica == nullptr) {
+          return repl::Status::InvalidArgument("the engine is not open in the backup worker");
+        }
+        auto index = std::make_unique<repl::IndexStore>(std::string(options->directory) + "_index",
+                                                        replica, "", 0);
+        // What was imported after the last install did not survive a restart: fed again
+        // before any primary connects.
+        st = index->Recover();
+        if (!st.ok()) return st;
+        s->index_store = index.get();
+        s->store = std::make_unique<ImportingStore>(std::move(store), std::move(index));
+      } else {
+        s->store = std::move(store);
+      }
     } else {
       s->store = std::make_unique<repl::FileBackupStore>(options->directory);
     }
@@ -115,6 +197,22 @@ bool ss_backup_server_start(const SsBackupServerOptions* options, SsBackupServer
     *server = s.release();
     return repl::Status::OK();
   });
+}
+
+bool ss_backup_server_import_status(SsBackupServer* server, SsImportStatus* status) {
+  try {
+    if (server->index_store == nullptr) return false;
+    status->applied_end = server->index_store->applied_end();
+    status->installed = server->index_store->installed();
+    status->horizon = server->index_store->horizon();
+    status->refused = server->index_store->refused();
+    status->awaiting_seed = server->index_store->awaiting_seed();
+    repl::Status s = server->index_store->import_error();
+    SetError(status->error, s.ok() ? std::string() : s.ToString());
+    return true;
+  } catch (...) {
+    return false;
+  }
 }
 
 void ss_backup_server_stop(SsBackupServer* server) {
@@ -227,6 +325,7 @@ bool ss_backup_poll(SsBackupConn* conn, int timeout_ms, uint64_t* placed, uint64
     repl::Status s = Shipper(conn, &shipper);
     if (!s.ok()) return s;
     s = shipper->Poll(timeout_ms);
+    if (s.ok() && conn->index) s = conn->index->Poll(0);  // the same link: its completions
     *placed = shipper->Placed(1);
     *durable = shipper->Durable(1);
     if (s.ok() && shipper->live() == 0) s = repl::Status::Disconnected("backup lost");
@@ -251,6 +350,43 @@ bool ss_backup_flush_finish(SsBackupConn* conn, uint64_t* durable, char* error) 
     repl::Status s = Shipper(conn, &shipper);
     return s.ok() ? shipper->FinishFlush(1, durable) : s;
   });
+}
+
+bool ss_backup_index_start(SsBackupConn* conn, uint64_t* start, char* error) {
+  return Guard(error, [&] {
+    if (conn->index) return repl::Status::InvalidArgument("the index stream is started already");
+    uint64_t resume = conn->link->index_resume();
+    // As for the WAL: segment sequences start at the stream position (1 for an empty stream).
+    conn->index = std::make_unique<repl::StreamShipper>(
+        uint32_t(repl::StreamId::kEngineIndex), resume == 0 ? 1 : resume, resume,
+        std::vector<repl::BackupLink*>{conn->link.get()});
+    *start = resume;
+    return repl::Status::OK();
+  });
+}
+
+bool ss_backup_index_append(SsBackupConn* conn, const char* data, size_t len, char* error) {
+  return Guard(error, [&] {
+    if (!conn->index) return repl::Status::InvalidArgument("the index stream is not started");
+    repl::Status s = conn->index->Append(conn->index->end(), std::string_view(data, len));
+    if (s.ok() && conn->index->live() == 0) s = repl::Status::Disconnected("backup lost");
+    if (!s.ok() && !conn->index->failures().empty()) {
+      s = repl::Status::Disconnected(conn->index->failures()[0]);
+    }
+    return s;
+  });
+}
+
+uint64_t ss_backup_index_sent(SsBackupConn* conn) {
+  return conn->index ? conn->index->end() : 0;
+}
+
+uint64_t ss_backup_index_placed(SsBackupConn* conn) {
+  try {
+    return conn->index ? conn->index->Placed(1) : 0;
+  } catch (...) {
+    return 0;
+  }
 }
 
 uint64_t ss_backup_sent(SsBackupConn* conn) {

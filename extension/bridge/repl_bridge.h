@@ -49,7 +49,23 @@ typedef struct SsBackupServerOptions
 	uint32_t	timeline;		/* the timeline it replays (names the WAL files) */
 	uint64_t	wal_segment_size;
 	uint64_t	resume_lsn;		/* where its own WAL ends now (its replay position) */
+	/*
+	 * A standby that imports its engine's levels (slipstream.backup_engine = import): the index
+	 * stream of the primary is applied to this process's engine as it arrives.
+	 */
+	bool		import_index;
 } SsBackupServerOptions;
+
+/* What a backup that imports has applied of its primary's index stream. */
+typedef struct SsImportStatus
+{
+	uint64_t	applied_end;	/* stream position applied up to */
+	uint64_t	installed;		/* compactions installed since the server started */
+	uint64_t	horizon;		/* WAL below which the installed levels hold every change */
+	uint64_t	refused;		/* frames refused since the server started */
+	bool		awaiting_seed;	/* after a refused frame: until the primary's next seed */
+	char		error[SS_REPL_ERROR_SIZE];	/* the last refusal ("" if none) */
+} SsImportStatus;
 
 /* Starts serving primaries; *bound gets the address actually listened on. */
 extern bool ss_backup_server_start(const SsBackupServerOptions *options, SsBackupServer **server,
@@ -58,6 +74,9 @@ extern bool ss_backup_server_start(const SsBackupServerOptions *options, SsBacku
 extern void ss_backup_server_stop(SsBackupServer *server);
 /* Fills up to `max` rows with the open buffers; returns how many. */
 extern int	ss_backup_server_buffers(SsBackupServer *server, SsBufferRow *rows, int max);
+/* The import's progress (false: this server does not import). */
+extern bool ss_backup_server_import_status(SsBackupServer *server, SsImportStatus *status);
+
 /* Fences a primary (its keys revoked, its open buffers persisted). */
 extern bool ss_backup_server_fence(SsBackupServer *server, const char *primary, char *error);
 /* Copies the newest session error (if any) into `error`; false if there is none. */
@@ -104,6 +123,17 @@ extern bool ss_backup_poll(SsBackupConn *conn, int timeout_ms, uint64_t *placed,
  */
 extern bool ss_backup_flush_start(SsBackupConn *conn, int timeout_ms, char *error);
 extern bool ss_backup_flush_finish(SsBackupConn *conn, uint64_t *durable, char *error);
+/*
+ * Starts the index stream (Send-Index) on a connection, where the backup's durable copy of it
+ * ends; *start gets that position.
+ */
+extern bool ss_backup_index_start(SsBackupConn *conn, uint64_t *start, char *error);
+/* Appends index stream bytes (frames) after what was appended before. */
+extern bool ss_backup_index_append(SsBackupConn *conn, const char *data, size_t len, char *error);
+/* The index stream's end and the position placed on the backup (0 before it started). */
+extern uint64_t ss_backup_index_sent(SsBackupConn *conn);
+extern uint64_t ss_backup_index_placed(SsBackupConn *conn);
+
 /* The position after the last shipped byte (0 before ss_backup_start). */
 extern uint64_t ss_backup_sent(SsBackupConn *conn);
 extern void ss_backup_disconnect(SsBackupConn *conn);

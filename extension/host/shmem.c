@@ -4,6 +4,7 @@
  * Row ids (rowids.c), row locks (row_locks.c) and the horizon (horizon.c) add their parts.
  */
 #include "slipstream.h"
+#include "replication/repl.h"
 
 #include <sys/stat.h>
 
@@ -162,6 +163,7 @@ ss_engine_attach(void)
 				 errhint("Add slipstream to shared_preload_libraries in postgresql.conf and "
 						 "restart the server.")));
 	ss_fill_options(&options);
+	options.observer = ss_index_observer();	/* index shipping (Send-Index) */
 	if (mkdir(options.directory, S_IRWXU) != 0 && errno != EEXIST)
 		ereport(ERROR,
 				(errcode_for_file_access(),

@@ -23,6 +23,7 @@
  * slipstream tables report it with a hint, and our records are no longer applied.
  */
 #include "slipstream.h"
+#include "replication/repl.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -263,6 +264,18 @@ start_applying(void)
 	XLogRecPtr	redo_start = GetXLogReplayRecPtr(NULL);
 	uint64		caught_up = 0;
 
+	if (ss_engine_imports())
+	{
+		/*
+		 * The levels arrive by import (the backup worker), and L0 is rebuilt from the WAL at
+		 * promotion: nothing to apply here, and nothing to read until then.
+		 */
+		ss_engine_attach();
+		pg_atomic_write_u32(&ss_shared->standby, 3);
+		ereport(LOG, (errmsg("slipstream: this standby imports its engine's levels from its "
+							 "primary (slipstream.backup_engine = import)")));
+		return;
+	}
 	seed_path(path, sizeof(path));
 	if (stat(path, &st) != 0 && ss_slot_horizon() == InvalidXLogRecPtr)
 		ereport(ERROR,

@@ -13,14 +13,17 @@
  * A failure marks the start failed, so that waiting backends get an error instead of waiting.
  */
 #include "slipstream.h"
+#include "replication/repl.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "access/xlog.h"
 #include "miscadmin.h"
+#include "postmaster/interrupt.h"
 #include "replication/slot.h"
 #include "storage/fd.h"
+#include "storage/ipc.h"
 #include "utils/memutils.h"
 #include "utils/wait_event.h"
 
@@ -121,6 +124,36 @@ mark_replay_failed(const char *message)
 	ConditionVariableBroadcast(&ss_shared->replay_cv);
 }
 
+/*
+ * A promoted standby that imported its levels: waits until the backup worker no longer
+ * imports (it stops at the end of recovery), and refuses to go on if no import covers WAL this
+ * node holds: replaying from anywhere else would lose what the primary had in its memtables.
+ * The replay below then starts at the slot, the horizon of the last import.
+ */
+static void
+take_over_imported_engine(void)
+{
+	while (pg_atomic_read_u32(&ss_repl->importing) != 0)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (ShutdownRequestPending)
+			proc_exit(1);
+		pg_usleep(10000);
+	}
+	if (ss_slot_horizon() == InvalidXLogRecPtr)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("slipstream: this node was promoted before its engine imported levels "
+						"that its WAL covers"),
+				 errhint("Seed the node again from a primary with scripts/seed_backup.sh; a "
+						 "Send-Index backup can take over once slipstream.index_import shows it "
+						 "promotable. A node that is not a Send-Index backup needs "
+						 "slipstream.backup_engine = replay.")));
+	pg_atomic_write_u32(&ss_shared->standby, 1);
+	ereport(LOG, (errmsg("slipstream: taking over the imported levels; the WAL from %X/%X "
+						 "rebuilds the rest", LSN_FORMAT_ARGS(ss_slot_horizon()))));
+}
+
 /* The startup sequence itself (see the top of this file). */
 static void
 start_engine(void)
@@ -135,6 +168,9 @@ start_engine(void)
 				 errmsg("slipstream: this node was promoted, but its engine was not kept "
 						"current as a standby: %s", ss_shared->replay_error),
 				 errhint("Seed the node again from a primary with scripts/seed_backup.sh.")));
+	/* By the setting, not by rm_startup: a standby may be promoted before it replays a record. */
+	if (ss_engine_imports())
+		take_over_imported_engine();
 	if (pg_atomic_read_u32(&ss_shared->replay_state) == SS_REPLAY_READY)
 	{
 		/*
@@ -211,6 +247,15 @@ ss_engine_ready(void)
 		state = pg_atomic_read_u32(&ss_shared->replay_state);
 		if (state == SS_REPLAY_READY)
 			break;
+		if (ss_engine_imports() && RecoveryInProgress())
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("slipstream tables cannot be read on a backup that imports its "
+							"primary's levels"),
+					 errdetail("slipstream.backup_engine = import: the engine holds the levels "
+							   "of the primary's last compaction, not the changes since."),
+					 errhint("Read on the primary, or on a standby with "
+							 "slipstream.backup_engine = replay.")));
 		if (state == SS_REPLAY_FAILED && pg_atomic_read_u32(&ss_shared->standby) == 2)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),

@@ -10,6 +10,7 @@
  * it.
  */
 #include "slipstream.h"
+#include "replication/repl.h"
 
 #include <glob.h>
 #include <sys/stat.h>
@@ -230,6 +231,7 @@ ss_worker_main(Datum arg)
 
 		if (worker_interrupts())
 			break;
+		ss_index_seed_if_requested();
 		SS_CHECK(ss_background_work(&did_work), "engine background work");
 		now = GetCurrentTimestamp();
 		if (TimestampDifferenceExceeds(last_horizon, now, ss_sync_interval_ms))

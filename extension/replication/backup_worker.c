@@ -58,6 +58,21 @@ start_server(uint32 generation, bool *standby)
 	options.buffer_size = copy.buffer_size;
 	options.directory = directory;
 	*standby = RecoveryInProgress();
+	if (*standby && ss_engine_imports())
+	{
+		/*
+		 * This process will import: the flag keeps a promotion's replay waiting. It is set
+		 * before recovery is looked at again, so that either the engine worker sees it, or this
+		 * sees that recovery ended and serves as a node that is not a standby.
+		 */
+		pg_atomic_write_u32(&ss_repl->importing, 1);
+		pg_memory_barrier();
+		if (!RecoveryInProgress())
+		{
+			pg_atomic_write_u32(&ss_repl->importing, 0);
+			*standby = false;
+		}
+	}
 	if (*standby)
 	{
 		TimeLineID	tli;
@@ -68,8 +83,15 @@ start_server(uint32 generation, bool *standby)
 		snprintf(wal_directory, sizeof(wal_directory), "%s/" XLOGDIR, DataDir);
 		options.wal_directory = wal_directory;
 		options.system_id = GetSystemIdentifier();
+		if (ss_engine_imports())
+		{
+			ss_engine_attach();
+			options.import_index = true;
+		}
 	}
 	ok = ss_backup_server_start(&options, &server, bound, sizeof(bound), error);
+	if (!ok)
+		pg_atomic_write_u32(&ss_repl->importing, 0);
 	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
 	ss_repl->serve.running_generation = generation;
 	ss_repl->serve.serving = ok;
@@ -103,6 +125,74 @@ publish_buffers(SsBackupServer *server)
 	if (has_error)
 		strlcpy(ss_repl->serve.error, error, sizeof(ss_repl->serve.error));
 	LWLockRelease(ss_repl->lock);
+}
+
+/* The server this process runs (NULL: none), for the exit callback. */
+static SsBackupServer *running_server = NULL;
+
+/* Stops the server; an importing one no longer holds the engine after this. */
+static void
+stop_server(SsBackupServer *server)
+{
+	running_server = NULL;
+	ss_backup_server_stop(server);
+	pg_atomic_write_u32(&ss_repl->importing, 0);
+	/* The last buffers went into pg_wal: replay need not wait for its next look. */
+	if (RecoveryInProgress())
+		WakeupRecovery();
+}
+
+/* Frames the import refused when the server (re)started: those of its kept images. */
+static uint64 refused_at_start = 0;
+
+/* When the server was last restarted for a refused frame (restarts are 30 s apart at least). */
+static TimestampTz last_refusal_restart = 0;
+
+/*
+ * An importing standby: publishes how far the import got, and moves the slot "slipstream" to
+ * the WAL horizon the installed levels cover, from which a promotion replays. A frame the
+ * import refused (damaged, out of order, naming a segment it lacks) is never installed: the
+ * import skips the stream until the primary's next seed, which comes with its next connection,
+ * so this returns true to have the server restarted (its connections dropped). Meanwhile the WAL
+ * still arrives and the slot keeps it from the last horizon: nothing is lost, a promotion only
+ * replays more.
+ */
+static bool
+follow_import(SsBackupServer *server)
+{
+	SsImportStatus status;
+
+	if (!ss_backup_server_import_status(server, &status))
+		return false;
+	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
+	ss_repl->import = status;
+	LWLockRelease(ss_repl->lock);
+	/* Never beyond the WAL this backup holds in pg_wal: a promotion replays from there. */
+	if (RecoveryInProgress() && status.horizon <= ss_backup_server_wal_end(server))
+		(void) ss_import_advance_slot(status.horizon);
+	if (status.refused > refused_at_start && status.awaiting_seed &&
+		TimestampDifferenceExceeds(last_refusal_restart, GetCurrentTimestamp(), 30000))
+	{
+		last_refusal_restart = GetCurrentTimestamp();
+		ereport(WARNING,
+				(errmsg("slipstream: this backup refused a frame of its primary's index stream: %s",
+						status.error),
+				 errdetail("Nothing of it was installed; the WAL from the last imported horizon "
+						   "is kept."),
+				 errhint("The backup reconnects its primary, whose next connection ships the "
+						 "levels again.")));
+		return true;
+	}
+	return false;
+}
+
+/* Notes the refusals a server found in its kept images when it started. */
+static void
+note_import_start(SsBackupServer *server)
+{
+	SsImportStatus status;
+
+	refused_at_start = ss_backup_server_import_status(server, &status) ? status.refused : 0;
 }
 
 /* How often a standby's buffer images are pruned. */
@@ -183,6 +273,21 @@ release_replay(void)
 	ss_repl->replay_held = false;
 }
 
+/*
+ * On exit, however it comes (an ERROR too): the server stops first, its sessions joined, so that
+ * no import goes on once a promotion may take the engine over; then the flag clears.
+ */
+static void
+clear_importing(int code, Datum arg)
+{
+	if (running_server != NULL)
+	{
+		ss_backup_server_stop(running_server);
+		running_server = NULL;
+	}
+	pg_atomic_write_u32(&ss_repl->importing, 0);
+}
+
 /* The backup worker's main loop. */
 void
 ss_backup_worker_main(Datum arg)
@@ -197,6 +302,7 @@ ss_backup_worker_main(Datum arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 	ss_repl->backup_worker_pgprocno = MyProc->pgprocno;
+	before_shmem_exit(clear_importing, 0);
 
 	while (!ShutdownRequestPending)
 	{
@@ -219,13 +325,18 @@ ss_backup_worker_main(Datum arg)
 		{
 			if (server != NULL)
 			{
-				ss_backup_server_stop(server);
+				stop_server(server);
 				server = NULL;
 			}
 			serving_generation = generation;
 			standby = false;
 			if (requested)
+			{
 				server = start_server(generation, &standby);
+				if (server != NULL)
+					note_import_start(server);
+				running_server = server;
+			}
 			else
 			{
 				LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
@@ -250,6 +361,8 @@ ss_backup_worker_main(Datum arg)
 			}
 			if (RecoveryInProgress())
 				pace_replay(end);
+			if (follow_import(server))
+				serving_generation = 0;	/* restarted next time round: the primary reconnects */
 			if (RecoveryInProgress() &&
 				TimestampDifferenceExceeds(last_prune, GetCurrentTimestamp(),
 										   SS_PRUNE_INTERVAL_MS))
@@ -263,7 +376,7 @@ ss_backup_worker_main(Datum arg)
 		ResetLatch(MyLatch);
 	}
 	if (server != NULL)
-		ss_backup_server_stop(server);
+		stop_server(server);
 	ss_repl->backup_worker_pgprocno = -1;
 	/*
 	 * Exit code 1: the postmaster starts us again unless it is shutting down. A SIGTERM also

@@ -24,6 +24,7 @@ PG_FUNCTION_INFO_V1(slipstream_drop_backup);
 PG_FUNCTION_INFO_V1(slipstream_replication_status);
 PG_FUNCTION_INFO_V1(slipstream_backup_buffers);
 PG_FUNCTION_INFO_V1(slipstream_promote);
+PG_FUNCTION_INFO_V1(slipstream_index_import_status);
 
 /* The text argument `n`, refused if NULL. */
 static char *
@@ -167,24 +168,74 @@ slipstream_serve_backup(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text(bound));
 }
 
-/* stop_serving(): this node stops being a backup (open buffers are persisted first). */
+/*
+ * Stops this node's serving as a backup (the fence): no primary may write into it afterwards.
+ * Returns the new serve generation, and through *was whether it served; the backup worker is
+ * woken to close every connection and persist every open buffer.
+ */
+static uint32
+request_stop_serving(bool *was)
+{
+	uint32		generation;
+
+	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
+	*was = ss_repl->serve.requested;
+	ss_repl->serve.requested = false;
+	generation = ++ss_repl->serve.generation;
+	ss_repl_save_config();
+	LWLockRelease(ss_repl->lock);
+	ss_repl_wake(ss_repl->backup_worker_pgprocno);
+	return generation;
+}
+
+/* Waits up to wait_seconds until the backup worker has stopped serving `generation`. */
+static bool
+wait_stopped_serving(uint32 generation, int wait_seconds)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													   (int64) wait_seconds * 1000);
+
+	for (;;)
+	{
+		bool		done;
+
+		LWLockAcquire(ss_repl->lock, LW_SHARED);
+		done = ss_repl->serve.running_generation == generation && !ss_repl->serve.serving;
+		LWLockRelease(ss_repl->lock);
+		if (done)
+			return true;
+		if (GetCurrentTimestamp() >= deadline)
+			return false;
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(10000);
+	}
+}
+
+/*
+ * stop_serving(): this node stops being a backup, and fences its primaries: returns once the
+ * backup worker has closed every connection and persisted every open buffer (into pg_wal on a
+ * standby), or after 60 s with a warning if no worker answers.
+ */
 Datum
 slipstream_stop_serving(PG_FUNCTION_ARGS)
 {
 	bool		was;
+	uint32		generation;
 
 	ss_require_admin("configure a backup");
-	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
-	was = ss_repl->serve.requested;
-	ss_repl->serve.requested = false;
-	ss_repl->serve.generation++;
-	ss_repl_save_config();
-	LWLockRelease(ss_repl->lock);
-	ss_repl_wake(ss_repl->backup_worker_pgprocno);
+	generation = request_stop_serving(&was);
+	if (!wait_stopped_serving(generation, 60))
+		ereport(WARNING,
+				(errmsg("the backup worker did not confirm that it stopped serving"),
+				 errhint("Check that the slipstream backup worker runs (server log).")));
 	PG_RETURN_BOOL(was);
 }
 
-/* add_backup(name, address, transport, secret): WAL is shipped to it from now on. */
+/*
+ * add_backup(name, address, transport, secret, shipping, lz4): WAL is shipped to it from now
+ * on, and with shipping = 'send_index' the levels of every compaction too (the backup imports
+ * them, slipstream.backup_engine = import), LZ4-compressed with lz4.
+ */
 Datum
 slipstream_add_backup(PG_FUNCTION_ARGS)
 {
@@ -192,6 +243,9 @@ slipstream_add_backup(PG_FUNCTION_ARGS)
 	char	   *address = text_arg(fcinfo, 1, "address");
 	char	   *transport = text_arg(fcinfo, 2, "transport");
 	char	   *secret = text_arg(fcinfo, 3, "secret");
+	char	   *shipping = PG_NARGS() > 4 ? text_arg(fcinfo, 4, "shipping") : "build_index";
+	bool		lz4 = PG_NARGS() > 5 && !PG_ARGISNULL(5) && PG_GETARG_BOOL(5);
+	bool		send_index;
 	int			free_slot = -1;
 
 	ss_require_admin("configure replication");
@@ -204,6 +258,19 @@ slipstream_add_backup(PG_FUNCTION_ARGS)
 				 errmsg("unknown transport \"%s\"", transport),
 				 errhint("Use 'tcp', 'shm' (same host), 'verbs' (RDMA NICs) or 'auto'.")));
 	check_secret(secret);
+	if (strcmp(shipping, "send_index") != 0 && strcmp(shipping, "build_index") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown shipping mode \"%s\"", shipping),
+				 errhint("Use 'build_index' (the backup builds its levels from the WAL) or "
+						 "'send_index' (it imports the primary's; set slipstream.backup_engine "
+						 "= import there).")));
+	send_index = strcmp(shipping, "send_index") == 0;
+	if (lz4 && !send_index)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lz4 compresses shipped index segments, which only send_index ships"),
+				 errhint("Pass shipping => 'send_index', or leave lz4 off.")));
 	if (RecoveryInProgress())
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -245,6 +312,8 @@ slipstream_add_backup(PG_FUNCTION_ARGS)
 		slot->version = (uint64) GetCurrentTimestamp();
 		slot->generation = generation;
 		slot->state = SS_BACKUP_CONNECTING;
+		slot->send_index = send_index;
+		slot->lz4 = lz4;
 		slot->in_use = true;
 	}
 	PG_TRY();
@@ -258,6 +327,7 @@ slipstream_add_backup(PG_FUNCTION_ARGS)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	ss_repl_count_index_backups();
 	LWLockRelease(ss_repl->lock);
 	ss_repl_wake(ss_repl->shipper_pgprocno);
 	PG_RETURN_VOID();
@@ -282,7 +352,10 @@ slipstream_drop_backup(PG_FUNCTION_ARGS)
 		}
 	}
 	if (found)
+	{
+		ss_repl_count_index_backups();
 		ss_repl_save_config();
+	}
 	LWLockRelease(ss_repl->lock);
 	if (!found)
 		ereport(ERROR,
@@ -307,8 +380,8 @@ slipstream_replication_status(PG_FUNCTION_ARGS)
 	LWLockRelease(ss_repl->lock);
 	for (int i = 0; i < SS_MAX_BACKUPS; i++)
 	{
-		Datum		values[10];
-		bool		nulls[10] = {0};
+		Datum		values[19];
+		bool		nulls[19] = {0};
 		SsBackupSlot *b = &copy[i];
 
 		if (!b->in_use)
@@ -332,8 +405,55 @@ slipstream_replication_status(PG_FUNCTION_ARGS)
 			values[9] = CStringGetTextDatum(b->error);
 		else
 			nulls[9] = true;
+		values[10] = CStringGetTextDatum(b->send_index ? "send_index" : "build_index");
+		values[11] = BoolGetDatum(b->lz4);
+		values[12] = Int64GetDatum((int64) b->index_sent);
+		values[13] = Int64GetDatum((int64) (b->index_sent > b->index_placed ?
+											b->index_sent - b->index_placed : 0));
+		values[14] = Int64GetDatum((int64) b->index_frames);
+		values[15] = Int64GetDatum((int64) b->index_bytes);
+		values[16] = Int64GetDatum((int64) b->index_raw_bytes);
+		values[17] = Int64GetDatum((int64) b->index_installs);
+		values[18] = Int64GetDatum((int64) b->index_seeds);
+		if (!b->send_index)
+			for (int c = 12; c <= 18; c++)
+				nulls[c] = true;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
+	return (Datum) 0;
+}
+
+/* On a backup that imports (backup_engine = import): how far its engine has imported. */
+Datum
+slipstream_index_import_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	SsImportStatus status;
+	bool		importing;
+	XLogRecPtr	slot = ss_slot_horizon();
+	Datum		values[9];
+	bool		nulls[9] = {0};
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (!ss_engine_imports() || !RecoveryInProgress())
+		return (Datum) 0;		/* not a backup that imports (or no longer one: promoted) */
+	LWLockAcquire(ss_repl->lock, LW_SHARED);
+	status = ss_repl->import;
+	LWLockRelease(ss_repl->lock);
+	importing = pg_atomic_read_u32(&ss_repl->importing) != 0;
+	values[0] = BoolGetDatum(importing);
+	values[1] = Int64GetDatum((int64) status.applied_end);
+	values[2] = Int64GetDatum((int64) status.installed);
+	values[3] = LSNGetDatum(status.horizon);
+	nulls[3] = status.horizon == 0;
+	values[4] = LSNGetDatum(slot);
+	nulls[4] = slot == InvalidXLogRecPtr;
+	values[5] = BoolGetDatum(slot != InvalidXLogRecPtr);
+	values[6] = Int64GetDatum((int64) status.refused);
+	values[7] = BoolGetDatum(status.awaiting_seed);
+	values[8] = CStringGetTextDatum(status.error);
+	nulls[8] = status.error[0] == '\0';
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	return (Datum) 0;
 }
 
@@ -357,7 +477,9 @@ slipstream_backup_buffers(PG_FUNCTION_ARGS)
 
 		values[0] = CStringGetTextDatum(rows[i].primary);
 		values[1] = Int32GetDatum((int32) rows[i].buffer);
-		values[2] = CStringGetTextDatum(rows[i].stream == 1 ? "wal" : rows[i].stream == 2 ? "engine_l0" : "engine_large");
+		values[2] = CStringGetTextDatum(rows[i].stream == 1 ? "wal" :
+										rows[i].stream == 2 ? "engine_l0" :
+										rows[i].stream == 3 ? "engine_large" : "engine_index");
 		values[3] = Int64GetDatum((int64) rows[i].sequence);
 		values[4] = LSNGetDatum(rows[i].start);
 		values[5] = Int64GetDatum((int64) rows[i].valid);
@@ -381,7 +503,7 @@ slipstream_promote(PG_FUNCTION_ARGS)
 	int			wait_seconds = PG_ARGISNULL(0) ? 60 : PG_GETARG_INT32(0);
 	uint32		generation;
 	bool		promoted;
-	TimestampTz deadline;
+	bool		served;
 
 	ss_require_admin("promote a backup");
 	if (wait_seconds <= 0 || wait_seconds > 86400)
@@ -395,34 +517,22 @@ slipstream_promote(PG_FUNCTION_ARGS)
 				 errmsg("this node is not a standby"),
 				 errhint("slipstream.promote() takes over on a backup seeded with "
 						 "scripts/seed_backup.sh.")));
+	if (ss_engine_imports() && ss_slot_horizon() == InvalidXLogRecPtr)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("this backup has not yet imported levels that its WAL covers"),
+				 errhint("It can take over once it has installed two L0 compactions of its "
+						 "primary after it was seeded; see slipstream.index_import.")));
 
 	/* 1. Fence: stop serving, and wait until the backup worker has persisted and closed all. */
-	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
-	ss_repl->serve.requested = false;
-	generation = ++ss_repl->serve.generation;
-	ss_repl_save_config();
-	LWLockRelease(ss_repl->lock);
-	ss_repl_wake(ss_repl->backup_worker_pgprocno);
-	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) wait_seconds * 1000);
-	for (;;)
-	{
-		bool		done;
-
-		LWLockAcquire(ss_repl->lock, LW_SHARED);
-		done = ss_repl->serve.running_generation == generation && !ss_repl->serve.serving;
-		LWLockRelease(ss_repl->lock);
-		if (done)
-			break;
-		if (GetCurrentTimestamp() >= deadline)
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("the backup worker did not stop serving within %d seconds",
-							wait_seconds),
-					 errhint("Check that the slipstream backup worker runs (server log); the "
-							 "node was not promoted.")));
-		CHECK_FOR_INTERRUPTS();
-		pg_usleep(10000);
-	}
+	generation = request_stop_serving(&served);
+	if (!wait_stopped_serving(generation, wait_seconds))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the backup worker did not stop serving within %d seconds",
+						wait_seconds),
+				 errhint("Check that the slipstream backup worker runs (server log); the "
+						 "node was not promoted.")));
 
 	/* 2. Promote: replay reaches the end of pg_wal, then recovery ends. */
 	promoted = DatumGetBool(DirectFunctionCall2(pg_promote, BoolGetDatum(true),

@@ -51,6 +51,17 @@ typedef struct SsBackupSlot
 	XLogRecPtr	durable_lsn;
 	TimestampTz last_ok;		/* last time it answered */
 	char		error[SS_REPL_ERROR_SIZE];
+	/* Index shipping (Send-Index): the backup imports the levels; lz4: segments compressed. */
+	bool		send_index;
+	bool		lz4;
+	bool		awaiting_seed;	/* the shipper skips frames until the next seed's marker */
+	uint64		index_sent;		/* index stream position shipped */
+	uint64		index_placed;	/* placed on the backup */
+	uint64		index_frames;	/* frames shipped since this primary started */
+	uint64		index_bytes;	/* their bytes as sent (after LZ4) */
+	uint64		index_raw_bytes;	/* their bytes before LZ4 */
+	uint64		index_installs;	/* compaction ends shipped */
+	uint64		index_seeds;	/* seeds it was sent */
 } SsBackupSlot;
 
 /* The backup role of this node. */
@@ -82,6 +93,14 @@ typedef struct SsReplShared
 	pg_atomic_uint64 durable_lsn;	/* durable on min_sync_backups backups */
 	pg_atomic_uint64 flush_wanted;	/* the highest commit waiting in remote_flush mode */
 	bool		replay_held;	/* the backup worker paused replay (deferred replay) */
+	/* Index shipping (index_ship.c). */
+	pg_atomic_uint32 index_backups;	/* configured Send-Index backups */
+	pg_atomic_uint32 seed_requested;	/* the shipper wants the engine worker to seed */
+	pg_atomic_uint64 seeds_shipped;
+	pg_atomic_uint64 index_prev_begin;	/* applied horizon at the last installed L0 begin */
+	pg_atomic_uint64 index_installed_horizon;	/* the horizon the installed levels cover */
+	pg_atomic_uint32 importing;	/* the backup worker imports into the engine */
+	SsImportStatus import;		/* its progress, for the view (under lock) */
 	/* Per PGPROC: the WAL position a committing backend waits for (0: not waiting). */
 	pg_atomic_uint64 waiting[FLEXIBLE_ARRAY_MEMBER];
 } SsReplShared;
@@ -104,6 +123,25 @@ typedef enum SsBackupReplay
 	SS_REPLAY_DEFERRED
 } SsBackupReplay;
 extern int	ss_backup_replay;
+
+/* slipstream.backup_engine */
+typedef enum SsBackupEngine
+{
+	SS_BACKUP_ENGINE_REPLAY = 0,
+	SS_BACKUP_ENGINE_IMPORT
+} SsBackupEngine;
+extern int	ss_backup_engine;
+
+/* index_ship.c */
+extern void ss_index_define_settings(void);
+extern void ss_index_shmem_request(void);
+extern void ss_index_shmem_startup(void);
+extern void *ss_index_queue(void);
+extern void *ss_index_observer(void);
+extern void ss_index_seed_if_requested(void);
+extern bool ss_engine_imports(void);
+extern bool ss_import_advance_slot(XLogRecPtr horizon);
+extern void ss_repl_count_index_backups(void);
 
 /* repl_shmem.c */
 extern void ss_repl_define_settings(void);

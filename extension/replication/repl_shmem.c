@@ -59,6 +59,7 @@ ss_repl_define_settings(void)
 							 "unreplayed, and at a takeover.",
 							 &ss_backup_replay, SS_REPLAY_CONTINUOUS, backup_replay_options,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	ss_index_define_settings();
 }
 
 /* Bytes of the shared state: the fixed part and one wait slot per PGPROC. */
@@ -76,6 +77,7 @@ ss_repl_shmem_request(void)
 {
 	RequestAddinShmemSpace(repl_shared_size());
 	RequestNamedLWLockTranche("slipstream replication", 1);
+	ss_index_shmem_request();
 }
 
 /* Hex of a secret (the file stays one token per field whatever the secret holds). */
@@ -122,12 +124,14 @@ load_config(void)
 	while (fgets(line, sizeof(line), f) != NULL)
 	{
 		char		kind[16], a[SS_REPL_TEXT], b[SS_REPL_TEXT], c[SS_REPL_TEXT], secret[2 * SS_REPL_TEXT + 1];
+		char		shipping[16] = "build_index", compression[16] = "plain";
 		unsigned long long d;
 
 		if (sscanf(line, "%15s", kind) != 1)
 			continue;
 		if (strcmp(kind, "backup") == 0 && next < SS_MAX_BACKUPS &&
-			sscanf(line, "%*s %127s %127s %127s %llu %256s", a, b, c, &d, secret) == 5)
+			sscanf(line, "%*s %127s %127s %127s %llu %256s %15s %15s", a, b, c, &d, secret,
+				   shipping, compression) >= 5)
 		{
 			SsBackupSlot *slot = &ss_repl->backups[next];
 
@@ -137,6 +141,8 @@ load_config(void)
 			strlcpy(slot->address, b, sizeof(slot->address));
 			strlcpy(slot->transport, c, sizeof(slot->transport));
 			slot->version = d;
+			slot->send_index = strcmp(shipping, "send_index") == 0;
+			slot->lz4 = strcmp(compression, "lz4") == 0;
 			slot->in_use = true;
 			next++;
 		}
@@ -180,8 +186,9 @@ ss_repl_save_config(void)
 		if (!slot->in_use)
 			continue;
 		to_hex(slot->secret, hex, sizeof(hex));
-		fprintf(f, "backup %s %s %s %llu %s\n", slot->name, slot->address, slot->transport,
-				(unsigned long long) slot->version, hex);
+		fprintf(f, "backup %s %s %s %llu %s %s %s\n", slot->name, slot->address,
+				slot->transport, (unsigned long long) slot->version, hex,
+				slot->send_index ? "send_index" : "build_index", slot->lz4 ? "lz4" : "plain");
 	}
 	if (ss_repl->serve.requested)
 	{
@@ -219,8 +226,16 @@ ss_repl_shmem_startup(void)
 		pg_atomic_init_u64(&ss_repl->flush_wanted, 0);
 		for (int i = 0; i < procs; i++)
 			pg_atomic_init_u64(&ss_repl->waiting[i], 0);
+		pg_atomic_init_u32(&ss_repl->index_backups, 0);
+		pg_atomic_init_u32(&ss_repl->seed_requested, 0);
+		pg_atomic_init_u64(&ss_repl->seeds_shipped, 0);
+		pg_atomic_init_u64(&ss_repl->index_prev_begin, 0);
+		pg_atomic_init_u64(&ss_repl->index_installed_horizon, 0);
+		pg_atomic_init_u32(&ss_repl->importing, 0);
 		load_config();
+		ss_repl_count_index_backups();
 	}
+	ss_index_shmem_startup();
 }
 
 /* Sets the latch of the process with this PGPROC number (-1: nobody). */
@@ -232,6 +247,17 @@ ss_repl_wake(int pgprocno)
 }
 
 /* Backups configured now. */
+/* Publishes how many configured backups take the index stream (the observers look at it). */
+void
+ss_repl_count_index_backups(void)
+{
+	uint32		n = 0;
+
+	for (int i = 0; i < SS_MAX_BACKUPS; i++)
+		n += (ss_repl->backups[i].in_use && ss_repl->backups[i].send_index) ? 1 : 0;
+	pg_atomic_write_u32(&ss_repl->index_backups, n);
+}
+
 int
 ss_repl_configured_backups(void)
 {

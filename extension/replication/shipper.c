@@ -32,10 +32,15 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
+#include "bridge/index_bridge.h"
+
 #define SS_SHIP_SLOT "slipstream_backups"
 #define SS_SHIP_CHUNK (1024 * 1024)
 #define SS_RECONNECT_MS 500
 #define SS_REFUSED_RETRY_MS 5000	/* after a refusal that needs a re-seed */
+#define SS_INDEX_ROUND_BYTES (32 * 1024 * 1024)	/* index frames shipped per round at most */
+#define SS_INDEX_BUSY_BYTES (512 * 1024)	/* ... while commits wait for the WAL's placement */
+#define SS_SEED_RETRY_MS 60000		/* a seed asked for and not seen is asked for again */
 
 PGDLLEXPORT void ss_shipper_main(Datum arg);
 PGDLLEXPORT void ss_backup_worker_main(Datum arg);
@@ -50,6 +55,12 @@ typedef struct ShipLink
 	uint64		placed;
 	uint64		durable;
 	bool		flushing;		/* its FLUSH was sent, the answer is not read yet */
+	/* Send-Index backups: the index stream runs, and frames wait for a seed's marker. */
+	bool		index_started;
+	bool		awaiting_seed;
+	bool		skipping_seed;	/* a seed it does not need: skipped to its end */
+	bool		index_wants_flush;	/* an install waits for its WAL to be durable there */
+	TimestampTz seed_asked;		/* when a seed was last asked for it */
 } ShipLink;
 
 static ShipLink links[SS_MAX_BACKUPS];
@@ -205,6 +216,7 @@ link_failed(int i, const char *error)
 		ss_backup_disconnect(links[i].conn);
 		links[i].conn = NULL;
 	}
+	links[i].index_started = false;
 	links[i].next_attempt = TimestampTzPlusMilliseconds(now, SS_RECONNECT_MS);
 	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
 	strlcpy(slot->error, error, sizeof(slot->error));
@@ -281,6 +293,15 @@ refuse_link(int i, const char *error)
 														SS_REFUSED_RETRY_MS);
 }
 
+/* Makes link i skip index frames until a seed's marker, and asks the engine worker for one. */
+static void
+ask_for_seed(int i)
+{
+	links[i].awaiting_seed = true;
+	links[i].seed_asked = GetCurrentTimestamp();
+	pg_atomic_write_u32(&ss_repl->seed_requested, 1);
+}
+
 /*
  * Connects slot i and starts its WAL stream where the backup's durable copy ends (its resume
  * position); a backup that holds none starts where it left off, or at the current WAL segment.
@@ -346,6 +367,27 @@ connect_link(int i)
 		link_failed(i, error);
 		return;
 	}
+	if (copy.send_index)
+	{
+		uint64		index_start = 0;
+
+		/*
+		 * The frames raised while it was away are gone from the queue: it takes the next seed
+		 * whole (its import skips the compactions it has already installed).
+		 */
+		if (!ss_backup_index_start(links[i].conn, &index_start, error))
+		{
+			link_failed(i, error);
+			return;
+		}
+		links[i].index_started = true;
+		links[i].skipping_seed = false;
+		ask_for_seed(i);
+		LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
+		ss_repl->backups[i].index_sent = index_start;
+		ss_repl->backups[i].index_placed = index_start;
+		LWLockRelease(ss_repl->lock);
+	}
 	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
 	ss_repl->backups[i].state = SS_BACKUP_STREAMING;
 	ss_repl->backups[i].start_lsn = start;
@@ -384,6 +426,134 @@ ship_to(int i, XLogRecPtr flush, TimeLineID tli)
 			return;
 		}
 	}
+}
+
+/*
+ * Appends the queued index frames to the Send-Index backups, oldest first, up to a budget per
+ * round so that the WAL is never held up for long: a small one while commits wait (the shipper
+ * is their path), a large one when it is idle. A frame goes to a backup only once that
+ * backup holds the WAL it is tagged with (the write-ahead rule, on the backup: the levels it
+ * imports never hold a change whose WAL it lacks); a backup that waits for a seed skips the
+ * frames before the seed's marker. A queue that overflowed lost frames: every Send-Index backup
+ * then takes the next seed.
+ */
+static void
+ship_index(bool waiters)
+{
+	void	   *queue = ss_index_queue();
+	uint64		budget = waiters ? SS_INDEX_BUSY_BYTES : SS_INDEX_ROUND_BYTES;
+	TimestampTz now = GetCurrentTimestamp();
+	char		error[SS_REPL_ERROR_SIZE];
+
+	if (ss_index_queue_overflowed(queue))
+	{
+		ss_index_queue_clear_overflow(queue);
+		ereport(LOG, (errmsg("slipstream: the index frame queue overflowed "
+							 "(slipstream.index_queue_size): Send-Index backups take a new seed")));
+		for (int i = 0; i < SS_MAX_BACKUPS; i++)
+			if (links[i].conn != NULL && links[i].index_started)
+				ask_for_seed(i);
+	}
+	for (int i = 0; i < SS_MAX_BACKUPS; i++)
+		if (links[i].conn != NULL && links[i].index_started && links[i].awaiting_seed &&
+			TimestampDifferenceExceeds(links[i].seed_asked, now, SS_SEED_RETRY_MS))
+			ask_for_seed(i);
+	while (budget > 0)
+	{
+		const char *frame;
+		size_t		len;
+		uint64		tag;
+		bool		seed;
+		bool		seed_end;
+		bool		install;
+		bool		blocked = false;
+
+		if (!ss_index_queue_front(queue, &frame, &len, &tag))
+			break;
+		seed = ss_index_frame_is_seed(frame, len);
+		seed_end = ss_index_frame_is_seed_end(frame, len);
+		install = ss_index_frame_is_install(frame, len);
+		for (int i = 0; i < SS_MAX_BACKUPS; i++)
+		{
+			ShipLink   *link = &links[i];
+
+			/*
+			 * A backup that is current skips another backup's seed (it would skip every
+			 * compaction of it anyway), from its marker to its end.
+			 */
+			if (link->conn != NULL && link->index_started && seed && !link->awaiting_seed)
+				link->skipping_seed = true;
+			if (link->conn == NULL || !link->index_started || (!seed && link->awaiting_seed) ||
+				link->skipping_seed)
+				continue;
+			/*
+			 * An install makes the backup's levels durable: it goes once the WAL it is tagged
+			 * with is durable there, not only placed (a backup that crashed and lost placed WAL
+			 * must not hold changes whose commit records it lacks); a FLUSH is asked for it.
+			 */
+			if (install && link->durable < tag)
+			{
+				link->index_wants_flush = true;
+				blocked = true;
+			}
+			else if (link->placed < tag)
+				blocked = true;
+		}
+		if (blocked)
+			break;
+		for (int i = 0; i < SS_MAX_BACKUPS; i++)
+		{
+			ShipLink   *link = &links[i];
+			SsBackupSlot *slot = &ss_repl->backups[i];
+			const char *out = frame;
+			size_t		out_len = len;
+
+			if (link->conn == NULL || !link->index_started || (!seed && link->awaiting_seed))
+				continue;
+			if (link->skipping_seed)
+			{
+				if (seed_end)
+					link->skipping_seed = false;
+				continue;
+			}
+			if (slot->lz4)
+				out = ss_index_compress(frame, len, &out_len);
+			if (!ss_backup_index_append(link->conn, out, out_len, error))
+			{
+				link_failed(i, error);
+				continue;
+			}
+			if (seed)
+				link->awaiting_seed = false;
+			/* Only this process writes these counters; the view reads them under the lock. */
+			LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
+			slot->index_sent = ss_backup_index_sent(link->conn);
+			slot->index_frames++;
+			slot->index_bytes += out_len;
+			slot->index_raw_bytes += len;
+			slot->index_seeds += seed ? 1 : 0;
+			slot->index_installs += ss_index_frame_is_install(frame, len) ? 1 : 0;
+			LWLockRelease(ss_repl->lock);
+		}
+		/* The frame was copied out: frame and out stay valid until the next front/compress. */
+		ss_index_queue_pop(queue);
+		budget -= Min(budget, (uint64) len);
+	}
+}
+
+/* With no Send-Index backup, frames raised before the last one was dropped are of no use. */
+static void
+drain_index_queue(void)
+{
+	void	   *queue = ss_index_queue();
+	const char *frame;
+	size_t		len;
+	uint64		tag;
+
+	if (ss_index_queue_overflowed(queue))
+		ss_index_queue_clear_overflow(queue);
+	while (ss_index_queue_front(queue, &frame, &len, &tag))
+		ss_index_queue_pop(queue);
 }
 
 /*
@@ -440,6 +610,8 @@ finish_collect(int i)
 		link->durable = Max(link->durable, flushed);
 	}
 	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
+	if (link->index_started)
+		ss_repl->backups[i].index_placed = ss_backup_index_placed(link->conn);
 	ss_repl->backups[i].sent_lsn = ss_backup_sent(link->conn);
 	if (link->placed > ss_repl->backups[i].placed_lsn)
 		ss_repl->backups[i].placed_lsn = link->placed;
@@ -567,8 +739,10 @@ ss_shipper_main(Datum arg)
 		for (int i = 0; i < SS_MAX_BACKUPS; i++)
 		{
 			if (links[i].conn != NULL)
-				collect_from(i, want_flush, waiters);
+				collect_from(i, want_flush || links[i].index_wants_flush, waiters);
+			links[i].index_wants_flush = false;
 		}
+
 		/* Every backup that flushes got its FLUSH: now the answers, whose fsyncs overlap. */
 		for (int i = 0; i < SS_MAX_BACKUPS; i++)
 		{
@@ -588,6 +762,11 @@ ss_shipper_main(Datum arg)
 			LWLockRelease(ss_repl->lock);
 		}
 		publish_and_wake();
+		/* Index frames, after the WAL they are tagged with (placements just collected). */
+		if (pg_atomic_read_u32(&ss_repl->index_backups) > 0)
+			ship_index(someone_waits());
+		else
+			drain_index_queue();
 		if (ss_repl_configured_backups() > 0)
 		{
 			ss_acquire_named_slot(SS_SHIP_SLOT, "the backups have not yet received");
