@@ -69,8 +69,11 @@ test-sanitize: deps
 # pg_regress and isolation suites on a private cluster run by the postgres OS user, the
 # contention and crash tests, the replication kill tests (a primary and a backup, tcp and shm,
 # 20 rounds; a backup killed under load; a seeded streaming standby; takeovers after SIGKILL
-# of the primary with two backups, 26 rounds over tcp, shm, remote_flush and deferred replay;
-# Patroni's failover after a SIGKILL of the leader, 3 rounds), and a smoke run of the YCSB
+# of the primary with two backups, 26 rounds over tcp, shm, remote_flush and deferred replay,
+# and 44 with Send-Index backups over tcp and shm, compacting all along, remote_flush too; a
+# Send-Index backup through DDL, refused reads and a promotion compared table by table;
+# Patroni's failover after a SIGKILL of the leader, 3 rounds with streaming replicas and 3 with
+# Tailwind backups), and a smoke run of the YCSB
 # benchmark (every workload, verify).
 test-pg: install
 	scripts/pg_regress.sh
@@ -86,7 +89,12 @@ test-pg: install
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-shm 55720 6 shm remote_memory
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-deferred 55760 4 shm remote_memory deferred
 	tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3
+	tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3 tailwind
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-flush 55740 4 tcp remote_flush
+	tests/pg_takeover_test.sh /tmp/slipstream-send-index-tcp 55780 20 tcp remote_memory continuous send_index
+	tests/pg_takeover_test.sh /tmp/slipstream-send-index-shm 55800 20 shm remote_memory continuous send_index
+	tests/pg_takeover_test.sh /tmp/slipstream-send-index-flush 55840 4 tcp remote_flush continuous send_index
+	tests/pg_send_index_test.sh /tmp/slipstream-send-index 55820 tcp
 	bench/ycsb_pg.sh --records=2000 --seconds=1 --mixes=SD --port=55471 --scratch=/tmp/slipstream-ycsb-smoke
 
 # Every test: formatting, the plain build, the sanitizer build and the PostgreSQL suites.
@@ -148,3 +156,21 @@ bench-replication: install
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnuplot-nox; \
 	}
 	bench/replication_pg.sh $(REPLICATION_ARGS)
+
+# The index-shipping benchmark of docs/benchmarks.md (bench/shipping_pg.sh), in one run: YCSB
+# Load and A (SD, MD, LD mixes) and pgbench TPC-B on a primary with one Tailwind backup,
+# Build-Index against Send-Index (plain and LZ4), on shm and tcp: the primary's tps, the
+# backup's CPU per operation, its device bytes read and written, the network bytes (WAL + index
+# stream), the takeover time after SIGKILL of the primary; then the takeover of a Build-Index
+# and a Send-Index backup holding 1 GB. SHIPPING_ARGS, e.g. --quick (a 3.5-minute smoke run),
+# --mixes=SD,tpcb, --transports=tcp, --promote-gb=0; CSV into results/shipping, the plot into
+# docs/shipping_bench.png. About 14 minutes on 2 cores.
+SHIPPING_ARGS ?=
+.PHONY: bench-shipping
+bench-shipping: install
+	@command -v gnuplot >/dev/null || { \
+	  echo "installing: gnuplot-nox"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnuplot-nox; \
+	}
+	bench/shipping_pg.sh $(SHIPPING_ARGS)

@@ -1,23 +1,35 @@
 #!/usr/bin/env bash
 # patroni_cluster.sh: a slipstream cluster under Patroni on loopback: one local etcd and three
-# Patroni nodes (a leader and two streaming replicas, PostgreSQL's own replication with our
-# rm_redo applying slipstream records on the replicas: the baseline mode), as users run them.
+# Patroni nodes (a leader and two replicas), as users run them, in one of two modes:
+#   baseline  the replicas are streaming replicas (PostgreSQL's own replication with our rm_redo
+#             applying slipstream records on them), synchronous_mode_strict;
+#   tailwind  the replicas are slipstream Tailwind backups: WAL reaches them by the leader's
+#             one-sided writes, commits in remote_memory wait for both
+#             (slipstream.min_sync_backups = 2), and Patroni's hooks
+#             (scripts/patroni_callback.sh) make replicas serve, make the leader ship to them,
+#             fence before a promotion and re-seed the backups a failover left behind.
 # Everything runs as the postgres OS user (through runuser when invoked as root); data, sockets,
 # logs and the generated etcd and Patroni configurations live in a scratch directory
 # (default /tmp/slipstream-patroni, or $SLIPSTREAM_PATRONI_DIR). It never touches a system
 # cluster. See docs/failover.md.
 #
-#   scripts/patroni_cluster.sh start            # etcd, node0 bootstraps, node1 and node2 seeded
+#   scripts/patroni_cluster.sh start [--tailwind]  # etcd, node0 bootstraps, node1 and node2 seeded
+#                                       # (or SLIPSTREAM_PATRONI_MODE=tailwind; baseline by default)
 #   scripts/patroni_cluster.sh stop             # every process of the scratch directory, only those
 #   scripts/patroni_cluster.sh status           # etcd health, patronictl list, replication
 #   scripts/patroni_cluster.sh psql [NODE] [psql args...]   # NODE: leader (default), node0..node2
 #   scripts/patroni_cluster.sh leader           # prints the name of the running leader
-#   scripts/patroni_cluster.sh settled          # true if both replicas stream, one synchronously
+#   scripts/patroni_cluster.sh settled          # true if both replicas stream (baseline: one of
+#                                               # them synchronously; tailwind: both are backups
+#                                               # in state streaming on the leader)
+#   scripts/patroni_cluster.sh mode             # prints the mode of the cluster in the scratch dir
 #
-# Ports: etcd client 55880 and peer 55881, PostgreSQL 55890-55892, Patroni REST 55895-55897.
+# Ports: etcd client 55880 and peer 55881, PostgreSQL 55890-55892, Patroni REST 55895-55897,
+# and in the tailwind mode the backup servers on 55900-55902.
 # Patroni calls back into this script for its post_bootstrap hook (`post-bootstrap CONNSTRING`:
 # CREATE EXTENSION slipstream, and the replication user's membership in slipstream_admin so
-# that scripts/seed_backup.sh, Patroni's create_replica_methods command, can run as it).
+# that scripts/seed_backup.sh, Patroni's create_replica_methods command, can run as it; in the
+# tailwind mode also the seeding role slipstream_seeder, see docs/failover.md).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,12 +40,22 @@ etcd_client=55880
 etcd_peer=55881
 nodes=(node0 node1 node2)
 marker=.slipstream-patroni
+# baseline or tailwind: given to start (--tailwind or SLIPSTREAM_PATRONI_MODE), then kept in
+# $scratch/mode for the other commands.
+mode=${SLIPSTREAM_PATRONI_MODE:-baseline}
+[ -f "$scratch/mode" ] && [ "${1:-}" != start ] && mode=$(cat "$scratch/mode")
 
 # Prints the PostgreSQL port of node $1 (0..2).
 pg_port() { echo $((55890 + $1)); }
 
 # Prints the Patroni REST API port of node $1 (0..2).
 rest_port() { echo $((55895 + $1)); }
+
+# Prints the port node $1 (0..2) serves as a Tailwind backup on (tailwind mode).
+serve_port() { echo $((55900 + $1)); }
+
+# Prints 32 random hex digits.
+random_hex() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
 
 # Prints the index (0..2) of the node named $1, or fails.
 node_index() {
@@ -70,11 +92,130 @@ wait_until() {
   return 1
 }
 
-# Writes the etcd configuration and the three Patroni configurations into the scratch dir.
+# The parts of a node's Patroni configuration that differ between the modes
+# (docs/failover.md explains each setting).
+
+# bootstrap.dcs: failover and synchronous replication.
+mode_dcs() {
+  if [ "$mode" = tailwind ]; then
+    # slipstream's commit wait (2 of 2 backups) replaces synchronous replication; any backup
+    # holds every acknowledged commit, so a lag only decides availability.
+    cat <<EOF
+    maximum_lag_on_failover: 67108864
+    primary_start_timeout: 0
+    synchronous_mode: false
+EOF
+  else
+    cat <<EOF
+    maximum_lag_on_failover: 1048576
+    primary_start_timeout: 0
+    synchronous_mode: true
+    synchronous_mode_strict: true
+    synchronous_node_count: 1
+EOF
+  fi
+}
+
+# bootstrap.dcs.ignore_slots beyond "slipstream": the leader's shipping slot and the seeds'
+# (each line printed after a newline: nothing at all in the baseline mode).
+mode_ignore_slots() {
+  [ "$mode" = tailwind ] || return 0
+  local n
+  printf '\n%s' "      - name: slipstream_backups" "        type: physical"
+  for n in "${nodes[@]}"; do
+    printf '\n%s' "      - name: slipstream_seed_$n" "        type: physical"
+  done
+}
+
+# bootstrap.dcs.postgresql.parameters beyond the common ones (the same way).
+mode_parameters() {
+  [ "$mode" = tailwind ] || return 0
+  printf '\n%s' "        slipstream.min_sync_backups: 2"
+}
+
+# pg_hba.conf (bootstrap.pg_hba, and postgresql.pg_hba in the tailwind mode).
+mode_pg_hba() {
+  local indent=${1:-    }
+  echo "$indent- local all all trust"
+  if [ "$mode" = tailwind ]; then
+    # Patroni reads a replica's timeline over a replication connection to the replica itself
+    # (use_unix_socket_repl: through its private socket).
+    echo "$indent- local replication all trust"
+    # Patroni's replication user may not stream (Patroni writes primary_conninfo all the same:
+    # each replica's walreceiver is refused, and WAL comes by Tailwind); the seeds replicate as
+    # slipstream_seeder.
+    echo "$indent- host replication replicator 127.0.0.1/32 reject"
+    echo "$indent- host replication slipstream_seeder 127.0.0.1/32 scram-sha-256"
+  else
+    echo "$indent- host replication replicator 127.0.0.1/32 scram-sha-256"
+  fi
+  echo "$indent- host all all 127.0.0.1/32 scram-sha-256"
+}
+
+# The postgresql section's replica creation, divergence handling and hooks for node $1.
+mode_postgresql() {
+  local name=$1
+  if [ "$mode" = tailwind ]; then
+    local hook="$root/scripts/patroni_callback.sh --env $scratch/tailwind.env --node $name"
+    cat <<EOF
+  # Divergence is found by the backups (they refuse a primary of another timeline) and handled
+  # by the leader's hook (patronictl reinit); Patroni's own check needs a replication
+  # connection as the replication user, which the leader refuses.
+  remove_data_directory_on_rewind_failure: false
+  remove_data_directory_on_diverged_timelines: false
+  use_unix_socket_repl: true
+  pg_hba:
+$(mode_pg_hba "    ")
+  callbacks:
+    on_start: $hook
+    on_role_change: $hook
+  pre_promote: $hook pre_promote
+  create_replica_methods:
+    - slipstream_seed
+  slipstream_seed:
+    command: $root/scripts/patroni_seed.sh --env $scratch/tailwind.env --name $name --user slipstream_seeder --passfile $scratch/seed.pgpass
+EOF
+  else
+    cat <<EOF
+  remove_data_directory_on_rewind_failure: true
+  remove_data_directory_on_diverged_timelines: true
+  create_replica_methods:
+    - slipstream_seed
+  slipstream_seed:
+    command: $root/scripts/seed_backup.sh --streaming --name $name
+EOF
+  fi
+}
+
+# Writes the etcd configuration and the three Patroni configurations into the scratch dir (and,
+# in the tailwind mode, the backups' shared secret, the seeding role's password and pgpass, and
+# tailwind.env, which scripts/patroni_callback.sh reads).
 write_configs() {
-  local su_pw rep_pw i name
+  local su_pw rep_pw seed_pw i name
   su_pw=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
   rep_pw=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+  if [ "$mode" = tailwind ]; then
+    seed_pw=$(random_hex)
+    (umask 077
+     random_hex >"$scratch/slipstream.secret"
+     echo "$seed_pw" >"$scratch/seeder.password"
+     echo "127.0.0.1:*:*:slipstream_seeder:$seed_pw" >"$scratch/seed.pgpass")
+    cat >"$scratch/tailwind.env" <<EOF
+# The tailwind mode's layout, for scripts/patroni_callback.sh (generated by
+# scripts/patroni_cluster.sh).
+scope=$scope
+pgbin=$PGBIN
+members=(${nodes[*]})
+pg_ports=($(pg_port 0) $(pg_port 1) $(pg_port 2))
+rest_ports=($(rest_port 0) $(rest_port 1) $(rest_port 2))
+serve_ports=($(serve_port 0) $(serve_port 1) $(serve_port 2))
+transport=tcp
+serve_buffers=8
+serve_buffer_size=8MB
+serve_buffer_bytes=8388608
+secret_file=$scratch/slipstream.secret
+EOF
+  fi
   cat >"$scratch/etcd.yml" <<EOF
 # etcd for the slipstream Patroni cluster (generated by scripts/patroni_cluster.sh)
 name: slipstream-etcd
@@ -117,17 +258,13 @@ bootstrap:
     ttl: 20
     loop_wait: 2
     retry_timeout: 5
-    maximum_lag_on_failover: 1048576
-    primary_start_timeout: 0
-    synchronous_mode: true
-    synchronous_mode_strict: true
-    synchronous_node_count: 1
+$(mode_dcs)
     ignore_slots:
       - name: slipstream
-        type: physical
+        type: physical$(mode_ignore_slots)
     postgresql:
       use_pg_rewind: false
-      use_slots: true
+      use_slots: $([ "$mode" = tailwind ] && echo false || echo true)
       parameters:
         shared_preload_libraries: slipstream
         wal_level: replica
@@ -138,15 +275,13 @@ bootstrap:
         max_connections: 40
         shared_buffers: 128MB
         max_prepared_transactions: 10
-        slipstream.l0_size: 4MB
+        slipstream.l0_size: 4MB$(mode_parameters)
   initdb:
     - encoding: UTF8
     - locale: C
   pg_hba:
-    - local all all trust
-    - host replication replicator 127.0.0.1/32 scram-sha-256
-    - host all all 127.0.0.1/32 scram-sha-256
-  post_bootstrap: $root/scripts/patroni_cluster.sh post-bootstrap
+$(mode_pg_hba)
+  post_bootstrap: $root/scripts/patroni_cluster.sh post-bootstrap$([ "$mode" = tailwind ] && echo " --seeder-password-file $scratch/seeder.password")
 
 postgresql:
   listen: 127.0.0.1:$(pg_port $i)
@@ -170,12 +305,7 @@ postgresql:
     log_rotation_age: 0
     log_rotation_size: 0
   use_pg_rewind: false
-  remove_data_directory_on_rewind_failure: true
-  remove_data_directory_on_diverged_timelines: true
-  create_replica_methods:
-    - slipstream_seed
-  slipstream_seed:
-    command: $root/scripts/seed_backup.sh --streaming --name $name
+$(mode_postgresql "$name")
 
 tags:
   nofailover: false
@@ -185,7 +315,11 @@ tags:
 EOF
   done
   chmod 600 "$scratch"/*.yml
-  [ "$(id -u)" = 0 ] && chown postgres: "$scratch"/*.yml
+  if [ "$(id -u)" = 0 ]; then
+    chown postgres: "$scratch"/*.yml
+    [ "$mode" = tailwind ] && chown postgres: "$scratch"/tailwind.env "$scratch"/seeder.password \
+      "$scratch"/seed.pgpass "$scratch"/slipstream.secret
+  fi
   return 0
 }
 
@@ -265,6 +399,23 @@ all_streaming() {
                          FROM pg_stat_replication" 2>/dev/null)" = "2|1" ]
 }
 
+# Tailwind mode: true once the leader ships to both other nodes as Tailwind backups (state
+# streaming in slipstream.replication), so that commits in remote_memory go on.
+all_backups_streaming() {
+  local l i n
+  l=$(leader) || return 1
+  i=$(node_index "$l")
+  n=$(node_sql "$i" -c "SELECT count(*) FROM slipstream.replication
+                        WHERE state = 'streaming' AND name <> '$l'
+                          AND name IN ('${nodes[0]}', '${nodes[1]}', '${nodes[2]}')" 2>/dev/null) || return 1
+  [ "$n" = 2 ]
+}
+
+# True once the cluster is settled, in its mode.
+settled() {
+  if [ "$mode" = tailwind ]; then all_backups_streaming; else all_streaming; fi
+}
+
 # True if etcd or a Patroni node of the scratch directory is running.
 running() {
   local n
@@ -288,10 +439,15 @@ start() {
     echo "patroni_cluster.sh: a cluster is running in $scratch; stop it first" >&2
     exit 1
   fi
+  case "$mode" in
+    baseline|tailwind) ;;
+    *) echo "patroni_cluster.sh: unknown mode $mode (baseline or tailwind)" >&2; exit 2 ;;
+  esac
   rm -rf "$scratch"
   mkdir -p "$scratch/etcd"
   for n in "${nodes[@]}"; do mkdir -p "$scratch/$n/sock" "$scratch/$n/log"; done
   touch "$scratch/$marker"
+  echo "$mode" >"$scratch/mode"
   chmod 700 "$scratch" "$scratch/etcd"
   [ "$(id -u)" = 0 ] && chown -R postgres: "$scratch"
   write_configs
@@ -310,8 +466,8 @@ start() {
     start_daemon "$scratch/${nodes[$i]}/patroni.pid" "patroni $scratch/${nodes[$i]}.yml" \
       "$scratch/${nodes[$i]}/patroni.log"
   done
-  if ! wait_until 180 all_streaming; then
-    echo "the replicas did not stream within 180 s; see $scratch/node*/patroni.log" >&2
+  if ! wait_until 180 settled; then
+    echo "the replicas did not stream within 180 s ($mode mode); see $scratch/node*/patroni.log" >&2
     status >&2 || true
     exit 1
   fi
@@ -387,8 +543,14 @@ stop() {
 status() {
   local l
   if etcd_healthy; then echo "etcd: healthy on 127.0.0.1:$etcd_client"; else echo "etcd: not answering"; fi
+  echo "mode: $mode"
   patronictl -c "$scratch/node0.yml" list 2>&1 || true
-  if l=$(leader); then
+  if l=$(leader) && [ "$mode" = tailwind ]; then
+    echo "leader $l ships WAL to its Tailwind backups (slipstream.replication):"
+    node_sql "$(node_index "$l")" -P footer=off -P format=aligned -P tuples_only=off \
+      -c "SELECT name, address, state, sent_lsn, placed_lsn, durable_lsn, placed_lag, error
+          FROM slipstream.replication ORDER BY 1"
+  elif [ -n "${l:-}" ]; then
     echo "leader $l replicates to:"
     node_sql "$(node_index "$l")" -P footer=off -P format=aligned -P tuples_only=off \
       -c "SELECT application_name, state, sync_state, replay_lsn FROM pg_stat_replication ORDER BY 1"
@@ -400,11 +562,21 @@ status() {
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
-  start) start ;;
+  start)
+    for a in "$@"; do
+      case "$a" in
+        --tailwind) mode=tailwind ;;
+        --baseline) mode=baseline ;;
+        *) echo "patroni_cluster.sh: start takes --tailwind or --baseline, not $a" >&2; exit 2 ;;
+      esac
+    done
+    start
+    ;;
   stop) stop ;;
   status) status ;;
   leader) leader ;;
-  settled) all_streaming ;;
+  settled) settled ;;
+  mode) echo "$mode" ;;
   psql)
     target=leader
     case "${1:-}" in leader|node0|node1|node2) target=$1; shift ;; esac
@@ -415,7 +587,10 @@ case "$cmd" in
     exec "$PGBIN/psql" -X -h "$scratch/$target/sock" -p "$(pg_port "$i")" -U postgres -d postgres "$@"
     ;;
   post-bootstrap)
-    # Called by Patroni on the bootstrapped node, with the superuser's connection string.
+    # Called by Patroni on the bootstrapped node, with the superuser's connection string last
+    # ([--seeder-password-file FILE] CONNSTRING).
+    seeder_file=""
+    if [ "${1:-}" = --seeder-password-file ]; then seeder_file=${2:?}; shift 2; fi
     conn=${1:?connection string}
     # Patroni creates the replication user only after this hook: create it here (Patroni then
     # sets its password) so that it can be made a member of slipstream_admin.
@@ -427,9 +602,18 @@ case "$cmd" in
             END IF;
           END \$\$" \
       -c "GRANT slipstream_admin TO replicator"
+    if [ -n "$seeder_file" ]; then
+      # Tailwind mode: the role the seeds replicate as (the leader refuses the replication
+      # user's replication connections, which are its replicas' walreceivers).
+      "$PGBIN/psql" -X -q -v ON_ERROR_STOP=1 -d "$conn" -v pw="$(cat "$seeder_file")" <<'EOF'
+SELECT format('CREATE ROLE slipstream_seeder LOGIN REPLICATION PASSWORD %L', :'pw')
+WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'slipstream_seeder') \gexec
+GRANT slipstream_admin TO slipstream_seeder;
+EOF
+    fi
     ;;
   *)
-    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

@@ -4,7 +4,7 @@
 # data directory (postgres).
 #
 #   scripts/seed_backup.sh --connstring CONNINFO --datadir DIR [--name NAME] [--streaming]
-#                          [--set 'name = value']... [--scope S] [--role R]
+#                          [--send-index] [--set 'name = value']... [--scope S] [--role R]
 #
 # CONNINFO reaches the primary as a superuser or slipstream_admin member with the replication
 # privilege, in a database where CREATE EXTENSION slipstream was run (e.g.
@@ -26,6 +26,10 @@
 #      SELECT slipstream.serve_backup(...) on the standby and add_backup(...) on the primary.
 #   4. appends each --set line to DIR/postgresql.conf (a port, a socket directory...).
 #
+# With --send-index the standby imports its primary's levels instead (Send-Index: it sets
+# slipstream.backup_engine = import): step 2 leaves its engine empty, and the primary ships
+# the levels as a seed when the backup, added with shipping => 'send_index', first connects.
+#
 # Patroni's create_replica_methods pass --scope, --role and --datadir: accepted (and the
 # first two ignored).
 set -euo pipefail
@@ -35,6 +39,7 @@ connstring=""
 datadir=""
 name=""
 streaming=0
+send_index=0
 settings=()
 scope=""
 
@@ -52,6 +57,7 @@ while [ $# -gt 0 ]; do
     --name) name=${2:?}; shift 2 ;;
     --name=*) name=${1#*=}; shift ;;
     --streaming) streaming=1; shift ;;
+    --send-index) send_index=1; shift ;;
     --set) settings+=("${2:?}"); shift 2 ;;
     --set=*) settings+=("${1#*=}"); shift ;;
     --scope) scope=${2:?}; shift 2 ;;
@@ -63,6 +69,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$connstring" ] && [ -n "$datadir" ] || usage
+if [ "$send_index" = 1 ] && [ "$streaming" = 1 ]; then
+  echo "seed_backup.sh: --send-index needs slipstream's own replication, not --streaming" >&2
+  exit 2
+fi
 # Under Patroni every node's data directory may have the same name: two seeds of one name at
 # once would drop each other's slot.
 if [ -n "$scope" ] && [ -z "$name" ]; then
@@ -95,10 +105,12 @@ fi
 start_lsn=$(sed -n 's/^START WAL LOCATION: \([0-9A-F]*\/[0-9A-F]*\).*/\1/p' "$datadir/backup_label")
 lsn_value() { local hi=${1%/*} lo=${1#*/}; echo $(( (16#$hi << 32) | 16#$lo )); }
 
-# 2. The engine: a consistent dump instead of the copied files.
-rm -rf "$datadir/slipstream" "$datadir/slipstream_backup"
+# 2. The engine: a consistent dump instead of the copied files (none with --send-index).
+rm -rf "$datadir/slipstream" "$datadir/slipstream_backup" "$datadir/slipstream_backup_index"
 mkdir -m 700 "$datadir/slipstream"
+horizon=0
 for attempt in 1 2 3 4 5; do
+  [ "$send_index" = 1 ] && break
   psql_primary -c "COPY (SELECT * FROM slipstream.seed_snapshot()) TO STDOUT WITH (FORMAT binary)" \
     >"$datadir/slipstream_seed.tmp"
   # The trailer row's value ends the file: 8 bytes horizon, 8 bytes dump end, then -1 (2 bytes).
@@ -112,15 +124,26 @@ for attempt in 1 2 3 4 5; do
   [ "$attempt" = 5 ] && { echo "seed_backup.sh: no dump above the backup's start" >&2; exit 1; }
   sleep 1
 done
-mv "$datadir/slipstream_seed.tmp" "$datadir/slipstream_seed"
+[ "$send_index" = 1 ] || mv "$datadir/slipstream_seed.tmp" "$datadir/slipstream_seed"
 
 # 3. A standby of its own: no replication configuration of the primary's.
 rm -f "$datadir/slipstream_replication.conf"
 touch "$datadir/standby.signal"
 
 # 4. Local settings.
+# Always said: a primary that was a Send-Index backup has import in its postgresql.conf.
+if [ "$send_index" = 1 ]; then
+  echo "slipstream.backup_engine = import" >>"$datadir/postgresql.conf"
+else
+  echo "slipstream.backup_engine = replay" >>"$datadir/postgresql.conf"
+fi
 for line in "${settings[@]+"${settings[@]}"}"; do
   echo "$line" >>"$datadir/postgresql.conf"
 done
+if [ "$send_index" = 1 ]; then
+  printf 'seeded %s from the primary: WAL from %s, engine by Send-Index, slot %s\n' \
+    "$datadir" "$start_lsn" "$slot"
+  exit 0
+fi
 printf 'seeded %s from the primary: WAL from %s, engine horizon %X/%X, slot %s\n' \
   "$datadir" "$start_lsn" $((horizon >> 32)) $((horizon & 0xffffffff)) "$slot"

@@ -13,8 +13,14 @@
 # (slipstream.backup_replay = deferred, backup_replay_lag = 16MB): first it is checked that a
 # backup holds its replay paused and replays a batch once 16 MB are waiting, then every
 # takeover replays what the backup held unreplayed.
+# With shipping = send_index the backups import the primary's levels (Send-Index: seeded with
+# --send-index, slipstream.backup_engine = import, n1's segments LZ4-compressed), a client
+# compacts the table all along so that kills land in the middle of shipped compactions, and a
+# takeover replays the WAL from the backup's last imported horizon. Before the first round a
+# backup is also SIGKILLed in the middle of the primary's compactions, and must recover,
+# catch up and import on.
 #   tests/pg_takeover_test.sh [scratch dir] [base port] [rounds] [transport] [commit mode]
-#                             [replay: continuous | deferred]
+#                             [replay: continuous | deferred] [shipping: build_index | send_index]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 scratch=${1:-${SLIPSTREAM_SCRATCH:-/tmp/slipstream-takeover}}
@@ -23,6 +29,7 @@ rounds=${3:-${ROUNDS:-5}}
 transport=${4:-${TRANSPORT:-tcp}}
 mode=${5:-remote_memory}
 replay=${6:-continuous}
+shipping=${7:-build_index}
 clients=3
 secret="takeover-test-$RANDOM$RANDOM"
 pg="$root/scripts/pg_cluster.sh"
@@ -45,19 +52,33 @@ seed_backup() {
   rm -rf "$dir"
   mkdir -p "$dir/sock"
   [ "$(id -u)" = 0 ] && chown -R postgres: "$dir"
-  as_postgres "$root/scripts/seed_backup.sh" \
+  local extra=()
+  [ "$shipping" = send_index ] && extra=(--send-index)
+  as_postgres "$root/scripts/seed_backup.sh" "${extra[@]}" \
     --connstring "host=${nodes[$p]}/sock port=$(port_of "$p") user=postgres dbname=postgres" \
     --datadir "$dir/data" --name "n$b" --set "port = $(port_of "$b")" \
     --set "unix_socket_directories = '$dir/sock'" --set "slipstream.backup_replay = $replay" \
     --set "slipstream.backup_replay_lag = 16MB" >/dev/null
   "$pg" start "$dir"
-  sql "$b" -c "SELECT slipstream.serve_backup('127.0.0.1:$(serve_port_of "$b")', '$secret', 8, '1MB')" >/dev/null
+  # The node's previous incarnation, SIGKILLed as a primary, may still hold its serve port for a
+  # moment (its backup worker leaves once it sees the postmaster gone).
+  for attempt in $(seq 1 40); do
+    sql "$b" -c "SELECT slipstream.serve_backup('127.0.0.1:$(serve_port_of "$b")', '$secret', 8, '1MB')" \
+      >/dev/null 2>"$scratch/serve.err" && return 0
+    grep -q "already in use" "$scratch/serve.err" || break
+    sleep 0.25
+  done
+  cat "$scratch/serve.err" >&2
+  return 1
 }
 
 # Makes node $1 ship to node $2 and waits until it streams.
 add_backup() {
   local p=$1 b=$2
-  sql "$p" -c "SELECT slipstream.add_backup('n$b', '127.0.0.1:$(serve_port_of "$b")', '$transport', '$secret')" >/dev/null
+  local lz4=false
+  [ "$b" = 1 ] && lz4=true
+  [ "$shipping" = send_index ] || lz4=false
+  sql "$p" -c "SELECT slipstream.add_backup('n$b', '127.0.0.1:$(serve_port_of "$b")', '$transport', '$secret', '$shipping', $lz4)" >/dev/null
   for _ in $(seq 1 300); do
     [ "$(sql "$p" -c "SELECT state FROM slipstream.replication WHERE name = 'n$b'")" = streaming ] && return 0
     sleep 0.05
@@ -65,6 +86,32 @@ add_backup() {
   echo "backup n$b never streamed: $(sql "$p" -c 'SELECT * FROM slipstream.replication')" >&2
   tail -5 "${nodes[$b]}/server.log" >&2
   return 1
+}
+
+# Send-Index: compacts on node $1 until every backup $2... can take over (its imported levels
+# cover WAL it holds: two L0 installs after its seed), 60 s at most.
+wait_promotable() {
+  local p=$1
+  shift
+  [ "$shipping" = send_index ] || return 0
+  for _ in $(seq 1 60); do
+    local ready=1
+    for b in "$@"; do
+      [ "$(sql "$b" -c "SELECT promotable FROM slipstream.index_import")" = t ] || ready=0
+    done
+    [ "$ready" = 1 ] && return 0
+    sql "$p" -c "INSERT INTO churn SELECT g, repeat('f', 100) FROM generate_series(1, 2000) g" \
+      -c "SELECT slipstream.compact('churn')" >/dev/null
+    sleep 0.5
+  done
+  for b in "$@"; do echo "n$b: $(sql "$b" -c 'SELECT * FROM slipstream.index_import')" >&2; done
+  echo "the Send-Index backups never became promotable" >&2
+  return 1
+}
+
+# A client that compacts node $1's table all along (Send-Index rounds).
+compactor() {
+  while sql "$1" -c "SELECT slipstream.compact('ledger')" >/dev/null 2>&1; do sleep 0.3; done
 }
 
 # One client: each transaction inserts its (client, seq) into both tables; ACK once COMMIT returned.
@@ -87,9 +134,41 @@ workload() {
 sql 0 -c "CREATE EXTENSION slipstream" \
   -c "CREATE TABLE ledger (client int, seq int, payload text, PRIMARY KEY (client, seq)) USING slipstream" \
   -c "CREATE TABLE audit (client int, seq int, PRIMARY KEY (client, seq))" \
-  -c "CREATE TABLE filler (n int, pad text)" >/dev/null
+  -c "CREATE TABLE filler (n int, pad text)" \
+  -c "CREATE TABLE churn (n int, pad text) USING slipstream" >/dev/null
 primary=0
 for b in 1 2; do seed_backup 0 "$b"; add_backup 0 "$b"; done
+wait_promotable 0 1 2
+
+if [ "$shipping" = send_index ]; then
+  # A backup killed in the middle of the primary's compactions recovers from its images and
+  # imports on: its installs go up and it reports no import error.
+  sql 0 -c "INSERT INTO ledger SELECT 0, -g, repeat('k', 900) FROM generate_series(1, 20000) g" \
+    -c "INSERT INTO audit SELECT 0, -g FROM generate_series(1, 20000) g" >/dev/null
+  sql 0 -c "SELECT slipstream.compact('ledger')" >/dev/null &
+  compacting=$!
+  sleep 0.$((RANDOM % 5))
+  "$pg" kill "${nodes[1]}" 2>/dev/null
+  wait "$compacting" || true
+  "$pg" start "${nodes[1]}"
+  before=$(sql 1 -c "SELECT installed_compactions FROM slipstream.index_import")
+  for _ in $(seq 1 300); do
+    [ "$(sql 0 -c "SELECT state FROM slipstream.replication WHERE name = 'n1'")" = streaming ] && break
+    sleep 0.05
+  done
+  sql 0 -c "SELECT slipstream.compact('ledger')" >/dev/null
+  caught_up=0
+  for _ in $(seq 1 200); do
+    after=$(sql 1 -c "SELECT installed_compactions FROM slipstream.index_import")
+    error=$(sql 1 -c "SELECT coalesce(error, '') FROM slipstream.index_import")
+    [ -n "$error" ] && { echo "n1 stopped importing after its restart: $error" >&2; exit 1; }
+    if [ "$after" -gt "$before" ]; then caught_up=1; break; fi
+    sleep 0.05
+  done
+  [ "$caught_up" = 1 ] || { echo "n1 imported nothing after its restart: $(sql 1 -c 'SELECT * FROM slipstream.index_import')" >&2; exit 1; }
+  wait_promotable 0 1 2
+  echo "send-index: n1, killed in the middle of a compaction's shipping, recovered and imports again"
+fi
 
 # Waits until node $1's replay pause state is $2 (10 s at most).
 wait_pause_state() {
@@ -131,6 +210,10 @@ for round in $(seq 1 "$rounds"); do
     workload "$c" $((round * 1000000)) | "$pg" psql "${nodes[$primary]}" -qAt >"$scratch/client$c.out" 2>&1 &
     pids+=($!)
   done
+  if [ "$shipping" = send_index ]; then
+    compactor "$primary" &
+    pids+=($!)
+  fi
   sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 0.5 + (r % 2000) / 1000 }')"
   "$pg" kill "${nodes[$primary]}" 2>/dev/null
   for p in "${pids[@]}"; do wait "$p" || true; done
@@ -147,6 +230,10 @@ for round in $(seq 1 "$rounds"); do
   missing=$(comm -23 "$scratch/acked.sorted" "$scratch/ledger" | wc -l)
   half=$(comm -3 "$scratch/ledger" "$scratch/audit" | wc -l)
   bad=$(sql "$new" -c "SELECT count(*) FROM slipstream.verify('ledger') WHERE NOT ok")
+  if [ "$shipping" = send_index ]; then
+    # What the promotion replayed: from the imported horizon, not from the seed.
+    grep -h "taking over the imported levels\|replayed .* WAL records" "${nodes[$new]}/server.log" | tail -2 | sed 's/^/  /'
+  fi
   echo "round $round: n$primary killed, n$new took over: $(wc -l <"$scratch/acked.sorted") acknowledged, $missing missing, $half half-visible, verify failures $bad"
   if [ "$missing" != 0 ] || [ "$half" != 0 ] || [ "$bad" != 0 ]; then
     comm -23 "$scratch/acked.sorted" "$scratch/ledger" | head -5 >&2
@@ -178,11 +265,14 @@ for round in $(seq 1 "$rounds"); do
 
   # The two others become the new primary's backups.
   primary=$new
+  others=()
   for n in 0 1 2; do
     [ "$n" = "$primary" ] && continue
     seed_backup "$primary" "$n"
     add_backup "$primary" "$n"
+    others+=("$n")
   done
+  wait_promotable "$primary" "${others[@]}"
 done
 [ "$(wc -l <"$acked")" -ge 10 ] || { echo "too few commits were acknowledged" >&2; exit 1; }
-echo "takeover test ($transport, $mode, $replay replay, $rounds rounds) passed"
+echo "takeover test ($transport, $mode, $replay replay, $shipping, $rounds rounds) passed"
