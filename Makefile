@@ -74,8 +74,10 @@ test-sanitize: deps
 # Send-Index backup through DDL, refused reads and a promotion compared table by table;
 # Patroni's failover after a SIGKILL of the leader, 3 rounds with streaming replicas and 3 with
 # Tailwind backups), and a smoke run of the YCSB
-# benchmark (every workload, verify).
+# benchmark (every workload, verify). The tests' ports (55400-55999) are first taken out of the
+# kernel's ephemeral range, so that no outgoing connection holds one when a server starts.
 test-pg: install
+	scripts/reserve_test_ports.sh
 	scripts/pg_regress.sh
 	tests/pg_preload_test.sh
 	tests/pg_contention_test.sh

@@ -456,22 +456,56 @@ start() {
   wait_until 30 etcd_healthy || { echo "etcd did not become healthy; see $scratch/etcd.log" >&2; exit 1; }
 
   # node0 bootstraps (initdb, post_bootstrap); the others then seed from it.
-  start_daemon "$scratch/node0/patroni.pid" "patroni $scratch/node0.yml" "$scratch/node0/patroni.log"
+  start_patroni 0
   if ! wait_until 120 leader >/dev/null; then
     echo "node0 did not bootstrap within 120 s; see $scratch/node0/patroni.log" >&2
     tail -20 "$scratch/node0/patroni.log" >&2
     exit 1
   fi
-  for i in 1 2; do
-    start_daemon "$scratch/${nodes[$i]}/patroni.pid" "patroni $scratch/${nodes[$i]}.yml" \
-      "$scratch/${nodes[$i]}/patroni.log"
-  done
-  if ! wait_until 180 settled; then
-    echo "the replicas did not stream within 180 s ($mode mode); see $scratch/node*/patroni.log" >&2
+  for i in 1 2; do start_patroni "$i"; done
+  if ! wait_settled 180; then
+    echo "the replicas did not stream within 180 s ($mode mode)" >&2
     status >&2 || true
+    for n in "${nodes[@]}"; do
+      echo "--- $n: patroni.log" >&2
+      tail -25 "$scratch/$n/patroni.log" >&2 || true
+      echo "--- $n: postgresql.log" >&2
+      tail -15 "$scratch/$n/log/postgresql.log" >&2 || true
+    done
     exit 1
   fi
   status
+}
+
+# Starts the Patroni daemon of node $1 (0..2).
+start_patroni() {
+  start_daemon "$scratch/${nodes[$1]}/patroni.pid" "patroni $scratch/${nodes[$1]}.yml" \
+    "$scratch/${nodes[$1]}/patroni.log"
+}
+
+# Waits up to $1 seconds for the cluster to settle. A Patroni that exits while it starts (its
+# REST or PostgreSQL port taken for a moment: all our ports lie in the kernel's ephemeral range,
+# so any outgoing connection may hold one) is started again, at most 5 times per node and
+# 1, 2, 4, 8 then 16 s after it exited, once its log's last lines are shown.
+wait_settled() {
+  local end=$((SECONDS + $1)) i restarts=(0 0 0)
+  while [ "$SECONDS" -lt "$end" ]; do
+    settled && return 0
+    for i in 0 1 2; do
+      live_pid "$scratch/${nodes[$i]}/patroni.pid" >/dev/null && continue
+      if [ "${restarts[$i]}" -ge 5 ]; then
+        echo "Patroni of ${nodes[$i]} exited 6 times while the cluster started" >&2
+        return 1
+      fi
+      echo "Patroni of ${nodes[$i]} exited while the cluster started; starting it again in $((1 << restarts[$i])) s. Its log ended with:" >&2
+      tail -3 "$scratch/${nodes[$i]}/patroni.log" | sed 's/^/  /' >&2 || true
+      sleep $((1 << restarts[$i]))
+      restarts[$i]=$((restarts[$i] + 1))
+      start_patroni "$i"
+    done
+    sleep 0.5
+  done
+  return 1
 }
 
 # Sends signal $1 to every live pid in "$@" and waits up to $2 seconds for them to exit.
