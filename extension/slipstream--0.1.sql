@@ -84,6 +84,12 @@ RETURNS TABLE(primary_name text, buffer integer, stream text, sequence bigint,
               start_lsn pg_lsn, valid_bytes bigint, durable_bytes bigint)
 AS 'MODULE_PATHNAME', 'slipstream_backup_buffers' LANGUAGE C VOLATILE;
 
+CREATE FUNCTION backup_status()
+RETURNS TABLE(serving boolean, address text, standby boolean, held_lsn pg_lsn, replay_lsn pg_lsn,
+              error text)
+AS 'MODULE_PATHNAME', 'slipstream_backup_status' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION backup_status() IS 'this node as a backup: whether and where it serves, the end of the WAL it holds in pg_wal (by which a failover ranks fenced backups), its replay position and last error';
+
 CREATE FUNCTION index_import_status()
 RETURNS TABLE(importing boolean, applied_position bigint, installed_compactions bigint,
               horizon pg_lsn, slot_lsn pg_lsn, promotable boolean, refused_frames bigint,
@@ -103,6 +109,7 @@ COMMENT ON FUNCTION seed_snapshot() IS 'a consistent dump of the engine for seed
 
 CREATE VIEW replication AS SELECT * FROM replication_status();
 CREATE VIEW backup_buffers AS SELECT * FROM backup_buffer_status();
+CREATE VIEW backup AS SELECT * FROM backup_status();
 CREATE VIEW index_import AS SELECT * FROM index_import_status();
 
 DO $$
@@ -110,12 +117,12 @@ DECLARE f text;
 BEGIN
   FOREACH f IN ARRAY ARRAY['serve_backup(text, text, integer, text)', 'stop_serving()',
                            'add_backup(text, text, text, text, text, boolean)', 'drop_backup(text)',
-                           'replication_status()', 'backup_buffer_status()', 'index_import_status()',
+                           'replication_status()', 'backup_buffer_status()', 'backup_status()', 'index_import_status()',
                            'seed_snapshot()', 'promote(integer)'] LOOP
     EXECUTE format('REVOKE ALL ON FUNCTION slipstream.%s FROM PUBLIC', f);
     EXECUTE format('GRANT EXECUTE ON FUNCTION slipstream.%s TO slipstream_admin', f);
   END LOOP;
 END
 $$;
-REVOKE ALL ON replication, backup_buffers, index_import FROM PUBLIC;
-GRANT SELECT ON replication, backup_buffers, index_import TO slipstream_admin;
+REVOKE ALL ON replication, backup_buffers, backup, index_import FROM PUBLIC;
+GRANT SELECT ON replication, backup_buffers, backup, index_import TO slipstream_admin;

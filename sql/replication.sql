@@ -35,8 +35,12 @@ SELECT slipstream.serve_backup('203.0.113.1:0', 's', 4);
 -- and one that works: it listens, holds no buffers yet, and stops
 SELECT slipstream.serve_backup('127.0.0.1:0', 'sekrit', 4, '1MB') LIKE '127.0.0.1:%' AS serving;
 SELECT count(*) AS buffers FROM slipstream.backup_buffers;
+-- a primary that serves holds no WAL of another's: held_lsn stays null
+SELECT serving, address LIKE '127.0.0.1:%' AS address, standby, held_lsn, replay_lsn, error
+  FROM slipstream.backup;
 SELECT slipstream.stop_serving();
 SELECT slipstream.stop_serving();
+SELECT serving, address, held_lsn FROM slipstream.backup;
 
 -- commit modes
 SHOW slipstream.commit_mode;
@@ -82,6 +86,7 @@ SELECT slipstream.add_backup('b2', '127.0.0.1:1', 'tcp', 'sekrit');
 SELECT slipstream.serve_backup('127.0.0.1:0', 'sekrit');
 SELECT * FROM slipstream.replication;
 SELECT * FROM slipstream.backup_buffers;
+SELECT * FROM slipstream.backup;
 RESET ROLE;
 GRANT slipstream_admin TO repl_user;
 SET ROLE repl_user;

@@ -215,11 +215,21 @@ bool ss_backup_server_import_status(SsBackupServer* server, SsImportStatus* stat
   }
 }
 
-void ss_backup_server_stop(SsBackupServer* server) {
+uint64_t ss_backup_server_stop(SsBackupServer* server) {
+  uint64_t wal_end = 0;
+  try {
+    // The server first: it persists the open buffers into the store, which is then settled.
+    server->server.reset();
+    if (server->wal_store != nullptr && server->wal_store->Settle().ok()) {
+      wal_end = server->wal_store->WalEnd();
+    }
+  } catch (...) {
+  }
   try {
     delete server;
   } catch (...) {
   }
+  return wal_end;
 }
 
 int ss_backup_server_buffers(SsBackupServer* server, SsBufferRow* rows, int max) {

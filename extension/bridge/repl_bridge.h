@@ -70,8 +70,11 @@ typedef struct SsImportStatus
 /* Starts serving primaries; *bound gets the address actually listened on. */
 extern bool ss_backup_server_start(const SsBackupServerOptions *options, SsBackupServer **server,
 								   char *bound, size_t bound_size, char *error);
-/* Stops (persisting every open buffer) and frees. */
-extern void ss_backup_server_stop(SsBackupServer *server);
+/*
+ * Stops (persisting every open buffer) and frees; returns the end of the gap-free WAL then
+ * fsynced in pg_wal (0: the server did not write into pg_wal, or could not tell).
+ */
+extern uint64_t ss_backup_server_stop(SsBackupServer *server);
 /* Fills up to `max` rows with the open buffers; returns how many. */
 extern int	ss_backup_server_buffers(SsBackupServer *server, SsBufferRow *rows, int max);
 /* The import's progress (false: this server does not import). */

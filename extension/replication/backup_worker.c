@@ -134,8 +134,12 @@ static SsBackupServer *running_server = NULL;
 static void
 stop_server(SsBackupServer *server)
 {
+	uint64		held;
+
 	running_server = NULL;
-	ss_backup_server_stop(server);
+	held = ss_backup_server_stop(server);
+	if (held > pg_atomic_read_u64(&ss_repl->held_wal_lsn))
+		pg_atomic_write_u64(&ss_repl->held_wal_lsn, held);
 	pg_atomic_write_u32(&ss_repl->importing, 0);
 	/* The last buffers went into pg_wal: replay need not wait for its next look. */
 	if (RecoveryInProgress())
@@ -353,6 +357,8 @@ ss_backup_worker_main(Datum arg)
 		{
 			XLogRecPtr	end = ss_backup_server_wal_end(server);
 
+			if (end > pg_atomic_read_u64(&ss_repl->held_wal_lsn))
+				pg_atomic_write_u64(&ss_repl->held_wal_lsn, end);
 			/* More WAL to replay: without this the startup process looks every 5 s. */
 			if (end > wal_end)
 			{

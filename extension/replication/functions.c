@@ -9,6 +9,7 @@
 #include "replication/repl.h"
 
 #include "access/xlog.h"
+#include "access/xlogrecovery.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -23,6 +24,7 @@ PG_FUNCTION_INFO_V1(slipstream_add_backup);
 PG_FUNCTION_INFO_V1(slipstream_drop_backup);
 PG_FUNCTION_INFO_V1(slipstream_replication_status);
 PG_FUNCTION_INFO_V1(slipstream_backup_buffers);
+PG_FUNCTION_INFO_V1(slipstream_backup_status);
 PG_FUNCTION_INFO_V1(slipstream_promote);
 PG_FUNCTION_INFO_V1(slipstream_index_import_status);
 
@@ -453,6 +455,45 @@ slipstream_index_import_status(PG_FUNCTION_ARGS)
 	values[7] = BoolGetDatum(status.awaiting_seed);
 	values[8] = CStringGetTextDatum(status.error);
 	nulls[8] = status.error[0] == '\0';
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	return (Datum) 0;
+}
+
+/*
+ * This node as a backup, in one row: whether it serves and where, the WAL it holds (the end
+ * of the gap-free WAL it wrote and fsynced into pg_wal: what a promotion replays up to, by
+ * which a failover ranks the candidates once they are fenced), how far replay is, and the
+ * server's last error.
+ */
+Datum
+slipstream_backup_status(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	bool		serving;
+	char		bound[SS_REPL_TEXT];
+	char		error[SS_REPL_ERROR_SIZE];
+	uint64		held = pg_atomic_read_u64(&ss_repl->held_wal_lsn);
+	bool		standby = RecoveryInProgress();
+	Datum		values[6];
+	bool		nulls[6] = {0};
+
+	InitMaterializedSRF(fcinfo, 0);
+	LWLockAcquire(ss_repl->lock, LW_SHARED);
+	serving = ss_repl->serve.serving;
+	strlcpy(bound, ss_repl->serve.bound, sizeof(bound));
+	strlcpy(error, ss_repl->serve.error, sizeof(error));
+	LWLockRelease(ss_repl->lock);
+	values[0] = BoolGetDatum(serving);
+	values[1] = CStringGetTextDatum(bound);
+	nulls[1] = !serving || bound[0] == '\0';
+	values[2] = BoolGetDatum(standby);
+	values[3] = LSNGetDatum(held);
+	nulls[3] = held == 0;
+	if (standby)
+		values[4] = LSNGetDatum(GetXLogReplayRecPtr(NULL));
+	nulls[4] = !standby;
+	values[5] = CStringGetTextDatum(error);
+	nulls[5] = error[0] == '\0';
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	return (Datum) 0;
 }

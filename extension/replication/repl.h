@@ -100,6 +100,7 @@ typedef struct SsReplShared
 	pg_atomic_uint64 index_prev_begin;	/* applied horizon at the last installed L0 begin */
 	pg_atomic_uint64 index_installed_horizon;	/* the horizon the installed levels cover */
 	pg_atomic_uint32 importing;	/* the backup worker imports into the engine */
+	pg_atomic_uint64 held_wal_lsn;	/* a standby backup: the end of the WAL it fsynced */
 	SsImportStatus import;		/* its progress, for the view (under lock) */
 	/* Per PGPROC: the WAL position a committing backend waits for (0: not waiting). */
 	pg_atomic_uint64 waiting[FLEXIBLE_ARRAY_MEMBER];

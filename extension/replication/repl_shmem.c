@@ -232,6 +232,7 @@ ss_repl_shmem_startup(void)
 		pg_atomic_init_u64(&ss_repl->index_prev_begin, 0);
 		pg_atomic_init_u64(&ss_repl->index_installed_horizon, 0);
 		pg_atomic_init_u32(&ss_repl->importing, 0);
+		pg_atomic_init_u64(&ss_repl->held_wal_lsn, 0);
 		load_config();
 		ss_repl_count_index_backups();
 	}
