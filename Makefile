@@ -88,7 +88,7 @@ test-pg: install
 	tests/pg_replication_backup_test.sh /tmp/slipstream-replication-backup 55650 tcp
 	tests/pg_standby_test.sh /tmp/slipstream-standby 55660
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-tcp 55700 12 tcp remote_memory
-	tests/pg_takeover_test.sh /tmp/slipstream-takeover-shm 55720 6 shm remote_memory
+	TAKEOVER_BY=script tests/pg_takeover_test.sh /tmp/slipstream-takeover-shm 55720 6 shm remote_memory
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-deferred 55760 4 shm remote_memory deferred
 	tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3
 	tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3 tailwind

@@ -19,6 +19,9 @@
 # takeover replays the WAL from the backup's last imported horizon. Before the first round a
 # backup is also SIGKILLed in the middle of the primary's compactions, and must recover,
 # catch up and import on.
+# With TAKEOVER_BY=script the takeover is scripts/failover.sh, as a user without Patroni runs
+# it: it fences both backups, promotes the one holding the most WAL, and seeds the other and
+# the killed primary again as the new primary's backups (the checks are the same).
 #   tests/pg_takeover_test.sh [scratch dir] [base port] [rounds] [transport] [commit mode]
 #                             [replay: continuous | deferred] [shipping: build_index | send_index]
 set -euo pipefail
@@ -31,6 +34,11 @@ mode=${5:-remote_memory}
 replay=${6:-continuous}
 shipping=${7:-build_index}
 clients=3
+takeover_by=${TAKEOVER_BY:-promote}
+case "$takeover_by" in
+  promote|script) ;;
+  *) echo "pg_takeover_test.sh: TAKEOVER_BY is promote or script, not $takeover_by" >&2; exit 2 ;;
+esac
 secret="takeover-test-$RANDOM$RANDOM"
 pg="$root/scripts/pg_cluster.sh"
 nodes=("$scratch/n0" "$scratch/n1" "$scratch/n2")
@@ -43,6 +51,7 @@ sql() { local n=$1; shift; "$pg" psql "${nodes[$n]}" -qAt "$@"; }
 rm -rf "$scratch"
 mkdir -p "$scratch"
 [ "$(id -u)" = 0 ] && chown postgres: "$scratch"
+(umask 077; echo "$secret" >"$scratch/secret")  # for scripts/failover.sh
 trap 'for d in "${nodes[@]}"; do "$pg" stop "$d" immediate >/dev/null 2>&1 || true; done' EXIT
 
 # Seeds node $2 as a backup of node $1 (running), starts it and makes it serve.
@@ -219,11 +228,32 @@ for round in $(seq 1 "$rounds"); do
   for p in "${pids[@]}"; do wait "$p" || true; done
   for c in $(seq 1 "$clients"); do sed -n 's/^ACK //p' "$scratch/client$c.out" >>"$acked"; done
 
-  # Take over on one of the two backups, at random.
   backups=()
   for n in 0 1 2; do [ "$n" != "$primary" ] && backups+=("$n"); done
-  new=${backups[$((RANDOM % 2))]}
-  sql "$new" -c "SELECT slipstream.promote(60)" >/dev/null
+  if [ "$takeover_by" = script ]; then
+    # scripts/failover.sh: fence, promote the most advanced backup, seed the two others again.
+    args=()
+    for n in "${backups[@]}"; do
+      args+=(--backup "n$n" --conn "host=${nodes[$n]}/sock port=$(port_of "$n") user=postgres dbname=postgres"
+             --serve "127.0.0.1:$(serve_port_of "$n")" --datadir "${nodes[$n]}/data")
+    done
+    args+=(--old-primary "n$primary" --serve "127.0.0.1:$(serve_port_of "$primary")"
+           --datadir "${nodes[$primary]}/data")
+    [ "$shipping" = send_index ] && args+=(--lz4)
+    if ! "$root/scripts/failover.sh" --secret-file "$scratch/secret" --transport "$transport" \
+        --buffers 8 --buffer-size 1MB "${args[@]}" >"$scratch/failover.out" 2>&1; then
+      cat "$scratch/failover.out" >&2
+      echo "round $round: scripts/failover.sh failed" >&2
+      exit 1
+    fi
+    new=$(sed -n 's/^promoted n\([0-9]\) at .*/\1/p' "$scratch/failover.out")
+    [ -n "$new" ] || { cat "$scratch/failover.out" >&2; exit 1; }
+    sed 's/^/  failover.sh: /' "$scratch/failover.out"
+  else
+    # Take over on one of the two backups, at random.
+    new=${backups[$((RANDOM % 2))]}
+    sql "$new" -c "SELECT slipstream.promote(60)" >/dev/null
+  fi
   sql "$new" -c "SELECT client || ' ' || seq FROM ledger" | sort >"$scratch/ledger"
   sql "$new" -c "SELECT client || ' ' || seq FROM audit" | sort >"$scratch/audit"
   sort "$acked" >"$scratch/acked.sorted"
@@ -247,7 +277,7 @@ for round in $(seq 1 "$rounds"); do
 
   # The backup that did not take over still replays the old timeline: the new primary's
   # hello (timeline 2 and up) is refused until it is seeded again.
-  if [ "$round" = 1 ]; then
+  if [ "$round" = 1 ] && [ "$takeover_by" = promote ]; then
     for n in 0 1 2; do [ "$n" != "$primary" ] && [ "$n" != "$new" ] && other=$n; done
     sql "$new" -c "SELECT slipstream.add_backup('n$other', '127.0.0.1:$(serve_port_of "$other")', '$transport', '$secret')" >/dev/null
     refused=0
@@ -268,11 +298,13 @@ for round in $(seq 1 "$rounds"); do
   others=()
   for n in 0 1 2; do
     [ "$n" = "$primary" ] && continue
-    seed_backup "$primary" "$n"
-    add_backup "$primary" "$n"
+    if [ "$takeover_by" = promote ]; then
+      seed_backup "$primary" "$n"
+      add_backup "$primary" "$n"
+    fi
     others+=("$n")
   done
   wait_promotable "$primary" "${others[@]}"
 done
 [ "$(wc -l <"$acked")" -ge 10 ] || { echo "too few commits were acknowledged" >&2; exit 1; }
-echo "takeover test ($transport, $mode, $replay replay, $shipping, $rounds rounds) passed"
+echo "takeover test ($transport, $mode, $replay replay, $shipping, $rounds rounds, takeover by $takeover_by) passed"
