@@ -93,7 +93,8 @@ COMMENT ON FUNCTION backup_status() IS 'this node as a backup: whether and where
 CREATE FUNCTION index_import_status()
 RETURNS TABLE(importing boolean, applied_position bigint, installed_compactions bigint,
               horizon pg_lsn, slot_lsn pg_lsn, promotable boolean, refused_frames bigint,
-              awaiting_seed boolean, error text)
+              awaiting_seed boolean, error text, segments_imported bigint,
+              segment_bytes bigint, rewrite_ms double precision)
 AS 'MODULE_PATHNAME', 'slipstream_index_import_status' LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION index_import_status() IS 'on a backup that imports its primary''s levels: how far it has imported, and whether it can take over';
 

@@ -75,7 +75,11 @@ done
   fail "never promotable: $(b_sql -c 'SELECT * FROM slipstream.index_import')"
 [ "$(p_sql -c "SELECT index_seeds > 0 AND index_installs > 0 FROM slipstream.replication")" = t ] ||
   fail "no seed or install counted: $(p_sql -c 'SELECT * FROM slipstream.replication')"
-echo "ok: the backup imported the levels ($(b_sql -c "SELECT installed_compactions || ' installs, horizon ' || horizon FROM slipstream.index_import"))"
+# The view counts what was imported and the time its rewriting took.
+[ "$(b_sql -c "SELECT segments_imported > 0 AND segment_bytes >= segments_imported * 4096 AND rewrite_ms > 0
+               FROM slipstream.index_import")" = t ] ||
+  fail "the import's segment counters do not move: $(b_sql -c 'SELECT * FROM slipstream.index_import')"
+echo "ok: the backup imported the levels ($(b_sql -c "SELECT installed_compactions || ' installs, ' || segments_imported || ' segments (' || pg_size_pretty(segment_bytes) || ') rewritten in ' || round(rewrite_ms::numeric, 1) || ' ms, horizon ' || horizon FROM slipstream.index_import"))"
 
 # On the backup: reads refused with a hint, the imported levels verified.
 out=$(b_sql -c "SELECT count(*) FROM kept" 2>&1 || true)

@@ -202,13 +202,16 @@ bool ss_backup_server_start(const SsBackupServerOptions* options, SsBackupServer
 bool ss_backup_server_import_status(SsBackupServer* server, SsImportStatus* status) {
   try {
     if (server->index_store == nullptr) return false;
-    status->applied_end = server->index_store->applied_end();
-    status->installed = server->index_store->installed();
-    status->horizon = server->index_store->horizon();
-    status->refused = server->index_store->refused();
-    status->awaiting_seed = server->index_store->awaiting_seed();
-    repl::Status s = server->index_store->import_error();
-    SetError(status->error, s.ok() ? std::string() : s.ToString());
+    repl::ImportProgress p = server->index_store->Progress();
+    status->applied_end = p.applied_end;
+    status->installed = p.installed;
+    status->horizon = p.horizon;
+    status->refused = p.refused;
+    status->awaiting_seed = p.awaiting_seed;
+    status->segments = p.segments;
+    status->segment_bytes = p.segment_bytes;
+    status->rewrite_nanos = p.rewrite_nanos;
+    SetError(status->error, p.error.ok() ? std::string() : p.error.ToString());
     return true;
   } catch (...) {
     return false;

@@ -64,6 +64,9 @@ typedef struct SsImportStatus
 	uint64_t	horizon;		/* WAL below which the installed levels hold every change */
 	uint64_t	refused;		/* frames refused since the server started */
 	bool		awaiting_seed;	/* after a refused frame: until the primary's next seed */
+	uint64_t	segments;		/* segments imported since the server started */
+	uint64_t	segment_bytes;	/* their bytes, uncompressed */
+	uint64_t	rewrite_nanos;	/* time spent rewriting and writing them */
 	char		error[SS_REPL_ERROR_SIZE];	/* the last refusal ("" if none) */
 } SsImportStatus;
 

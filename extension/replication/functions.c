@@ -433,8 +433,8 @@ slipstream_index_import_status(PG_FUNCTION_ARGS)
 	SsImportStatus status;
 	bool		importing;
 	XLogRecPtr	slot = ss_slot_horizon();
-	Datum		values[9];
-	bool		nulls[9] = {0};
+	Datum		values[12];
+	bool		nulls[12] = {0};
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (!ss_engine_imports() || !RecoveryInProgress())
@@ -455,6 +455,9 @@ slipstream_index_import_status(PG_FUNCTION_ARGS)
 	values[7] = BoolGetDatum(status.awaiting_seed);
 	values[8] = CStringGetTextDatum(status.error);
 	nulls[8] = status.error[0] == '\0';
+	values[9] = Int64GetDatum((int64) status.segments);
+	values[10] = Int64GetDatum((int64) status.segment_bytes);
+	values[11] = Float8GetDatum((double) status.rewrite_nanos / 1e6);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	return (Datum) 0;
 }

@@ -4,6 +4,7 @@
 #include <lz4.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -431,6 +432,34 @@ Status IndexApplier::Apply(uint32_t type, std::string_view payload, uint64_t fra
 }
 
 // Decodes one event frame and makes the replica engine import it.
+Status IndexApplier::ImportSegment(const engine::CompactionSegmentEvent& event) {
+  auto start = std::chrono::steady_clock::now();
+  Status s = FromEngine(replica_->ImportSegment(event));
+  rewrite_nanos_ += uint64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count());
+  if (s.ok()) {
+    segments_++;
+    segment_bytes_ += event.bytes.size();
+  }
+  return s;
+}
+
+ImportProgress IndexApplier::Progress() const {
+  ImportProgress p;
+  p.applied_end = end_;
+  p.frames = frames_;
+  p.installed = installed_;
+  p.horizon = horizon_;
+  p.refused = failures_;
+  p.awaiting_seed = lost_;
+  p.error = error_;
+  p.segments = segments_;
+  p.segment_bytes = segment_bytes_;
+  p.rewrite_nanos = rewrite_nanos_;
+  return p;
+}
+
 Status IndexApplier::ApplyEvent(uint32_t type, std::string_view payload, uint64_t frame_end) {
   Reader r(payload);
   switch (FrameType(type)) {
@@ -466,7 +495,7 @@ Status IndexApplier::ApplyEvent(uint32_t type, std::string_view payload, uint64_
       e.segment = r.Get<uint32_t>();
       e.bytes = r.Blob();
       if (!r.Done()) break;
-      return FromEngine(replica_->ImportSegment(e));
+      return ImportSegment(e);
     }
     case FrameType::kSegmentLz4: {
       engine::CompactionSegmentEvent e{};
@@ -484,7 +513,7 @@ Status IndexApplier::ApplyEvent(uint32_t type, std::string_view payload, uint64_
             "a compressed segment frame does not decompress to its size");
       }
       e.bytes = raw;
-      return FromEngine(replica_->ImportSegment(e));
+      return ImportSegment(e);
     }
     case FrameType::kInstalled: {
       engine::CompactionInstalledEvent e;
@@ -660,34 +689,9 @@ Status IndexStore::PruneInstalled(const std::vector<SegmentId>& open, PruneStats
                     removed);
 }
 
-uint64_t IndexStore::applied_end() {
+ImportProgress IndexStore::Progress() {
   std::lock_guard<std::mutex> lock(mu_);
-  return applier_.end();
-}
-
-uint64_t IndexStore::horizon() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return applier_.horizon();
-}
-
-uint64_t IndexStore::installed() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return applier_.installed();
-}
-
-Status IndexStore::import_error() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return applier_.error();
-}
-
-uint64_t IndexStore::refused() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return applier_.failures();
-}
-
-bool IndexStore::awaiting_seed() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return applier_.lost();
+  return applier_.Progress();
 }
 
 }  // namespace slipstream::replication

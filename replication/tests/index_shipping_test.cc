@@ -190,17 +190,23 @@ TEST_P(IndexShipping, TheReplicaInstallsEveryCompactionAndEqualsThePrimary) {
     Status f = shipper.Flush(1, 10000, &durable);
     ASSERT_TRUE(f.ok()) << f.ToString();
     ASSERT_EQ(durable, shipper.end());
-    ASSERT_TRUE(store.import_error().ok()) << store.import_error().ToString();
-    ASSERT_EQ(store.applied_end(), shipper.end());
-    EXPECT_EQ(store.horizon(), uint64_t(0x1000 + round));
+    ASSERT_TRUE(store.Progress().error.ok()) << store.Progress().error.ToString();
+    ASSERT_EQ(store.Progress().applied_end, shipper.end());
+    EXPECT_EQ(store.Progress().horizon, uint64_t(0x1000 + round));
     ASSERT_TRUE(replica->LookupKeyspace(9, &replica_ks).ok());
     ASSERT_EQ(replica_ks, ks);
     ASSERT_TRUE(Contents(replica.handle.get(), replica_ks) == model) << "round " << round;
     engine::Status v = replica->Verify();
     ASSERT_TRUE(v.ok()) << v.ToString();
   }
-  EXPECT_GE(store.installed(), 5u);
-  EXPECT_EQ(replica->GetStats().compactions, store.installed());
+  ImportProgress progress = store.Progress();
+  EXPECT_GE(progress.installed, 5u);
+  EXPECT_EQ(replica->GetStats().compactions, progress.installed);
+  // Every install brought segments, whose rewrite was timed.
+  EXPECT_GE(progress.segments, progress.installed);
+  EXPECT_GE(progress.segment_bytes, progress.segments * 4096);
+  EXPECT_GT(progress.rewrite_nanos, 0u);
+  EXPECT_GE(progress.frames, progress.segments);
   // A primary that connects again learns where the backup's copy of the index stream ends.
   // (The backup may still be closing the old session a moment: the connect is retried.)
   link.reset();
@@ -276,14 +282,14 @@ TEST_P(IndexShipping, AReplicaRestartedInTheMiddleOfACompactionRecoversFromItsIm
   {
     IndexStore store(images.path(), replica.handle.get(), "p1", 0);
     ASSERT_NO_FATAL_FAILURE(ship(&store, 0, installed_end, 1));
-    ASSERT_TRUE(store.import_error().ok()) << store.import_error().ToString();
+    ASSERT_TRUE(store.Progress().error.ok()) << store.Progress().error.ToString();
     ASSERT_EQ(replica->ImportResumePosition(), installed_end);
     // The next round reaches the replica halfway (in the middle of a frame), then it dies.
     round(100000);
     size_t half = installed_end + (stream.size() - installed_end) / 2 + 7;
     ASSERT_NO_FATAL_FAILURE(ship(&store, installed_end, half, 100));
-    ASSERT_TRUE(store.import_error().ok()) << store.import_error().ToString();
-    ASSERT_GT(store.applied_end(), installed_end);
+    ASSERT_TRUE(store.Progress().error.ok()) << store.Progress().error.ToString();
+    ASSERT_GT(store.Progress().applied_end, installed_end);
     // The images of what is installed can go: the restart below must not need them.
     PruneStats removed;
     ASSERT_TRUE(store.PruneInstalled({}, &removed).ok());
@@ -295,9 +301,9 @@ TEST_P(IndexShipping, AReplicaRestartedInTheMiddleOfACompactionRecoversFromItsIm
   IndexStore store(images.path(), replica.handle.get(), "p1", 0);
   Status r = store.Recover();
   ASSERT_TRUE(r.ok()) << r.ToString();
-  EXPECT_EQ(store.applied_end(), half) << "the kept images were not fed again";
+  EXPECT_EQ(store.Progress().applied_end, half) << "the kept images were not fed again";
   ASSERT_NO_FATAL_FAILURE(ship(&store, half, stream.size(), 200));
-  ASSERT_TRUE(store.import_error().ok()) << store.import_error().ToString();
+  ASSERT_TRUE(store.Progress().error.ok()) << store.Progress().error.ToString();
   EXPECT_TRUE(Contents(replica.handle.get(), replica_ks) == model);
   engine::Status v = replica->Verify();
   EXPECT_TRUE(v.ok()) << v.ToString();

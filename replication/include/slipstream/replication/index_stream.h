@@ -68,6 +68,20 @@ class IndexEventEncoder : public engine::EngineObserver {
   bool lz4_;
 };
 
+// How far a replica's import has got, as IndexStore::Progress reports it.
+struct ImportProgress {
+  uint64_t applied_end = 0;    // stream position applied up to
+  uint64_t frames = 0;         // frames applied
+  uint64_t installed = 0;      // compactions installed
+  uint64_t horizon = 0;        // the highest WAL horizon the stream declared (0: none yet)
+  uint64_t refused = 0;        // frames refused so far
+  bool awaiting_seed = false;  // skipping the stream until the primary's next seed
+  Status error;                // the last refusal (OK if none)
+  uint64_t segments = 0;       // segments imported (index, bloom, medium runs)
+  uint64_t segment_bytes = 0;  // their bytes, uncompressed
+  uint64_t rewrite_nanos = 0;  // time spent rewriting and writing them (Engine::ImportSegment)
+};
+
 // Reassembles the stream from records that may split frames, and applies each whole frame to
 // a replica engine. Records are taken in stream order; one below the applied end (a buffer
 // persisted again) is skipped, one beyond it is held until the gap is filled.
@@ -111,6 +125,8 @@ class IndexApplier {
   const Status& error() const { return error_; }
   uint64_t failures() const { return failures_; }
   bool lost() const { return lost_; }
+  // Everything above, with the segments imported and the time their rewriting took.
+  ImportProgress Progress() const;
 
  private:
   Status TakeRecord(uint64_t position, std::string_view bytes);
@@ -118,6 +134,8 @@ class IndexApplier {
   Status Drain(std::string_view data, uint64_t base, size_t* used);
   Status Apply(uint32_t type, std::string_view payload, uint64_t frame_end);
   Status ApplyEvent(uint32_t type, std::string_view payload, uint64_t frame_end);
+  // Imports one segment into the replica, counting it and the time its rewrite takes.
+  Status ImportSegment(const engine::CompactionSegmentEvent& event);
 
   engine::Engine* replica_;
   uint64_t end_;
@@ -133,6 +151,9 @@ class IndexApplier {
   bool awaiting_seed_;
   uint64_t max_payload_;          // a segment and a frame's fields, with room
   uint64_t open_compaction_ = 0;  // begun and not yet ended: abandoned if a frame fails
+  uint64_t segments_ = 0;
+  uint64_t segment_bytes_ = 0;
+  uint64_t rewrite_nanos_ = 0;
 };
 
 // A backup's store when it keeps a Send-Index replica: every stream's images are kept as
@@ -171,12 +192,7 @@ class IndexStore : public FileBackupStore {
   Status PruneInstalled(const std::vector<SegmentId>& open, PruneStats* removed);
 
   // The applier's state, read under the store's lock.
-  uint64_t applied_end();
-  uint64_t installed();
-  uint64_t horizon();
-  Status import_error();
-  uint64_t refused();    // frames refused so far
-  bool awaiting_seed();  // skipping the stream until the primary's next seed
+  ImportProgress Progress();
 
  private:
   engine::Engine* replica_;
