@@ -114,6 +114,14 @@ class Reader {
   bool bad_ = false;
 };
 
+// Reads the fields a segment frame starts with (compressed or not) into `e`.
+void ReadSegmentHead(Reader* r, engine::CompactionSegmentEvent* e) {
+  e->compaction = r->Get<uint64_t>();
+  e->dest_level = r->Get<uint32_t>();
+  e->kind = engine::CompactionSegmentKind(r->Get<uint8_t>());
+  e->segment = r->Get<uint32_t>();
+}
+
 Status FromEngine(const engine::Status& s) {
   if (s.ok()) return Status::OK();
   return Status::InvalidArgument("the replica's engine refused an import: " + s.ToString());
@@ -187,10 +195,7 @@ std::string CompressSegmentFrame(std::string_view frame) {
   }
   Reader r(frame.substr(kFrameHeader, length));
   engine::CompactionSegmentEvent e{};
-  e.compaction = r.Get<uint64_t>();
-  e.dest_level = r.Get<uint32_t>();
-  e.kind = engine::CompactionSegmentKind(r.Get<uint8_t>());
-  e.segment = r.Get<uint32_t>();
+  ReadSegmentHead(&r, &e);
   e.bytes = r.Blob();
   if (!r.Done()) return std::string(frame);
   return EncodeCompactionSegmentLz4(e);
@@ -489,20 +494,14 @@ Status IndexApplier::ApplyEvent(uint32_t type, std::string_view payload, uint64_
     }
     case FrameType::kSegment: {
       engine::CompactionSegmentEvent e{};
-      e.compaction = r.Get<uint64_t>();
-      e.dest_level = r.Get<uint32_t>();
-      e.kind = engine::CompactionSegmentKind(r.Get<uint8_t>());
-      e.segment = r.Get<uint32_t>();
+      ReadSegmentHead(&r, &e);
       e.bytes = r.Blob();
       if (!r.Done()) break;
       return ImportSegment(e);
     }
     case FrameType::kSegmentLz4: {
       engine::CompactionSegmentEvent e{};
-      e.compaction = r.Get<uint64_t>();
-      e.dest_level = r.Get<uint32_t>();
-      e.kind = engine::CompactionSegmentKind(r.Get<uint8_t>());
-      e.segment = r.Get<uint32_t>();
+      ReadSegmentHead(&r, &e);
       uint32_t raw_size = r.Get<uint32_t>();
       std::string_view packed = r.Blob();
       if (!r.Done() || raw_size > max_payload_) break;
