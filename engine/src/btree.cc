@@ -1,6 +1,8 @@
 // B+-tree building and reading.
 #include "btree.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "coding.h"
@@ -51,6 +53,17 @@ Status TreeBuilder::FlushLeaf() {
   return Status::OK();
 }
 
+uint64_t EntryBytes(const LeafEntry& e) {
+  switch (e.kind) {
+    case ValueKind::kTombstone:
+      return e.key.size();
+    case ValueKind::kInline:
+      return e.key.size() + e.inline_value.size();
+    default:
+      return e.key.size() + e.ptr.value_size;
+  }
+}
+
 // Classifies the entry for the level's statistics and appends it to the current leaf.
 Status TreeBuilder::Add(const LeafEntry& e) {
   if (entries_ > 0 && e.key.compare(last_key_) <= 0) {
@@ -68,13 +81,11 @@ Status TreeBuilder::Add(const LeafEntry& e) {
   bloom_.AddHash(HashKey(e.key));
   entries_++;
   stats_.entries++;
+  uint64_t total = EntryBytes(e);
+  stats_.bytes += total;
   if (e.kind == ValueKind::kTombstone) {
     stats_.tombstones++;
-    stats_.bytes += e.key.size();
   } else {
-    uint64_t value_size = e.kind == ValueKind::kInline ? e.inline_value.size() : e.ptr.value_size;
-    uint64_t total = e.key.size() + value_size;
-    stats_.bytes += total;
     if (total < shape_.small_threshold) {
       stats_.small_entries++;
     } else if (total < shape_.large_threshold) {
@@ -227,6 +238,210 @@ Status TreeGet(const TreeContext& ctx, const LevelDesc& desc, std::string_view i
   s = node.Leaf(i, entry);
   if (s.ok() && entry->key == ikey) *found = true;
   return s;
+}
+
+namespace {
+
+// Leaves sampled inside a range besides the two at its ends.
+constexpr int kSampledLeaves = 16;
+
+// A tree's layout as its outer paths show it, counted in leaves. The builder fills every node
+// but the last of its layer before starting the next, so only the nodes on the right edge may
+// be partly filled: the subtree under any other child is full, and holds full[h] leaves if its
+// root has height h, taking every full node of a height to have as many children as the
+// leftmost one (the fanout varies only with the length of the keys).
+struct TreeOutline {
+  std::vector<double> full;  // full[0] = 1
+  double leaves = 0;         // in the whole tree
+  DevPtr last_leaf;
+};
+
+// What part of one leaf a key range takes: the bytes of its entries there, and their share of
+// the leaf (by the space they take in the node).
+struct LeafShare {
+  double bytes = 0;
+  double leaves = 0;
+};
+
+// A leaf reached by a descent, and its number in the outline's model.
+struct LeafAt {
+  DevPtr ptr;
+  NodeView node;
+  double number = 0;
+};
+
+// Opens the node at `p` that a descent expects at `height`. The check makes every descent end
+// after desc.height steps, whatever the pointers say.
+Status OpenAtHeight(const TreeContext& ctx, const LevelDesc& desc, DevPtr p, uint32_t height,
+                    NodeView* node) {
+  Status s = ctx.OpenNode(p, desc.tree_id, node);
+  if (s.ok() && node->height() != height) {
+    return Status::Corruption("node height does not match its depth");
+  }
+  return s;
+}
+
+// The child counts of the nodes on the tree's leftmost or rightmost path, by height, and the
+// leaf the path ends at.
+Status OuterPath(const TreeContext& ctx, const LevelDesc& desc, bool rightmost,
+                 std::vector<int>* counts, DevPtr* leaf) {
+  counts->assign(size_t(desc.height) + 1, 0);
+  DevPtr p = desc.root;
+  for (uint32_t height = desc.height;; height--) {
+    NodeView node;
+    Status s = OpenAtHeight(ctx, desc, p, height, &node);
+    if (!s.ok()) return s;
+    (*counts)[height] = node.count();
+    if (node.is_leaf()) {  // at height 0 (NodeView::Open checks)
+      *leaf = p;
+      return Status::OK();
+    }
+    std::string_view key;
+    s = node.Index(rightmost ? node.count() - 1 : 0, &key, &p);
+    if (!s.ok()) return s;
+  }
+}
+
+// Reads both outer paths. Below the root every layer has at least two nodes (the builder stops
+// at a layer of one), so the leftmost node of each is full.
+Status ReadOutline(const TreeContext& ctx, const LevelDesc& desc, TreeOutline* outline) {
+  std::vector<int> left, right;
+  DevPtr first_leaf;
+  Status s = OuterPath(ctx, desc, false, &left, &first_leaf);
+  if (s.ok()) s = OuterPath(ctx, desc, true, &right, &outline->last_leaf);
+  if (!s.ok()) return s;
+  outline->full.assign(size_t(desc.height) + 1, 1.0);
+  for (uint32_t h = 1; h < desc.height; h++) outline->full[h] = left[h] * outline->full[h - 1];
+  double edge = 1;  // leaves under the rightmost node of height h
+  for (uint32_t h = 1; h <= desc.height; h++) edge += (right[h] - 1) * outline->full[h - 1];
+  outline->leaves = edge;
+  return Status::OK();
+}
+
+// Descends to the leaf holding the first entry >= key the way TreeIterator::Seek does, adding
+// up the leaves under the children passed on the left.
+Status LocateKey(const TreeContext& ctx, const LevelDesc& desc, const TreeOutline& outline,
+                 std::string_view key, LeafAt* leaf) {
+  DevPtr p = desc.root;
+  double number = 0;
+  for (uint32_t height = desc.height;; height--) {
+    NodeView node;
+    Status s = OpenAtHeight(ctx, desc, p, height, &node);
+    if (!s.ok() || node.is_leaf()) {
+      *leaf = LeafAt{p, node, number};
+      return s;
+    }
+    int i;
+    s = node.LowerBound(key, &i);
+    if (!s.ok()) return s;
+    std::string_view first;
+    if (i < node.count()) {
+      s = node.KeyAt(i, &first);
+      if (!s.ok()) return s;
+    }
+    if (i == node.count() || first != key) i = i > 0 ? i - 1 : 0;
+    s = node.Index(i, &first, &p);
+    if (!s.ok()) return s;
+    number += i * outline.full[height - 1];
+  }
+}
+
+// Descends to the leaf the outline numbers `number` (or the nearest one a node has).
+Status LocateLeaf(const TreeContext& ctx, const LevelDesc& desc, const TreeOutline& outline,
+                  double number, LeafAt* leaf) {
+  DevPtr p = desc.root;
+  double base = 0;
+  for (uint32_t height = desc.height;; height--) {
+    NodeView node;
+    Status s = OpenAtHeight(ctx, desc, p, height, &node);
+    if (!s.ok() || node.is_leaf()) {
+      *leaf = LeafAt{p, node, base};
+      return s;
+    }
+    double child = std::floor((number - base) / outline.full[height - 1]);
+    int i = int(std::clamp(child, 0.0, double(node.count() - 1)));
+    std::string_view key;
+    s = node.Index(i, &key, &p);
+    if (!s.ok()) return s;
+    base += i * outline.full[height - 1];
+  }
+}
+
+// The share of the leaf that its entries in [start, end) take. The tree's last leaf may be
+// partly filled, so its share is of a full node's space instead of its own.
+Status ShareOf(const TreeContext& ctx, const TreeOutline& outline, const LeafAt& leaf,
+               std::string_view start, std::string_view end, LeafShare* share) {
+  double space = 0, covered = 0;
+  *share = LeafShare{};
+  for (int i = 0; i < leaf.node.count(); i++) {
+    LeafEntry e;
+    Status s = leaf.node.Leaf(i, &e);
+    if (!s.ok()) return s;
+    double entry_space = double(NodeBuilder::LeafEntrySize(e) + 2);  // and its offset
+    space += entry_space;
+    if (e.key >= start && e.key < end) {
+      covered += entry_space;
+      share->bytes += double(EntryBytes(e));
+    }
+  }
+  if (leaf.ptr == outline.last_leaf)
+    space = std::max(space, double(ctx.node_size - kNodeHeaderSize));
+  share->leaves = covered / space;
+  return Status::OK();
+}
+
+}  // namespace
+
+// The leaves the range spans (from where the descents to its ends land in the outline's model),
+// times the bytes a leaf of the range holds, sampled from the range's own leaves rather than
+// taken as the tree's average: keyspaces sharing a tree differ, a leaf of pointers to values in
+// the logs standing for far more bytes than a leaf of small inline values. The leaves at the
+// ends and a few spread between them are read; a range of few leaves is read whole.
+Status TreeRangeBytes(const TreeContext& ctx, const LevelDesc& desc, std::string_view start,
+                      std::string_view end, double* bytes) {
+  *bytes = 0;
+  if (desc.tree_id == 0 || start >= end) return Status::OK();
+  TreeOutline outline;
+  LeafAt first, last;
+  Status s = ReadOutline(ctx, desc, &outline);
+  if (s.ok()) s = LocateKey(ctx, desc, outline, start, &first);
+  if (s.ok()) s = LocateKey(ctx, desc, outline, end, &last);
+  LeafShare before_start, before_end;
+  if (s.ok()) s = ShareOf(ctx, outline, first, std::string_view(), start, &before_start);
+  if (s.ok()) s = ShareOf(ctx, outline, last, std::string_view(), end, &before_end);
+  if (!s.ok()) return s;
+  double span = (last.number + before_end.leaves) - (first.number + before_start.leaves);
+  if (span <= 0) return Status::OK();
+
+  LeafShare sampled;
+  std::vector<DevPtr> seen;
+  auto sample = [&](const LeafAt& leaf) {
+    for (const DevPtr& p : seen) {
+      if (p == leaf.ptr) return Status::OK();
+    }
+    seen.push_back(leaf.ptr);
+    LeafShare share;
+    Status st = ShareOf(ctx, outline, leaf, start, end, &share);
+    sampled.bytes += share.bytes;
+    sampled.leaves += share.leaves;
+    return st;
+  };
+  s = sample(first);
+  if (s.ok()) s = sample(last);
+  double between = last.number - first.number - 1;  // leaves strictly between the two
+  int count = int(std::clamp(between, 0.0, double(kSampledLeaves)));
+  for (int j = 0; s.ok() && j < count; j++) {
+    LeafAt leaf;
+    s = LocateLeaf(ctx, desc, outline, first.number + 1 + std::floor((j + 0.5) * between / count),
+                   &leaf);
+    if (s.ok()) s = sample(leaf);
+  }
+  if (!s.ok()) return s;
+  double rest = std::max(0.0, span - sampled.leaves);
+  double per_leaf =
+      sampled.leaves > 0 ? sampled.bytes / sampled.leaves : double(desc.bytes) / outline.leaves;
+  *bytes = sampled.bytes + rest * per_leaf;
+  return Status::OK();
 }
 
 void TreeIterator::Fail(const Status& s) {

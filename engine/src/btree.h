@@ -81,6 +81,18 @@ struct TreeContext {
   Status OpenNode(DevPtr p, uint32_t tree_id, NodeView* node) const;
 };
 
+// The bytes an entry adds to its level's LevelDesc::bytes: its key and its value wherever the
+// value is stored (a tombstone: its key alone).
+uint64_t EntryBytes(const LeafEntry& e);
+
+// An estimate of the bytes (as LevelDesc::bytes counts them) of the tree's entries in
+// [start, end), from a few descents of O(height) node reads each: those to start and end give
+// how many leaves the range spans, and the range's entries in the leaves they reach and in a
+// few leaves between give how many bytes such a leaf holds (a range of few leaves is read
+// whole). Corruption if a node on the way is damaged.
+Status TreeRangeBytes(const TreeContext& ctx, const LevelDesc& desc, std::string_view start,
+                      std::string_view end, double* bytes);
+
 // Tests the level's bloom filter; true when the key may be present.
 bool TreeMayContain(const TreeContext& ctx, const LevelDesc& desc, uint64_t hash);
 

@@ -82,6 +82,7 @@ class EngineImpl final : public Engine {
   Status CompactAll() override;
   Status RunGC() override;
   Stats GetStats() override;
+  Status ApproximateSize(KeyspaceId ks, uint64_t* bytes) override;
   Status Verify() override;
   const Options& options() const override { return options_; }
 

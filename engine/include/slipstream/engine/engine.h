@@ -118,6 +118,16 @@ class Engine {
 
   virtual Stats GetStats() = 0;
 
+  // An estimate of the bytes keyspace `ks` holds: keys (with their 4-byte keyspace prefix) and
+  // values (medium and large values counted at their size, wherever they are stored) of every
+  // version in the memtables and levels, tombstones by their keys. Memtables are walked over the
+  // keyspace's range and counted exactly. Each level costs a few descents of its tree, O(height)
+  // node reads each: those to the two ends of the keyspace's range give how many leaves it
+  // spans, and its entries in up to 18 of those leaves (both ends and 16 spread between) give
+  // how many bytes such a leaf holds; a keyspace of few leaves is counted exactly.
+  // InvalidArgument if `ks` is not live; Corruption if a tree is damaged.
+  virtual Status ApproximateSize(KeyspaceId ks, uint64_t* bytes) = 0;
+
   // Checks ordering in every B+-tree, segment accounting and that every pointer lands in an
   // allocated segment of the right kind. Returns Corruption with a description otherwise.
   virtual Status Verify() = 0;
