@@ -84,7 +84,13 @@ done
 [ "$(p_sql -c "SELECT placed_lsn >= '$target' FROM slipstream.replication WHERE name = 'b2'")" = t ] ||
   { echo "b2 did not catch up" >&2; exit 1; }
 echo "b2 reconnected and caught up to $target"
-for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+# The clients' psql runs below pg_cluster.sh (and runuser): stop every process of each client.
+kill_tree() {
+  local child
+  for child in $(pgrep -P "$1" || true); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
+for p in "${pids[@]}"; do kill_tree "$p"; done
 wait || true
 
 # Two backups required, one down: a commit waits until it is cancelled.
