@@ -41,6 +41,18 @@ AS 'MODULE_PATHNAME', 'slipstream_compact' LANGUAGE C VOLATILE;
 REVOKE ALL ON FUNCTION compact(regclass) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION compact(regclass) TO slipstream_admin;
 
+-- The sizes of slipstream tables: PostgreSQL's size functions, with the bytes the engine holds
+-- for a slipstream table (its md files are empty stubs). Queries calling pg_relation_size,
+-- pg_table_size or pg_total_relation_size run these instead (tableam/planner.c).
+CREATE FUNCTION relation_size(regclass, text) RETURNS bigint
+AS 'MODULE_PATHNAME', 'slipstream_relation_size' LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
+CREATE FUNCTION relation_size(regclass) RETURNS bigint
+AS 'MODULE_PATHNAME', 'slipstream_relation_main_size' LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
+CREATE FUNCTION table_size(regclass) RETURNS bigint
+AS 'MODULE_PATHNAME', 'slipstream_table_size' LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
+CREATE FUNCTION total_relation_size(regclass) RETURNS bigint
+AS 'MODULE_PATHNAME', 'slipstream_total_relation_size' LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
+
 CREATE VIEW engine AS SELECT * FROM engine_stats();
 CREATE VIEW levels AS SELECT * FROM level_stats();
 GRANT USAGE ON SCHEMA slipstream TO PUBLIC;

@@ -90,6 +90,7 @@ _PG_init(void)
 	ss_register_rmgr();
 	ss_register_worker();
 	ss_register_repl_workers();
+	ss_install_planner_hook();
 	RegisterXactCallback(on_xact_end, NULL);
 	RegisterSubXactCallback(on_subxact_end, NULL);
 }

@@ -296,6 +296,7 @@ extern void ss_init_modify_callbacks(TableAmRoutine *am);
 extern void ss_init_lock_callbacks(TableAmRoutine *am);
 extern void ss_init_ddl_callbacks(TableAmRoutine *am);
 extern void ss_init_vacuum_callbacks(TableAmRoutine *am);
+extern void ss_install_planner_hook(void);
 /* Serializable: reports a read of `tuple` that a concurrent writer may invalidate. */
 extern void ss_conflict_out(Relation rel, HeapTuple tuple, bool visible, Snapshot snapshot);
 

@@ -167,6 +167,11 @@ SsCode ss_keyspace_drop(uint32_t keyspace) {
   return Guard([&] { return Code(g_engine->DropKeyspace(keyspace)); });
 }
 
+SsCode ss_keyspace_size(uint32_t keyspace, uint64_t* bytes) {
+  *bytes = 0;
+  return Guard([&] { return Code(g_engine->ApproximateSize(keyspace, bytes)); });
+}
+
 SsCode ss_keyspace_list(void (*fn)(uint64_t, uint32_t, void*), void* arg) {
   return Guard([&] {
     std::vector<std::pair<uint64_t, uint32_t>> live;

@@ -112,6 +112,8 @@ extern void ss_close(void);
 extern SsCode ss_keyspace_lookup(uint64_t tag, uint32_t *keyspace);
 extern SsCode ss_keyspace_create(uint64_t tag, uint32_t *keyspace);
 extern SsCode ss_keyspace_drop(uint32_t keyspace);
+/* An estimate of the bytes a keyspace holds (keys and values of every stored version). */
+extern SsCode ss_keyspace_size(uint32_t keyspace, uint64_t *bytes);
 /* Calls fn(tag, keyspace, arg) for every live keyspace. */
 extern SsCode ss_keyspace_list(void (*fn) (uint64_t tag, uint32_t keyspace, void *arg), void *arg);
 
