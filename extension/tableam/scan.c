@@ -37,6 +37,9 @@ typedef struct SsScanDescData
 	bool		positioned;
 	uint64		range_start;	/* first row id to return */
 	uint64		range_end;		/* one past the last (UINT64_MAX: no end) */
+	uint64		current;		/* the row id returned last (where a turn starts) */
+	bool		backward;		/* moving backward: block_rows holds rows below `bound` */
+	uint64		bound;			/* backward: the rows still to return lie below it */
 	/* ANALYZE and TABLESAMPLE: the rows of the current block. */
 	HeapTuple	block_rows[SS_ROWS_PER_BLOCK];
 	int			block_nrows;
@@ -152,6 +155,40 @@ fetch_for_slot(Relation rel, uint32 keyspace, uint64 rowid, TupleTableSlot *slot
 	return tuple;
 }
 
+/* Frees the rows of the current block that were not handed out. */
+static void
+clear_block(SsScanDesc scan)
+{
+	for (int i = 0; i < scan->block_nrows; i++)
+		if (scan->block_rows[i] != NULL)
+			pfree(scan->block_rows[i]);
+	scan->block_nrows = 0;
+	scan->block_next = 0;
+}
+
+/*
+ * Loads every row of one 256-row block into the scan (ANALYZE, TABLESAMPLE, bitmap and backward
+ * scans).
+ */
+static void
+load_block(SsScanDesc scan, BlockNumber block)
+{
+	uint64		first = (uint64) block * SS_ROWS_PER_BLOCK;
+	uint64		rowid;
+
+	clear_block(scan);
+	scan->block = block;
+	if (scan->holder == NULL || scan->holder->it == NULL)
+		scan->holder = new_iterator(scan->keyspace, scan->mcxt);
+	seek_rowid(scan->holder->it, first);
+	while (iterator_row(scan->holder->it, &rowid) && rowid < first + SS_ROWS_PER_BLOCK)
+	{
+		scan->block_rows[scan->block_nrows++] =
+			iterator_tuple(scan->base.rs_rd, scan->holder->it, rowid, scan->mcxt);
+		ss_iter_next(scan->holder->it);
+	}
+}
+
 /* Serializable: reads of this relation are covered by one relation-level predicate lock. */
 static void
 predicate_lock(Relation rel, Snapshot snapshot)
@@ -185,6 +222,26 @@ ss_conflict_out(Relation rel, HeapTuple tuple, bool visible, Snapshot snapshot)
 	CheckForSerializableConflictOut(rel, xid, snapshot);
 }
 
+/*
+ * Stores `tuple` (palloc'd, handed over) in `slot` if `snapshot` sees it, and tells SSI what
+ * was read either way; an invisible tuple is freed and false returned.
+ */
+static bool
+store_if_visible(Relation rel, HeapTuple tuple, Snapshot snapshot, TupleTableSlot *slot)
+{
+	bool		visible = ss_tuple_visible(tuple, snapshot);
+
+	ss_conflict_out(rel, tuple, visible, snapshot);
+	if (!visible)
+	{
+		pfree(tuple);
+		return false;
+	}
+	ExecStoreHeapTuple(tuple, slot, true);
+	slot->tts_tableOid = RelationGetRelid(rel);
+	return true;
+}
+
 /* Begins a scan of any kind. */
 static TableScanDesc
 ss_scan_begin(Relation rel, Snapshot snapshot, int nkeys, struct ScanKeyData *key,
@@ -202,7 +259,8 @@ ss_scan_begin(Relation rel, Snapshot snapshot, int nkeys, struct ScanKeyData *ke
 	scan->keyspace = ss_rel_keyspace(rel);
 	scan->mcxt = CurrentMemoryContext;
 	scan->range_end = PG_UINT64_MAX;
-	if (flags & (SO_TYPE_SEQSCAN | SO_TYPE_SAMPLESCAN | SO_TYPE_TIDRANGESCAN))
+	if (flags & (SO_TYPE_SEQSCAN | SO_TYPE_SAMPLESCAN | SO_TYPE_TIDRANGESCAN |
+				 SO_TYPE_BITMAPSCAN))
 		predicate_lock(rel, snapshot);
 	if (flags & SO_TYPE_ANALYZE)
 		scan->holder = new_iterator(scan->keyspace, scan->mcxt);
@@ -234,7 +292,7 @@ ss_scan_rescan(TableScanDesc sscan, struct ScanKeyData *key, bool set_params, bo
 	drop_iterator(scan->holder);
 	scan->holder = NULL;
 	scan->positioned = false;
-	scan->block_nrows = scan->block_next = 0;
+	clear_block(scan);
 	scan->sample_next_block = 0;
 	if (key != NULL && scan->base.rs_nkeys > 0)
 		memcpy(scan->base.rs_key, key, scan->base.rs_nkeys * sizeof(ScanKeyData));
@@ -255,63 +313,153 @@ claim_parallel_chunk(SsScanDesc scan)
 	return true;
 }
 
-/* The next visible row of the scan's range, stored in `slot`. */
+/* Forward: the next visible row after the one returned last (or from the range's start). */
 static bool
-ss_scan_getnextslot(TableScanDesc sscan, ScanDirection direction, TupleTableSlot *slot)
+next_forward(SsScanDesc scan, TupleTableSlot *slot)
 {
-	SsScanDesc	scan = (SsScanDesc) sscan;
 	Relation	rel = scan->base.rs_rd;
-	Snapshot	snapshot = scan->base.rs_snapshot;
 
-	if (ScanDirectionIsBackward(direction))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("slipstream tables do not support backward scans"),
-				 errhint("Declare the cursor without SCROLL, or materialize the result.")));
-	if (scan->holder == NULL || scan->holder->it == NULL)
-		scan->holder = new_iterator(scan->keyspace, scan->mcxt);
 	if (!scan->positioned)
 	{
 		scan->positioned = true;
+		scan->backward = false;
 		if (scan->base.rs_parallel != NULL)
 		{
 			if (!claim_parallel_chunk(scan))
-			{
-				ExecClearTuple(slot);
 				return false;
-			}
 		}
 		else
 			seek_rowid(scan->holder->it, scan->range_start);
+	}
+	else if (scan->backward)
+	{
+		/* Turning round: on from just after the row returned last. */
+		clear_block(scan);
+		scan->backward = false;
+		seek_rowid(scan->holder->it, scan->current + 1);
 	}
 	for (;;)
 	{
 		uint64		rowid;
 		HeapTuple	tuple;
-		bool		visible;
 
 		CHECK_FOR_INTERRUPTS();
 		if (!iterator_row(scan->holder->it, &rowid) || rowid >= scan->range_end)
 		{
 			if (scan->base.rs_parallel != NULL && claim_parallel_chunk(scan))
 				continue;
-			ExecClearTuple(slot);
 			return false;
 		}
 		tuple = iterator_tuple(rel, scan->holder->it, rowid, slot->tts_mcxt);
 		ss_iter_next(scan->holder->it);
-		visible = ss_tuple_visible(tuple, snapshot);
-		ss_conflict_out(rel, tuple, visible, snapshot);
-		if (!visible)
-		{
-			pfree(tuple);
+		scan->current = rowid;
+		if (!store_if_visible(rel, tuple, scan->base.rs_snapshot, slot))
 			continue;
-		}
 		pgstat_count_heap_getnext(rel);
-		ExecStoreHeapTuple(tuple, slot, true);
-		slot->tts_tableOid = RelationGetRelid(rel);
 		return true;
 	}
+}
+
+/*
+ * Backward: loads the rows of the block below row id `scan->bound` that lie in the scan's
+ * range and below the bound, newest row id first, and moves the bound down to that block.
+ * The engine iterates forward only, so a backward scan reads its range block by block.
+ */
+static void
+load_block_below(SsScanDesc scan)
+{
+	BlockNumber block = (BlockNumber) ((scan->bound - 1) / SS_ROWS_PER_BLOCK);
+	int			kept = 0;
+
+	load_block(scan, block);
+	for (int i = 0; i < scan->block_nrows; i++)
+	{
+		uint64		rowid = ss_tid_to_rowid(&scan->block_rows[i]->t_self);
+
+		if (rowid < scan->bound && rowid >= scan->range_start)
+			scan->block_rows[kept++] = scan->block_rows[i];
+		else
+			pfree(scan->block_rows[i]);
+	}
+	scan->block_nrows = kept;
+	for (int i = 0; i < kept / 2; i++)
+	{
+		HeapTuple	t = scan->block_rows[i];
+
+		scan->block_rows[i] = scan->block_rows[kept - 1 - i];
+		scan->block_rows[kept - 1 - i] = t;
+	}
+	scan->bound = Max((uint64) block * SS_ROWS_PER_BLOCK, scan->range_start);
+}
+
+/* Backward: the previous visible row before the one returned last (or from the range's end). */
+static bool
+next_backward(SsScanDesc scan, TupleTableSlot *slot)
+{
+	Relation	rel = scan->base.rs_rd;
+
+	if (scan->base.rs_parallel != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("a parallel scan of a slipstream table cannot move backward")));
+	if (!scan->positioned)
+	{
+		scan->positioned = true;
+		scan->backward = true;
+		clear_block(scan);
+		scan->bound = scan->range_end != PG_UINT64_MAX ? scan->range_end
+			: ss_rowid_high(rel, scan->keyspace);
+	}
+	else if (!scan->backward)
+	{
+		/* Turning round: the rows before the one returned last. */
+		clear_block(scan);
+		scan->backward = true;
+		scan->bound = scan->current;
+	}
+	for (;;)
+	{
+		while (scan->block_next < scan->block_nrows)
+		{
+			HeapTuple	tuple = scan->block_rows[scan->block_next];
+
+			scan->block_rows[scan->block_next++] = NULL;
+			CHECK_FOR_INTERRUPTS();
+			scan->current = ss_tid_to_rowid(&tuple->t_self);
+			if (!store_if_visible(rel, tuple, scan->base.rs_snapshot, slot))
+				continue;
+			pgstat_count_heap_getnext(rel);
+			return true;
+		}
+		if (scan->bound <= scan->range_start)
+			return false;
+		load_block_below(scan);
+	}
+}
+
+/*
+ * The next visible row of the scan's range in `direction`, stored in `slot`. At either end the
+ * scan is no longer positioned, as heap's: a move the other way starts from that end again.
+ */
+static bool
+ss_scan_getnextslot(TableScanDesc sscan, ScanDirection direction, TupleTableSlot *slot)
+{
+	SsScanDesc	scan = (SsScanDesc) sscan;
+	bool		found;
+
+	if (scan->holder == NULL || scan->holder->it == NULL)
+		scan->holder = new_iterator(scan->keyspace, scan->mcxt);
+	if (ScanDirectionIsBackward(direction))
+		found = next_backward(scan, slot);
+	else
+		found = next_forward(scan, slot);
+	if (!found)
+	{
+		scan->positioned = false;
+		clear_block(scan);
+		ExecClearTuple(slot);
+	}
+	return found;
 }
 
 /* Restricts a TID range scan to [mintid, maxtid]. */
@@ -530,30 +678,6 @@ ss_tuple_satisfies_snapshot(Relation rel, TupleTableSlot *slot, Snapshot snapsho
 	return visible;
 }
 
-/* Loads every row of one 256-row block into the scan (ANALYZE, TABLESAMPLE). */
-static void
-load_block(SsScanDesc scan, BlockNumber block)
-{
-	uint64		first = (uint64) block * SS_ROWS_PER_BLOCK;
-	uint64		rowid;
-
-	for (int i = 0; i < scan->block_nrows; i++)
-		if (scan->block_rows[i] != NULL)
-			pfree(scan->block_rows[i]);
-	scan->block_nrows = 0;
-	scan->block_next = 0;
-	scan->block = block;
-	if (scan->holder == NULL || scan->holder->it == NULL)
-		scan->holder = new_iterator(scan->keyspace, scan->mcxt);
-	seek_rowid(scan->holder->it, first);
-	while (iterator_row(scan->holder->it, &rowid) && rowid < first + SS_ROWS_PER_BLOCK)
-	{
-		scan->block_rows[scan->block_nrows++] =
-			iterator_tuple(scan->base.rs_rd, scan->holder->it, rowid, scan->mcxt);
-		ss_iter_next(scan->holder->it);
-	}
-}
-
 /* ANALYZE: moves to a sampled block (always "exists": empty blocks just yield no rows). */
 static bool
 ss_scan_analyze_next_block(TableScanDesc sscan, BlockNumber blockno,
@@ -612,6 +736,91 @@ ss_scan_analyze_next_tuple(TableScanDesc sscan, TransactionId oldest_xmin, doubl
 			return true;
 		}
 		pfree(tuple);
+	}
+	ExecClearTuple(slot);
+	return false;
+}
+
+/*
+ * Bitmap scans: an exact page with at most this many offsets is read row by row (point reads);
+ * a fuller one, or a lossy one, by one iterator pass over its 256 row ids.
+ */
+#define SS_BITMAP_POINT_READS 32
+
+/*
+ * Bitmap scan: loads the rows of block `tbmres->blockno` that the bitmap names (every row of
+ * the block when it is lossy); false if there are none.
+ */
+static bool
+ss_scan_bitmap_next_block(TableScanDesc sscan, struct TBMIterateResult *tbmres)
+{
+	SsScanDesc	scan = (SsScanDesc) sscan;
+	uint64		first = (uint64) tbmres->blockno * SS_ROWS_PER_BLOCK;
+
+	if (tbmres->ntuples >= 0 && tbmres->ntuples <= SS_BITMAP_POINT_READS)
+	{
+		MemoryContext old = MemoryContextSwitchTo(scan->mcxt);
+
+		clear_block(scan);
+		scan->block = tbmres->blockno;
+		for (int i = 0; i < tbmres->ntuples; i++)
+		{
+			OffsetNumber off = tbmres->offsets[i];
+			HeapTuple	tuple;
+
+			if (off < 1 || off > SS_ROWS_PER_BLOCK)
+				continue;		/* not a row id of ours: no such row */
+			tuple = ss_fetch_row(scan->base.rs_rd, scan->keyspace, first + off - 1);
+			if (tuple != NULL)
+				scan->block_rows[scan->block_nrows++] = tuple;
+		}
+		MemoryContextSwitchTo(old);
+	}
+	else
+	{
+		load_block(scan, tbmres->blockno);
+		if (tbmres->ntuples >= 0)
+		{
+			/* Keep the rows whose offsets the bitmap lists (both are in ascending order). */
+			int			want = 0;
+			int			kept = 0;
+
+			for (int i = 0; i < scan->block_nrows; i++)
+			{
+				OffsetNumber off = ItemPointerGetOffsetNumber(&scan->block_rows[i]->t_self);
+
+				while (want < tbmres->ntuples && tbmres->offsets[want] < off)
+					want++;
+				if (want < tbmres->ntuples && tbmres->offsets[want] == off)
+					scan->block_rows[kept++] = scan->block_rows[i];
+				else
+					pfree(scan->block_rows[i]);
+			}
+			scan->block_nrows = kept;
+		}
+	}
+	return scan->block_nrows > 0;
+}
+
+/* Bitmap scan: the next visible row of the loaded block, stored in `slot`. */
+static bool
+ss_scan_bitmap_next_tuple(TableScanDesc sscan, struct TBMIterateResult *tbmres,
+						  TupleTableSlot *slot)
+{
+	SsScanDesc	scan = (SsScanDesc) sscan;
+	Relation	rel = scan->base.rs_rd;
+	Snapshot	snapshot = scan->base.rs_snapshot;
+
+	while (scan->block_next < scan->block_nrows)
+	{
+		HeapTuple	tuple = scan->block_rows[scan->block_next];
+
+		scan->block_rows[scan->block_next++] = NULL;
+		CHECK_FOR_INTERRUPTS();
+		if (!store_if_visible(rel, tuple, snapshot, slot))
+			continue;
+		pgstat_count_heap_fetch(rel);
+		return true;
 	}
 	ExecClearTuple(slot);
 	return false;
@@ -707,6 +916,8 @@ ss_init_scan_callbacks(TableAmRoutine *am)
 	am->tuple_satisfies_snapshot = ss_tuple_satisfies_snapshot;
 	am->scan_analyze_next_block = ss_scan_analyze_next_block;
 	am->scan_analyze_next_tuple = ss_scan_analyze_next_tuple;
+	am->scan_bitmap_next_block = ss_scan_bitmap_next_block;
+	am->scan_bitmap_next_tuple = ss_scan_bitmap_next_tuple;
 	am->scan_sample_next_block = ss_scan_sample_next_block;
 	am->scan_sample_next_tuple = ss_scan_sample_next_tuple;
 }

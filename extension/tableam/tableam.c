@@ -30,7 +30,6 @@ ss_tableam_routine(void)
 		ss_init_lock_callbacks(&routine);
 		ss_init_ddl_callbacks(&routine);
 		ss_init_vacuum_callbacks(&routine);
-		/* Bitmap heap scans stay off (both callbacks NULL): the planner never picks them. */
 		initialized = true;
 	}
 	return &routine;
