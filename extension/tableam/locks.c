@@ -148,6 +148,33 @@ member_live(TransactionId xid)
 	return TransactionIdIsCurrentTransactionId(xid) || TransactionIdIsInProgress(xid);
 }
 
+/*
+ * The lockers of a row version that an update carries over to the new version, as heap_update
+ * does: the members of its xmax that hold a lock only and still run (us included: INSERT ...
+ * ON CONFLICT DO UPDATE locks the row first). Any other locker conflicted with the update and
+ * has ended by the time the row is acquired. A single carried locker is recorded as a key-share
+ * lock, as heap records it.
+ */
+int
+ss_carried_lockers(HeapTupleHeader tuple, MultiXactMember **lockers)
+{
+	MultiXactMember *members;
+	int			n = xmax_members(tuple, &members);
+	int			kept = 0;
+
+	*lockers = palloc(sizeof(MultiXactMember) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		if (members[i].status == MultiXactStatusUpdate ||
+			members[i].status == MultiXactStatusNoKeyUpdate || !member_live(members[i].xid))
+			continue;
+		(*lockers)[kept++] = members[i];
+	}
+	if (kept == 1)
+		(*lockers)[0].status = MultiXactStatusForKeyShare;
+	return kept;
+}
+
 /* Sets the row's xmax to exactly `members` (one plain xid, or a new MultiXact). */
 void
 ss_set_xmax_members(HeapTupleHeader tuple, MultiXactMember *members, int n)
@@ -470,7 +497,7 @@ ss_tuple_lock(Relation rel, ItemPointer tid, Snapshot snapshot, TupleTableSlot *
 			return result;
 		}
 		ss_set_xmax_members(tuple->t_data, members, n);
-		ss_write_row(rel, keyspace, acq.rowid, tuple, true);
+		ss_write_row(rel, keyspace, acq.rowid, tuple, SS_ROW_HEADER);
 		ss_release_acquisition(&acq);
 		store_in_slot(slot, tuple, rel);
 		*tid = target;

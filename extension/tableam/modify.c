@@ -99,7 +99,7 @@ ss_tuple_insert(Relation rel, TupleTableSlot *slot, CommandId cid, int options,
 	rowid = ss_next_rowid(rel, keyspace, 1);
 	prepare_new_tuple(rel, tuple, cid, rowid);
 	CheckForSerializableConflictIn(rel, NULL, InvalidBlockNumber);
-	ss_write_row(rel, keyspace, rowid, tuple, false);
+	ss_write_row(rel, keyspace, rowid, tuple, SS_ROW_PUT);
 	pgstat_count_heap_insert(rel, 1);
 	slot->tts_tableOid = RelationGetRelid(rel);
 	slot->tts_tid = tuple->t_self;
@@ -119,7 +119,7 @@ ss_tuple_insert_speculative(Relation rel, TupleTableSlot *slot, CommandId cid, i
 	prepare_new_tuple(rel, tuple, cid, rowid);
 	HeapTupleHeaderSetSpeculativeToken(tuple->t_data, spec_token);
 	CheckForSerializableConflictIn(rel, NULL, InvalidBlockNumber);
-	ss_write_row(rel, keyspace, rowid, tuple, false);
+	ss_write_row(rel, keyspace, rowid, tuple, SS_ROW_PUT);
 	pgstat_count_heap_insert(rel, 1);
 	slot->tts_tableOid = RelationGetRelid(rel);
 	ss_rowid_to_tid(rowid, &slot->tts_tid);
@@ -148,7 +148,7 @@ ss_tuple_complete_speculative(Relation rel, TupleTableSlot *slot, uint32 spec_to
 			heap_toast_delete(rel, tuple, true);
 		pgstat_count_heap_delete(rel);
 	}
-	ss_write_row(rel, keyspace, rowid, tuple, true);
+	ss_write_row(rel, keyspace, rowid, tuple, succeeded ? SS_ROW_CONFIRM : SS_ROW_SUPER_DELETE);
 	heap_freetuple(tuple);
 }
 
@@ -171,7 +171,7 @@ ss_multi_insert(Relation rel, TupleTableSlot **slots, int nslots, CommandId cid,
 		slots[i]->tts_tableOid = RelationGetRelid(rel);
 		slots[i]->tts_tid = tuples[i]->t_self;
 	}
-	ss_write_rows(rel, keyspace, rowids, tuples, nslots);
+	ss_write_rows(rel, keyspace, rowids, tuples, nslots, false);
 	pgstat_count_heap_insert(rel, nslots);
 	for (int i = 0; i < nslots; i++)
 	{
@@ -224,7 +224,7 @@ ss_tuple_delete(Relation rel, ItemPointer tid, CommandId cid, Snapshot snapshot,
 	tuple->t_data->t_ctid = tuple->t_self;
 	if (changing_part)
 		HeapTupleHeaderSetMovedPartitions(tuple->t_data);
-	ss_write_row(rel, acq.keyspace, acq.rowid, tuple, true);
+	ss_write_row(rel, acq.keyspace, acq.rowid, tuple, SS_ROW_DELETE);
 	ss_release_acquisition(&acq);
 	if (HeapTupleHasExternal(tuple))
 		heap_toast_delete(rel, tuple, false);
@@ -277,7 +277,9 @@ ss_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot, CommandId 
 	HeapTuple	old_tuple;
 	HeapTuple	new_tuple;
 	MultiXactMember *members = NULL;
+	MultiXactMember *lockers;
 	int			n = 0;
+	int			nlockers;
 	TM_Result	result;
 	uint64		new_rowid;
 
@@ -310,6 +312,10 @@ ss_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot, CommandId 
 	new_rowid = ss_next_rowid(rel, acq.keyspace, 1);
 	prepare_new_tuple(rel, new_tuple, cid, new_rowid);
 	new_tuple->t_data->t_infomask |= HEAP_UPDATED;
+	/* Lockers of the old version that stay (key-share ones, and ours) hold the new one too. */
+	nlockers = ss_carried_lockers(old_tuple->t_data, &lockers);
+	if (nlockers > 0)
+		ss_set_xmax_members(new_tuple->t_data, lockers, nlockers);
 	mark_deleted(old_tuple, members, n, cid);
 	old_tuple->t_data->t_ctid = new_tuple->t_self;
 	ss_write_update(rel, acq.keyspace, old_tuple, new_rowid, new_tuple);
