@@ -73,7 +73,8 @@ test-sanitize: deps
 # and 44 with Send-Index backups over tcp and shm, compacting all along, remote_flush too; a
 # Send-Index backup through DDL, refused reads and a promotion compared table by table;
 # Patroni's failover after a SIGKILL of the leader, 3 rounds with streaming replicas and 3 with
-# Tailwind backups), and a smoke run of the YCSB
+# Tailwind backups), logical decoding (test_decoding against heap's output, a pgoutput
+# subscriber following slipstream tables), and a smoke run of the YCSB
 # benchmark (every workload, verify). The tests' ports (55400-55999) are first taken out of the
 # kernel's ephemeral range, so that no outgoing connection holds one when a server starts.
 test-pg: install
@@ -87,6 +88,7 @@ test-pg: install
 	tests/pg_replication_test.sh /tmp/slipstream-replication-shm 55630 10 shm
 	tests/pg_replication_backup_test.sh /tmp/slipstream-replication-backup 55650 tcp
 	tests/pg_standby_test.sh /tmp/slipstream-standby 55660
+	tests/pg_logical_test.sh /tmp/slipstream-logical 55680
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-tcp 55700 12 tcp remote_memory
 	TAKEOVER_BY=script tests/pg_takeover_test.sh /tmp/slipstream-takeover-shm 55720 6 shm remote_memory
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-deferred 55760 4 shm remote_memory deferred

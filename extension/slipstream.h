@@ -210,10 +210,28 @@ extern void ss_advance_slot_restart(XLogRecPtr restart);
 
 extern void ss_register_rmgr(void);
 extern XLogRecPtr ss_log_put(Relation rel, uint64 rowid, HeapTuple tuple);
-extern XLogRecPtr ss_log_put_multi(Relation rel, uint64 *rowids, HeapTuple *tuples, int ntuples);
-extern XLogRecPtr ss_log_header(Relation rel, uint64 rowid, HeapTupleHeader header);
+extern XLogRecPtr ss_log_put_multi(Relation rel, uint64 *rowids, HeapTuple *tuples, int ntuples,
+								   bool rewrite);
+/*
+ * What a row write is, as its WAL record says for logical decoding (replay stores them all the
+ * same way: the row, or its new header).
+ */
+typedef enum SsRowChange
+{
+	SS_ROW_PUT,					/* a whole row: a new row */
+	SS_ROW_HEADER,				/* a new header only: a row lock, a freeze */
+	SS_ROW_DELETE,				/* a new header that deletes the row */
+	SS_ROW_CONFIRM,				/* a speculative insertion confirmed */
+	SS_ROW_SUPER_DELETE			/* a speculative insertion undone */
+} SsRowChange;
+extern XLogRecPtr ss_log_header(Relation rel, uint64 rowid, HeapTupleHeader header,
+								SsRowChange change, HeapTuple old_key);
 extern XLogRecPtr ss_log_update(Relation rel, uint64 old_rowid, HeapTupleHeader old_header,
-								uint64 new_rowid, HeapTuple new_tuple);
+								uint64 new_rowid, HeapTuple new_tuple, HeapTuple old_key);
+extern HeapTuple ss_logical_old_key(Relation rel, HeapTuple old_tuple, HeapTuple new_tuple);
+struct LogicalDecodingContext;
+struct XLogRecordBuffer;
+extern void ss_decode(struct LogicalDecodingContext *ctx, struct XLogRecordBuffer *buf);
 extern XLogRecPtr ss_log_remove(Relation rel, uint64 *rowids, int nrowids);
 extern XLogRecPtr ss_log_reset(uint64 tag);
 extern void ss_log_conflict(Relation rel, TransactionId horizon);
@@ -256,11 +274,11 @@ extern HeapTuple ss_tuple_from_value(Relation rel, uint64 rowid, const char *val
 /* Reads row `rowid` into a palloc'd tuple; NULL if absent. */
 extern HeapTuple ss_fetch_row(Relation rel, uint32 keyspace, uint64 rowid);
 extern void ss_write_row(Relation rel, uint32 keyspace, uint64 rowid, HeapTuple tuple,
-						 bool header_only);
+						 SsRowChange change);
 extern void ss_write_update(Relation rel, uint32 keyspace, HeapTuple old_tuple, uint64 new_rowid,
 							HeapTuple new_tuple);
 extern void ss_write_rows(Relation rel, uint32 keyspace, uint64 *rowids, HeapTuple *tuples,
-						  int ntuples);
+						  int ntuples, bool rewrite);
 extern void ss_remove_rows(Relation rel, uint32 keyspace, uint64 *rowids, int nrowids);
 
 /* ---- the row-lock protocol (tableam/locks.c) ---- */
@@ -289,6 +307,7 @@ extern TM_Result ss_acquire_row(SsAcquisition *acq, CommandId cid, Snapshot cros
 extern void ss_release_acquisition(SsAcquisition *acq);
 /* Sets the row's xmax to exactly `members` (one plain xid, or a new MultiXact). */
 extern void ss_set_xmax_members(HeapTupleHeader tuple, MultiXactMember *members, int n);
+extern int	ss_carried_lockers(HeapTupleHeader tuple, MultiXactMember **lockers);
 
 /* ---- callbacks by concern (tableam/scan.c, modify.c, locks.c, ddl.c, vacuum.c) ---- */
 extern void ss_init_scan_callbacks(TableAmRoutine *am);

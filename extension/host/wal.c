@@ -30,61 +30,7 @@
 #include "storage/standby.h"
 #include "utils/memutils.h"
 
-#define SS_XLOG_PUT 0x00
-#define SS_XLOG_PUT_MULTI 0x10
-#define SS_XLOG_HEADER 0x20
-#define SS_XLOG_UPDATE 0x30
-#define SS_XLOG_REMOVE 0x40
-#define SS_XLOG_RESET 0x50
-#define SS_XLOG_CONFLICT 0x60
-
-typedef struct XlPut
-{
-	uint64		tag;
-	uint64		rowid;
-	uint32		len;
-} XlPut;
-
-typedef struct XlMultiHeader
-{
-	uint64		tag;
-	uint32		count;
-} XlMultiHeader;
-
-typedef struct XlMultiItem
-{
-	uint64		rowid;
-	uint32		len;
-} XlMultiItem;
-
-typedef struct XlHeader
-{
-	uint64		tag;
-	uint64		rowid;
-	char		header[SS_HEADER_SIZE];
-} XlHeader;
-
-typedef struct XlUpdate
-{
-	uint64		tag;
-	uint64		old_rowid;
-	uint64		new_rowid;
-	uint32		len;
-	char		old_header[SS_HEADER_SIZE];
-} XlUpdate;
-
-/* Queries on a hot standby whose snapshot may still see what follows must end first. */
-typedef struct XlConflict
-{
-	uint64		tag;
-	TransactionId horizon;		/* as heap's latestRemovedXid */
-} XlConflict;
-
-typedef struct XlRemove
-{
-	uint64		tag;
-	uint32		count;
-} XlRemove;
+#include "host/wal_records.h"
 
 /* Tag of a relation as the WAL records name it. */
 static uint64
@@ -112,9 +58,12 @@ ss_log_put(Relation rel, uint64 rowid, HeapTuple tuple)
 	return XLogInsert(SS_RMGR_ID, SS_XLOG_PUT);
 }
 
-/* Logs a batch of inserted rows (COPY, multi-row inserts) as one contiguous record body. */
+/*
+ * Logs a batch of inserted rows (COPY, multi-row inserts) as one contiguous record body; rows a
+ * rewrite copies (`rewrite`) are logged as such, which logical decoding passes over.
+ */
 XLogRecPtr
-ss_log_put_multi(Relation rel, uint64 *rowids, HeapTuple *tuples, int ntuples)
+ss_log_put_multi(Relation rel, uint64 *rowids, HeapTuple *tuples, int ntuples, bool rewrite)
 {
 	XlMultiHeader head = {rel_tag(rel), (uint32) ntuples};
 	Size		size = sizeof(head);
@@ -138,40 +87,73 @@ ss_log_put_multi(Relation rel, uint64 *rowids, HeapTuple *tuples, int ntuples)
 	}
 	XLogBeginInsert();
 	XLogRegisterData(body, size);
-	lsn = XLogInsert(SS_RMGR_ID, SS_XLOG_PUT_MULTI);
+	lsn = XLogInsert(SS_RMGR_ID, rewrite ? SS_XLOG_REWRITE : SS_XLOG_PUT_MULTI);
 	pfree(body);
 	return lsn;
 }
 
-/* Logs a new header prefix (xmax, infomask, ctid) of an existing row. */
+/*
+ * Logs a new header prefix (xmax, infomask, ctid) of an existing row, as the record type that
+ * says what the change is (`change`: a header, a delete, a confirmation or a super-delete); a
+ * delete carries the old key logical decoding needs (`old_key`, NULL: none).
+ */
 XLogRecPtr
-ss_log_header(Relation rel, uint64 rowid, HeapTupleHeader header)
+ss_log_header(Relation rel, uint64 rowid, HeapTupleHeader header, SsRowChange change,
+			  HeapTuple old_key)
 {
-	XlHeader	rec;
+	XlDelete	rec;
+	uint8		info;
 
-	rec.tag = rel_tag(rel);
-	rec.rowid = rowid;
-	memcpy(rec.header, header, SS_HEADER_SIZE);
+	memset(&rec, 0, sizeof(rec));
+	rec.header.tag = rel_tag(rel);
+	rec.header.rowid = rowid;
+	memcpy(rec.header.header, header, SS_HEADER_SIZE);
 	XLogBeginInsert();
-	XLogRegisterData((char *) &rec, sizeof(rec));
-	return XLogInsert(SS_RMGR_ID, SS_XLOG_HEADER);
+	switch (change)
+	{
+		case SS_ROW_DELETE:
+			info = SS_XLOG_DELETE;
+			rec.old_key_len = old_key != NULL ? old_key->t_len : 0;
+			XLogRegisterData((char *) &rec, sizeof(rec));
+			if (old_key != NULL)
+				XLogRegisterData((char *) old_key->t_data, old_key->t_len);
+			return XLogInsert(SS_RMGR_ID, info);
+		case SS_ROW_CONFIRM:
+			info = SS_XLOG_CONFIRM;
+			break;
+		case SS_ROW_SUPER_DELETE:
+			info = SS_XLOG_SUPER_DELETE;
+			break;
+		default:
+			info = SS_XLOG_HEADER;
+			break;
+	}
+	XLogRegisterData((char *) &rec.header, sizeof(rec.header));
+	return XLogInsert(SS_RMGR_ID, info);
 }
 
-/* Logs an update: the old row's new header and the new version, as one record. */
+/*
+ * Logs an update: the old row's new header and the new version, as one record, with the old
+ * key logical decoding needs when the key changed (`old_key`, NULL: none).
+ */
 XLogRecPtr
 ss_log_update(Relation rel, uint64 old_rowid, HeapTupleHeader old_header, uint64 new_rowid,
-			  HeapTuple new_tuple)
+			  HeapTuple new_tuple, HeapTuple old_key)
 {
 	XlUpdate	rec;
 
+	memset(&rec, 0, sizeof(rec));
 	rec.tag = rel_tag(rel);
 	rec.old_rowid = old_rowid;
 	rec.new_rowid = new_rowid;
 	rec.len = new_tuple->t_len;
+	rec.old_key_len = old_key != NULL ? old_key->t_len : 0;
 	memcpy(rec.old_header, old_header, SS_HEADER_SIZE);
 	XLogBeginInsert();
 	XLogRegisterData((char *) &rec, sizeof(rec));
 	XLogRegisterData((char *) new_tuple->t_data, new_tuple->t_len);
+	if (old_key != NULL)
+		XLogRegisterData((char *) old_key->t_data, old_key->t_len);
 	return XLogInsert(SS_RMGR_ID, SS_XLOG_UPDATE);
 }
 
@@ -221,7 +203,8 @@ ss_desc(StringInfo buf, XLogReaderState *record)
 
 	memcpy(&tag, data, sizeof(tag));
 	appendStringInfo(buf, "db %u relfilenode %u", (uint32) (tag >> 32), (uint32) tag);
-	if (info == SS_XLOG_PUT || info == SS_XLOG_HEADER)
+	if (info == SS_XLOG_PUT || info == SS_XLOG_HEADER || info == SS_XLOG_DELETE ||
+		info == SS_XLOG_CONFIRM || info == SS_XLOG_SUPER_DELETE)
 	{
 		uint64		rowid;
 
@@ -250,6 +233,14 @@ ss_identify(uint8 info)
 			return "RESET";
 		case SS_XLOG_CONFLICT:
 			return "CONFLICT";
+		case SS_XLOG_DELETE:
+			return "DELETE";
+		case SS_XLOG_CONFIRM:
+			return "CONFIRM";
+		case SS_XLOG_SUPER_DELETE:
+			return "SUPER_DELETE";
+		case SS_XLOG_REWRITE:
+			return "REWRITE";
 	}
 	return NULL;
 }
@@ -261,6 +252,7 @@ static RmgrData ss_rmgr = {
 	.rm_identify = ss_identify,
 	.rm_startup = ss_standby_startup,
 	.rm_cleanup = ss_standby_cleanup,
+	.rm_decode = ss_decode,
 };
 
 /* Registers the resource manager (from _PG_init, under shared_preload_libraries). */
@@ -355,6 +347,7 @@ ss_apply_record(XLogReaderState *record)
 				break;
 			}
 		case SS_XLOG_PUT_MULTI:
+		case SS_XLOG_REWRITE:
 			{
 				XlMultiHeader head;
 				char	   *p = data + sizeof(head);
@@ -373,6 +366,9 @@ ss_apply_record(XLogReaderState *record)
 				break;
 			}
 		case SS_XLOG_HEADER:
+		case SS_XLOG_DELETE:
+		case SS_XLOG_CONFIRM:
+		case SS_XLOG_SUPER_DELETE:
 			{
 				XlHeader	rec;
 

@@ -340,7 +340,7 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 		batch_rowids[nbatch] = entry->new_rowid;
 		if (++nbatch == SS_COPY_BATCH || i == nkept - 1)
 		{
-			ss_write_rows(new_rel, new_keyspace, batch_rowids, batch, nbatch);
+			ss_write_rows(new_rel, new_keyspace, batch_rowids, batch, nbatch, true);
 			for (int j = 0; j < nbatch; j++)
 				pfree(batch[j]);
 			nbatch = 0;

@@ -51,9 +51,13 @@ ss_fetch_row(Relation rel, uint32 keyspace, uint64 rowid)
 	return ss_tuple_from_value(rel, rowid, value, len);
 }
 
-/* Stores the tuple as row `rowid` (a new row, or a whole new image of an existing one). */
+/*
+ * Stores the tuple as row `rowid`: a new row (SS_ROW_PUT), or an existing row whose header
+ * changed (the other kinds, which log the header only; a delete also logs the old key when
+ * logical decoding needs it).
+ */
 void
-ss_write_row(Relation rel, uint32 keyspace, uint64 rowid, HeapTuple tuple, bool header_only)
+ss_write_row(Relation rel, uint32 keyspace, uint64 rowid, HeapTuple tuple, SsRowChange change)
 {
 	char		key[SS_KEY_SIZE];
 	SsCode		code;
@@ -62,11 +66,15 @@ ss_write_row(Relation rel, uint32 keyspace, uint64 rowid, HeapTuple tuple, bool 
 	if (ss_rel_needs_wal(rel))
 	{
 		XLogRecPtr	lsn;
+		HeapTuple	old_key = change == SS_ROW_DELETE ?
+			ss_logical_old_key(rel, tuple, NULL) : NULL;
 
 		ss_change_begin();
-		lsn = header_only ? ss_log_header(rel, rowid, tuple->t_data)
-			: ss_log_put(rel, rowid, tuple);
+		lsn = change == SS_ROW_PUT ? ss_log_put(rel, rowid, tuple)
+			: ss_log_header(rel, rowid, tuple->t_data, change, old_key);
 		ss_change_logged(lsn);
+		if (old_key != NULL)
+			heap_freetuple(old_key);
 	}
 	code = ss_put(keyspace, key, SS_KEY_SIZE, tuple->t_data, tuple->t_len);
 	ss_change_done();
@@ -93,8 +101,13 @@ ss_write_update(Relation rel, uint32 keyspace, HeapTuple old_tuple, uint64 new_r
 	ss_batch_put(batch, keyspace, new_key, SS_KEY_SIZE, new_tuple->t_data, new_tuple->t_len);
 	if (ss_rel_needs_wal(rel))
 	{
+		HeapTuple	old_key = ss_logical_old_key(rel, old_tuple, new_tuple);
+
 		ss_change_begin();
-		ss_change_logged(ss_log_update(rel, old_rowid, old_tuple->t_data, new_rowid, new_tuple));
+		ss_change_logged(ss_log_update(rel, old_rowid, old_tuple->t_data, new_rowid, new_tuple,
+									   old_key));
+		if (old_key != NULL)
+			heap_freetuple(old_key);
 	}
 	code = ss_batch_write(batch);
 	ss_change_done();
@@ -103,9 +116,10 @@ ss_write_update(Relation rel, uint32 keyspace, HeapTuple old_tuple, uint64 new_r
 		ss_report(code, "updating a row");
 }
 
-/* Stores many new rows atomically (multi-row inserts, COPY, rewrites). */
+/* Stores many new rows atomically (multi-row inserts, COPY, and a rewrite's copies). */
 void
-ss_write_rows(Relation rel, uint32 keyspace, uint64 *rowids, HeapTuple *tuples, int ntuples)
+ss_write_rows(Relation rel, uint32 keyspace, uint64 *rowids, HeapTuple *tuples, int ntuples,
+			  bool rewrite)
 {
 	SsBatch    *batch;
 	SsCode		code;
@@ -124,7 +138,7 @@ ss_write_rows(Relation rel, uint32 keyspace, uint64 *rowids, HeapTuple *tuples, 
 	if (ss_rel_needs_wal(rel))
 	{
 		ss_change_begin();
-		ss_change_logged(ss_log_put_multi(rel, rowids, tuples, ntuples));
+		ss_change_logged(ss_log_put_multi(rel, rowids, tuples, ntuples, rewrite));
 	}
 	code = ss_batch_write(batch);
 	ss_change_done();

@@ -114,7 +114,7 @@ write_frozen_row(Relation rel, uint32 keyspace, HeapTuple tuple, HeapTupleHeader
 	current = ss_fetch_row(rel, keyspace, rowid);
 	if (current != NULL && memcmp(current->t_data, original, SS_HEADER_SIZE) == 0)
 	{
-		ss_write_row(rel, keyspace, rowid, tuple, true);
+		ss_write_row(rel, keyspace, rowid, tuple, SS_ROW_HEADER);
 		written = true;
 	}
 	LWLockRelease(lock);
