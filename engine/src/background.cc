@@ -77,7 +77,10 @@ Status EngineImpl::CompactL0Locked() {
                         observer_);
   // The memtable adds its overwritten versions' pointers to the compaction's deltas.
   auto newer = NewMemtableSource(memtables_.Get(v.immutable_memtable), compaction.deltas());
-  auto older = NewTreeSource(Trees(), v.levels[1]);
+  // Compaction inputs have every node checked (here and below): a compaction writes what it
+  // reads under a fresh checksum, so bytes damaged after this process first checked them would
+  // be made permanent; and a compaction reads each input tree once, so a cache would save little.
+  auto older = NewTreeSource(Trees(NodeChecks::kEveryRead), v.levels[1]);
   return RunCompactionLocked(v, newer.get(), older.get(), &compaction, true, 0,
                              v.levels[1].segments);
 }
@@ -90,8 +93,8 @@ Status EngineImpl::CompactLevelLocked(uint32_t level) {
   }
   Compaction compaction(options_, SpecFor(v, level + 1), &device_, &segments_, &keyspaces_, &logs_,
                         observer_);
-  auto newer = NewTreeSource(Trees(), v.levels[level]);
-  auto older = NewTreeSource(Trees(), v.levels[level + 1]);
+  auto newer = NewTreeSource(Trees(NodeChecks::kEveryRead), v.levels[level]);
+  auto older = NewTreeSource(Trees(NodeChecks::kEveryRead), v.levels[level + 1]);
   return RunCompactionLocked(v, newer.get(), older.get(), &compaction, false, level,
                              v.levels[level].segments + v.levels[level + 1].segments);
 }
@@ -105,7 +108,7 @@ Status EngineImpl::RewriteLevelLocked(uint32_t level) {
   }
   Compaction compaction(options_, SpecFor(v, level), &device_, &segments_, &keyspaces_, &logs_,
                         observer_);
-  auto newer = NewTreeSource(Trees(), v.levels[level]);
+  auto newer = NewTreeSource(Trees(NodeChecks::kEveryRead), v.levels[level]);
   auto older = NewEmptySource();
   return RunCompactionLocked(v, newer.get(), older.get(), &compaction, false, 0,
                              v.levels[level].segments);
@@ -291,7 +294,7 @@ Status EngineImpl::ReclaimDroppedLocked(bool* rewrote) {
   if (dropped.empty()) return Status::OK();
   EpochPin pin(&shared_->epochs);
   auto level_holds = [&](const Version& v, uint32_t level, KeyspaceId id) {
-    TreeIterator it(Trees(), v.levels[level]);
+    TreeIterator it(Trees(NodeChecks::kOncePerProcess), v.levels[level]);
     it.Seek(MakeInternalKey(id, {}));
     return it.Valid() && KeyspaceOf(it.entry().key) == id;
   };

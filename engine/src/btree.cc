@@ -189,8 +189,14 @@ Status TreeContext::OpenNode(DevPtr p, uint32_t tree_id, NodeView* node) const {
   if (info.kind != uint8_t(SegmentKind::kIndex) || info.owner != tree_id) {
     return Status::Corruption("node pointer into a segment the tree does not own");
   }
-  Status s = NodeView::Open(device->Segment(p.segment) + p.offset, node_size, verify_crc, node);
+  // The checksum only the first time this process opens the node (checked_nodes says why that
+  // is enough: the bytes of a reachable tree never change); every other check above and in
+  // NodeView::Open stays on every read, as a damaged pointer must never be followed.
+  uint32_t slot = p.offset / node_size;
+  bool verify = verify_crc && !(checked_nodes && checked_nodes->Checked(p.segment, tree_id, slot));
+  Status s = NodeView::Open(device->Segment(p.segment) + p.offset, node_size, verify, node);
   if (s.ok() && node->tree_id() != tree_id) return Status::Corruption("node of another tree");
+  if (s.ok() && verify && checked_nodes) checked_nodes->MarkChecked(p.segment, tree_id, slot);
   return s;
 }
 

@@ -11,6 +11,7 @@
 #include "bloom.h"
 #include "device.h"
 #include "node.h"
+#include "node_check_cache.h"
 #include "shared_state.h"
 
 namespace slipstream::engine {
@@ -75,9 +76,14 @@ struct TreeContext {
   uint64_t max_segments;
   uint32_t node_size;
   uint32_t segment_size;
-  bool verify_crc;
+  bool verify_crc;  // false: never verify node checksums
+  // The nodes this process already verified, whose checksums are then skipped (verify_crc
+  // still on). nullptr: verify every node on every read, for callers that must not trust what
+  // an earlier read saw (Verify, and compactions, which persist what they read).
+  NodeCheckCache* checked_nodes;
 
-  // Validates that `p` may hold a node of tree `tree_id` and opens it.
+  // Validates that `p` may hold a node of tree `tree_id` and opens it. Bounds, ownership, magic,
+  // sizes and tree id are checked on every call; the checksum once per process if checked_nodes.
   Status OpenNode(DevPtr p, uint32_t tree_id, NodeView* node) const;
 };
 

@@ -94,6 +94,11 @@ Status EngineImpl::OpenOrAttach() {
   }
   Status s = device_.Open(options_.directory + "/segments", options_.segment_size,
                           options_.max_device_size);
+  // Without room for the cache every read checks every node, as with no cache at all.
+  if (s.ok() && options_.verify_checksums) {
+    node_checks_.Init(options_.max_device_size / options_.segment_size,
+                      options_.segment_size / options_.node_size);
+  }
   if (first) {
     if (s.ok()) {
       FormatArena();
@@ -128,9 +133,15 @@ void EngineImpl::FormatArena() {
   levels_.Format();
 }
 
-TreeContext EngineImpl::Trees() const {
-  return TreeContext{&device_,           &segments_.info(0),    segments_.count(),
-                     options_.node_size, options_.segment_size, options_.verify_checksums};
+// kOncePerProcess hands out this process's cache of checked nodes, kEveryRead none.
+TreeContext EngineImpl::Trees(NodeChecks checks) const {
+  return TreeContext{&device_,
+                     &segments_.info(0),
+                     segments_.count(),
+                     options_.node_size,
+                     options_.segment_size,
+                     options_.verify_checksums,
+                     checks == NodeChecks::kOncePerProcess ? &node_checks_ : nullptr};
 }
 
 Status EngineImpl::Sync(Lsn lsn) {
@@ -151,7 +162,7 @@ Status EngineImpl::FindEntry(const Version& v, std::string_view ikey, uint64_t m
     *found = true;
     return MemNodeEntry(node, entry);
   }
-  TreeContext ctx = Trees();
+  TreeContext ctx = Trees(NodeChecks::kOncePerProcess);
   uint64_t hash = HashKey(ikey);
   for (uint32_t level = 1; level <= options_.max_levels; level++) {
     const LevelDesc& desc = v.levels[level];
@@ -271,7 +282,7 @@ Status EngineImpl::ApproximateSize(KeyspaceId ks, uint64_t* bytes) {
       total += EntryBytes(entry);
     }
   }
-  TreeContext ctx = Trees();
+  TreeContext ctx = Trees(NodeChecks::kOncePerProcess);
   double levels = 0;
   for (uint32_t level = 1; level <= options_.max_levels; level++) {
     double level_bytes;

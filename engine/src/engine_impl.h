@@ -30,6 +30,7 @@
 #include "level_set.h"
 #include "log_set.h"
 #include "memtable_pool.h"
+#include "node_check_cache.h"
 #include "reclaim.h"
 #include "segment_table.h"
 #include "shared_state.h"
@@ -87,8 +88,13 @@ class EngineImpl final : public Engine {
   const Options& options() const override { return options_; }
 
  private:
+  // How a B+-tree view checks node checksums (when options_.verify_checksums is on).
+  enum class NodeChecks {
+    kOncePerProcess,  // skip nodes this process already checked: reads
+    kEveryRead,       // every node every time: Verify, and compactions (see background.cc)
+  };
   // The B+-trees' view of the device.
-  TreeContext Trees() const;
+  TreeContext Trees(NodeChecks checks) const;
 
   // --- opening (engine_impl.cc) ---
   void FormatArena();
@@ -161,6 +167,9 @@ class EngineImpl final : public Engine {
   SharedState* shared_;
   EngineObserver* observer_;  // options_.observer, or nullptr
   Device device_;
+  // The nodes this process verified (empty if verify_checksums is off). Mutable: the const
+  // Trees() hands it to reads, which record in it what they checked.
+  mutable NodeCheckCache node_checks_;
   BackgroundSignal background_;
   SegmentTable segments_;
   MemtablePool memtables_;

@@ -180,7 +180,8 @@ std::unique_ptr<Iterator> EngineImpl::NewIterator(KeyspaceId ks) {
   // The LSN first: every write up to it is then in a memtable or level of the version read
   // next (writers publish last_lsn after inserting).
   Lsn snapshot = logs_.last_lsn();
-  it->Init(levels_.Current(), snapshot, memtables_, Trees(), options_.max_levels);
+  it->Init(levels_.Current(), snapshot, memtables_, Trees(NodeChecks::kOncePerProcess),
+           options_.max_levels);
   return it;
 }
 

@@ -104,7 +104,8 @@ Status EngineImpl::Verify() {
   SharedLock write(&shared_->write_mu);
   Version v = levels_.Current();
   std::unordered_map<uint32_t, uint64_t> referenced;
-  TreeContext ctx = Trees();
+  // Every checksum, every time: a node this process checked before may have changed since.
+  TreeContext ctx = Trees(NodeChecks::kEveryRead);
   std::map<uint32_t, uint32_t> live_trees;  // tree id -> level
   for (uint32_t level = 1; level <= options_.max_levels; level++) {
     const LevelDesc& d = v.levels[level];

@@ -25,7 +25,9 @@ struct Options {
   SS_CTYPE_##KIND FIELD = SS_SETTING_VALUE_##KIND(DEFAULT, SS_SCALE_##UNIT);
 #include "slipstream/engine/settings.def"
 
-  // Verify node checksums on every read (corruption is reported, never followed).
+  // Verify B+-tree node checksums (corruption is reported, never followed): a read checks a
+  // node the first time this handle reads it (node_check_cache.h), Verify and compactions check
+  // every node every time. false: never verified.
   bool verify_checksums = true;
 
   // Upper bound of the device file; also the size of the read-only mapping reserved.
