@@ -69,7 +69,7 @@ test-sanitize: deps
 # pg_regress and isolation suites on a private cluster run by the postgres OS user, the
 # contention and crash tests, the replication kill tests (a primary and a backup, tcp and shm,
 # 20 rounds; a backup killed under load; a seeded streaming standby; takeovers after SIGKILL
-# of the primary with two backups, 26 rounds over tcp, shm, remote_flush and deferred replay,
+# of the primary with two backups, 22 rounds over tcp, shm (by scripts/failover.sh), remote_flush and deferred replay,
 # and 44 with Send-Index backups over tcp and shm, compacting all along, remote_flush too; a
 # Send-Index backup through DDL, refused reads and a promotion compared table by table;
 # Patroni's failover after a SIGKILL of the leader, 3 rounds with streaming replicas and 3 with
@@ -89,7 +89,7 @@ test-pg: install
 	tests/pg_replication_backup_test.sh /tmp/slipstream-replication-backup 55650 tcp
 	tests/pg_standby_test.sh /tmp/slipstream-standby 55660
 	tests/pg_logical_test.sh /tmp/slipstream-logical 55680
-	tests/pg_takeover_test.sh /tmp/slipstream-takeover-tcp 55700 12 tcp remote_memory
+	tests/pg_takeover_test.sh /tmp/slipstream-takeover-tcp 55700 8 tcp remote_memory
 	TAKEOVER_BY=script tests/pg_takeover_test.sh /tmp/slipstream-takeover-shm 55720 6 shm remote_memory
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-deferred 55760 4 shm remote_memory deferred
 	tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3
