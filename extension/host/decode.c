@@ -147,6 +147,22 @@ report_short(XLogReaderState *r)
 					LSN_FORMAT_ARGS(r->ReadRecPtr))));
 }
 
+/* Reports the record too short unless its data holds `end` bytes. */
+static void
+require(XLogReaderState *r, uint64 end)
+{
+	if (XLogRecGetDataLen(r) < end)
+		report_short(r);
+}
+
+/* Copies `size` bytes at `offset` of the record's data into `dst` (checked). */
+static void
+read_part(XLogReaderState *r, uint64 offset, void *dst, Size size)
+{
+	require(r, offset + size);
+	memcpy(dst, XLogRecGetData(r) + offset, size);
+}
+
 /* rm_decode: queues the changes one of our records makes to a table of the slot's database. */
 void
 ss_decode(LogicalDecodingContext *ctx, XLogRecordBuffer *buf)
@@ -155,7 +171,6 @@ ss_decode(LogicalDecodingContext *ctx, XLogRecordBuffer *buf)
 	uint8		info = XLogRecGetInfo(r) & ~XLR_INFO_MASK;
 	TransactionId xid = XLogRecGetXid(r);
 	char	   *data = XLogRecGetData(r);
-	uint32		data_len = XLogRecGetDataLen(r);
 	uint64		tag;
 
 	ReorderBufferProcessXid(ctx->reorder, xid, buf->origptr);
@@ -164,9 +179,7 @@ ss_decode(LogicalDecodingContext *ctx, XLogRecordBuffer *buf)
 		return;
 	if (!SnapBuildProcessChange(ctx->snapshot_builder, xid, buf->origptr))
 		return;
-	if (data_len < sizeof(uint64))
-		report_short(r);
-	memcpy(&tag, data, sizeof(tag));
+	read_part(r, 0, &tag, sizeof(tag));
 	if ((Oid) (tag >> 32) != ctx->slot->data.database)
 		return;
 	if (ctx->callbacks.filter_by_origin_cb != NULL &&
@@ -179,10 +192,9 @@ ss_decode(LogicalDecodingContext *ctx, XLogRecordBuffer *buf)
 				XlPut		rec;
 				const char *tuple = data + sizeof(rec);
 
-				if (data_len < sizeof(rec))
-					report_short(r);
-				memcpy(&rec, data, sizeof(rec));
-				if (data_len < sizeof(rec) + rec.len || rec.len < SizeofHeapTupleHeader)
+				read_part(r, 0, &rec, sizeof(rec));
+				require(r, sizeof(rec) + rec.len);
+				if (rec.len < SizeofHeapTupleHeader)
 					report_short(r);
 				queue_change(ctx, buf, tag,
 							 HeapTupleHeaderIsSpeculative((HeapTupleHeader) tuple) ?
@@ -196,19 +208,14 @@ ss_decode(LogicalDecodingContext *ctx, XLogRecordBuffer *buf)
 				XlMultiHeader head;
 				uint32		pos = sizeof(head);
 
-				if (data_len < sizeof(head))
-					report_short(r);
-				memcpy(&head, data, sizeof(head));
+				read_part(r, 0, &head, sizeof(head));
 				for (uint32 i = 0; i < head.count; i++)
 				{
 					XlMultiItem item;
 
-					if (data_len < pos + sizeof(item))
-						report_short(r);
-					memcpy(&item, data + pos, sizeof(item));
+					read_part(r, pos, &item, sizeof(item));
 					pos += sizeof(item);
-					if (data_len < pos + item.len)
-						report_short(r);
+					require(r, pos + item.len);
 					/* TOAST chunks are joined per row; forget them after the batch's last. */
 					queue_change(ctx, buf, tag, REORDER_BUFFER_CHANGE_INSERT, NULL,
 								 tuple_buf(ctx, data + pos, item.len), i == head.count - 1);
@@ -221,11 +228,8 @@ ss_decode(LogicalDecodingContext *ctx, XLogRecordBuffer *buf)
 				XlUpdate	rec;
 				const char *tuple = data + sizeof(rec);
 
-				if (data_len < sizeof(rec))
-					report_short(r);
-				memcpy(&rec, data, sizeof(rec));
-				if (data_len < sizeof(rec) + rec.len + rec.old_key_len)
-					report_short(r);
+				read_part(r, 0, &rec, sizeof(rec));
+				require(r, sizeof(rec) + rec.len + rec.old_key_len);
 				queue_change(ctx, buf, tag, REORDER_BUFFER_CHANGE_UPDATE,
 							 rec.old_key_len > 0 ?
 							 tuple_buf(ctx, tuple + rec.len, rec.old_key_len) : NULL,
@@ -236,11 +240,8 @@ ss_decode(LogicalDecodingContext *ctx, XLogRecordBuffer *buf)
 			{
 				XlDelete	rec;
 
-				if (data_len < sizeof(rec))
-					report_short(r);
-				memcpy(&rec, data, sizeof(rec));
-				if (data_len < sizeof(rec) + rec.old_key_len)
-					report_short(r);
+				read_part(r, 0, &rec, sizeof(rec));
+				require(r, sizeof(rec) + rec.old_key_len);
 				queue_change(ctx, buf, tag, REORDER_BUFFER_CHANGE_DELETE,
 							 rec.old_key_len > 0 ?
 							 tuple_buf(ctx, data + sizeof(rec), rec.old_key_len) : NULL,
