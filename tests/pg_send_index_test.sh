@@ -79,6 +79,10 @@ done
 [ "$(b_sql -c "SELECT segments_imported > 0 AND segment_bytes >= segments_imported * 4096 AND rewrite_ms > 0
                FROM slipstream.index_import")" = t ] ||
   fail "the import's segment counters do not move: $(b_sql -c 'SELECT * FROM slipstream.index_import')"
+# Monitoring queries keep working on the importing backup: the size functions report
+# PostgreSQL's answer (the stub) instead of reading its engine.
+[ "$(b_sql -c "SELECT pg_relation_size('kept') >= 0 AND pg_total_relation_size('kept') > 0")" = t ] ||
+  fail "the size functions fail on the importing backup"
 echo "ok: the backup imported the levels ($(b_sql -c "SELECT installed_compactions || ' installs, ' || segments_imported || ' segments (' || pg_size_pretty(segment_bytes) || ') rewritten in ' || round(rewrite_ms::numeric, 1) || ' ms, horizon ' || horizon FROM slipstream.index_import"))"
 
 # On the backup: reads refused with a hint, the imported levels verified.

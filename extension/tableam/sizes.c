@@ -10,8 +10,10 @@
  * in place of PostgreSQL's in every query planned, so the usual names work.
  */
 #include "slipstream.h"
+#include "replication/repl.h"
 
 #include "access/relation.h"
+#include "access/xlog.h"
 #include "common/relpath.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
@@ -23,13 +25,20 @@ PG_FUNCTION_INFO_V1(slipstream_relation_main_size);
 PG_FUNCTION_INFO_V1(slipstream_table_size);
 PG_FUNCTION_INFO_V1(slipstream_total_relation_size);
 
-/* The bytes the engine holds for relation `relid` if it is a slipstream table, else -1. */
+/*
+ * The bytes the engine holds for relation `relid` if it is a slipstream table, else -1 (also on
+ * a backup that imports its primary's levels: its engine cannot be read before promotion, and
+ * the size functions then report PostgreSQL's own answer instead of failing).
+ */
 static int64
 engine_bytes(Oid relid)
 {
-	Relation	rel = try_relation_open(relid, AccessShareLock);
+	Relation	rel;
 	int64		bytes = -1;
 
+	if (ss_engine_imports() && RecoveryInProgress())
+		return -1;
+	rel = try_relation_open(relid, AccessShareLock);
 	if (rel == NULL)
 		return -1;
 	if (rel->rd_tableam == ss_tableam_routine() &&
