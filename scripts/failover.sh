@@ -150,6 +150,7 @@ promoted_at=$(bsql "$best" -c "SELECT slipstream.promote($wait_seconds)") ||
   die "the promotion of ${names[$best]} failed"
 echo "promoted ${names[$best]} at $promoted_at"
 primary_conn=${conns[$best]}
+primary_datadir=$(bsql "$best" -c "SHOW data_directory") || primary_datadir=""
 
 # Seeds node $1 (name) with data directory $2, server log $3 and serve address $4 again from
 # the new primary, keeping the settings in $5 (lines for postgresql.conf) and importing if $6 is
@@ -158,6 +159,16 @@ reseed() {
   local name=$1 datadir=$2 log=$3 serve=$4 settings=$5 shipping=$6 line args=()
   while IFS= read -r line; do [ -n "$line" ] && args+=(--set "$line"); done <<<"$settings"
   [ "$shipping" = send_index ] && args+=(--send-index)
+  # The directory is removed below: it must be a PostgreSQL data directory, and not the one the
+  # new primary runs in (a --datadir given to the wrong node).
+  if [ -e "$datadir" ] && [ ! -f "$datadir/PG_VERSION" ]; then
+    echo "$name: $datadir is not a PostgreSQL data directory; not seeded again" >&2
+    return 1
+  fi
+  if [ "$(readlink -f "$datadir")" = "$(readlink -f "$primary_datadir")" ]; then
+    echo "$name: $datadir is the data directory of the new primary ${names[$best]}; not seeded again" >&2
+    return 1
+  fi
   if [ -f "$datadir/postmaster.pid" ]; then
     as_postgres "$PGBIN/pg_ctl" -D "$datadir" -m fast -w -t "$wait_seconds" stop >/dev/null 2>&1 ||
       as_postgres "$PGBIN/pg_ctl" -D "$datadir" -m immediate -w -t "$wait_seconds" stop >/dev/null 2>&1 || true
