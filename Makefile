@@ -89,6 +89,7 @@ test-pg: install
 	tests/pg_replication_backup_test.sh /tmp/slipstream-replication-backup 55650 tcp
 	tests/pg_standby_test.sh /tmp/slipstream-standby 55660
 	tests/pg_logical_test.sh /tmp/slipstream-logical 55680
+	tests/pg_tablespace_test.sh /tmp/slipstream-tablespace 55670 4
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-tcp 55700 8 tcp remote_memory
 	TAKEOVER_BY=script tests/pg_takeover_test.sh /tmp/slipstream-takeover-shm 55720 6 shm remote_memory
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-deferred 55760 4 shm remote_memory deferred

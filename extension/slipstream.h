@@ -252,9 +252,13 @@ extern void ss_standby_redo(struct XLogReaderState *record);
 extern void ss_standby_cleanup(void);
 extern bool ss_sweep_allowed(void);
 
+/* ---- a relation file node's files in any tablespace (host/relfiles.c) ---- */
+#define SS_FILES_MAIN 1			/* <relnode>: a permanent or unlogged table's */
+#define SS_FILES_TEMP 2			/* t<backend>_<relnode>: a temporary table's */
+#define SS_FILES_INIT 4			/* <relnode>_init: an unlogged table's init fork */
+extern bool ss_relnode_has_files(Oid db, Oid relnode, int kinds, const char *except);
+
 /* ---- background worker (host/worker.c) ---- */
-/* Whether a temporary relation file t<backend>_<relnode> exists in database `db`. */
-extern bool ss_temp_file_exists(Oid db, Oid relnode);
 extern void ss_register_worker(void);
 extern void ss_register_bgworker(const char *function, const char *name);
 /* The same, for a worker that starts at `start_time` (a BgWorkerStartTime). */

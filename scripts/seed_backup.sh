@@ -5,6 +5,7 @@
 #
 #   scripts/seed_backup.sh --connstring CONNINFO --datadir DIR [--name NAME] [--streaming]
 #                          [--send-index] [--set 'name = value']... [--scope S] [--role R]
+#                          [--tablespace-mapping OLDDIR=NEWDIR]...
 #
 # CONNINFO reaches the primary as a superuser or slipstream_admin member with the replication
 # privilege, in a database where CREATE EXTENSION slipstream was run (e.g.
@@ -26,6 +27,11 @@
 #      SELECT slipstream.serve_backup(...) on the standby and add_backup(...) on the primary.
 #   4. appends each --set line to DIR/postgresql.conf (a port, a socket directory...).
 #
+# Tablespaces are copied where pg_basebackup puts them: their primary's directories, or, with
+# --tablespace-mapping (pg_basebackup's -T, needed for a standby on the same host), NEWDIR.
+# Slipstream tables in tablespaces need nothing more: the engine keeps their rows in its own
+# files, which the seed carries.
+#
 # With --send-index the standby imports its primary's levels instead (Send-Index: it sets
 # slipstream.backup_engine = import): step 2 leaves its engine empty, and the primary ships
 # the levels as a seed when the backup, added with shipping => 'send_index', first connects.
@@ -42,9 +48,10 @@ streaming=0
 send_index=0
 settings=()
 scope=""
+mappings=()
 
 usage() {
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -58,6 +65,8 @@ while [ $# -gt 0 ]; do
     --name=*) name=${1#*=}; shift ;;
     --streaming) streaming=1; shift ;;
     --send-index) send_index=1; shift ;;
+    --tablespace-mapping) mappings+=(-T "${2:?}"); shift 2 ;;
+    --tablespace-mapping=*) mappings+=(-T "${1#*=}"); shift ;;
     --set) settings+=("${2:?}"); shift 2 ;;
     --set=*) settings+=("${1#*=}"); shift ;;
     --scope) scope=${2:?}; shift 2 ;;
@@ -98,9 +107,11 @@ fi
 psql_primary -Atc "SELECT pg_drop_replication_slot('$slot') FROM pg_replication_slots
                    WHERE slot_name = '$slot'" >/dev/null
 if [ "$streaming" = 1 ]; then
-  "$PGBIN/pg_basebackup" -d "$connstring" -D "$datadir" -X stream -c fast -C -S "$slot" -R
+  "$PGBIN/pg_basebackup" -d "$connstring" -D "$datadir" -X stream -c fast -C -S "$slot" -R \
+    ${mappings[@]+"${mappings[@]}"}
 else
-  "$PGBIN/pg_basebackup" -d "$connstring" -D "$datadir" -X stream -c fast -C -S "$slot"
+  "$PGBIN/pg_basebackup" -d "$connstring" -D "$datadir" -X stream -c fast -C -S "$slot" \
+    ${mappings[@]+"${mappings[@]}"}
 fi
 start_lsn=$(sed -n 's/^START WAL LOCATION: \([0-9A-F]*\/[0-9A-F]*\).*/\1/p' "$datadir/backup_label")
 lsn_value() { local hi=${1%/*} lo=${1#*/}; echo $(( (16#$hi << 32) | 16#$lo )); }

@@ -106,10 +106,6 @@ SELECT * FROM tmp;
 CREATE UNLOGGED TABLE unl (x int) USING slipstream;
 INSERT INTO unl SELECT generate_series(1, 20);
 SELECT count(*) FROM unl;
-SET allow_in_place_tablespaces = true;
-CREATE TABLESPACE slipstream_regress_ts LOCATION '';
-CREATE TABLE tbs (x int) USING slipstream TABLESPACE slipstream_regress_ts;
-DROP TABLESPACE slipstream_regress_ts;
 CREATE TABLE heapy (x int) USING heap;
 SELECT amname FROM pg_class c JOIN pg_am a ON a.oid = c.relam WHERE relname = 'heapy';
 

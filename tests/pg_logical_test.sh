@@ -3,8 +3,8 @@
 #   1. test_decoding: the same statements run on a heap table and on a slipstream table of the
 #      same shape decode to the same changes (inserts, multi-row inserts and COPY, updates with
 #      and without a key change, deletes, INSERT ... ON CONFLICT, rolled-back subtransactions,
-#      a TOASTed value, REPLICA IDENTITY FULL), and a table rewrite (VACUUM FULL) decodes to
-#      nothing, as on heap.
+#      a TOASTed value, REPLICA IDENTITY FULL, a table in a tablespace), and a table rewrite
+#      (VACUUM FULL, ALTER TABLE ... SET TABLESPACE) decodes to nothing, as on heap.
 #   2. pgoutput: a publication of slipstream tables (and a heap one) on one cluster, a
 #      subscription on another whose tables are slipstream tables too; after a workload of the
 #      same kinds plus TRUNCATE, every subscribed table equals the publisher's, row for row.
@@ -32,6 +32,8 @@ fail() { echo "logical test FAILED: $*" >&2; exit 1; }
 
 p_sql -c "CREATE EXTENSION slipstream" >/dev/null
 s_sql -c "CREATE EXTENSION slipstream" >/dev/null
+# A tablespace for tables whose records must name it (decoding maps files back to relations).
+p_sql -c "SET allow_in_place_tablespaces = true" -c "CREATE TABLESPACE dec_space LOCATION ''" >/dev/null
 
 # ---- 1. test_decoding: heap and slipstream decode alike ----
 # Statements on table TBL (created with access method AM), the same for both.
@@ -70,6 +72,12 @@ UPDATE ${tbl}_full SET b = 'bb' WHERE a = 2;
 DELETE FROM ${tbl}_full WHERE a = 1;
 VACUUM FULL $tbl;
 DELETE FROM $tbl WHERE id = 40;
+CREATE TABLE ${tbl}_spc (id int PRIMARY KEY, v text) USING $am TABLESPACE dec_space;
+INSERT INTO ${tbl}_spc VALUES (1, 'in a tablespace'), (2, 'b');
+UPDATE ${tbl}_spc SET v = 'moved key' , id = 3 WHERE id = 2;
+DELETE FROM ${tbl}_spc WHERE id = 1;
+ALTER TABLE ${tbl}_spc SET TABLESPACE pg_default;
+INSERT INTO ${tbl}_spc VALUES (4, 'after the move');
 EOF
 }
 

@@ -116,27 +116,6 @@ tuple_buf(LogicalDecodingContext *ctx, const char *data, uint32 len)
 	return buf;
 }
 
-/* Queues a change of relation file `tag` with its tuples (either may be NULL). */
-static void
-queue_change(LogicalDecodingContext *ctx, XLogRecordBuffer *buf, uint64 tag,
-			 ReorderBufferChangeType action, ReorderBufferTupleBuf *oldtuple,
-			 ReorderBufferTupleBuf *newtuple, bool clear_toast)
-{
-	XLogReaderState *r = buf->record;
-	ReorderBufferChange *change = ReorderBufferGetChange(ctx->reorder);
-
-	change->action = action;
-	change->origin_id = XLogRecGetOrigin(r);
-	/* Our tables live in the database's default tablespace (others are refused). */
-	change->data.tp.relnode.spcNode = MyDatabaseTableSpace;
-	change->data.tp.relnode.dbNode = (Oid) (tag >> 32);
-	change->data.tp.relnode.relNode = (Oid) tag;
-	change->data.tp.oldtuple = oldtuple;
-	change->data.tp.newtuple = newtuple;
-	change->data.tp.clear_toast_afterwards = clear_toast;
-	ReorderBufferQueueChange(ctx->reorder, XLogRecGetXid(r), buf->origptr, change, false);
-}
-
 /* Reports a record too short for what it says it holds. */
 static void
 report_short(XLogReaderState *r)
@@ -161,6 +140,30 @@ read_part(XLogReaderState *r, uint64 offset, void *dst, Size size)
 {
 	require(r, offset + size);
 	memcpy(dst, XLogRecGetData(r) + offset, size);
+}
+
+/* Queues a change of the record's relation file with its tuples (either may be NULL). */
+static void
+queue_change(LogicalDecodingContext *ctx, XLogRecordBuffer *buf,
+			 ReorderBufferChangeType action, ReorderBufferTupleBuf *oldtuple,
+			 ReorderBufferTupleBuf *newtuple, bool clear_toast)
+{
+	XLogReaderState *r = buf->record;
+	ReorderBufferChange *change;
+	XlRelation	file;
+
+	/* Every record that changes rows starts with its relation file (host/wal_records.h). */
+	read_part(r, 0, &file, sizeof(file));
+	change = ReorderBufferGetChange(ctx->reorder);
+	change->action = action;
+	change->origin_id = XLogRecGetOrigin(r);
+	change->data.tp.relnode.spcNode = file.spc;
+	change->data.tp.relnode.dbNode = (Oid) (file.tag >> 32);
+	change->data.tp.relnode.relNode = (Oid) file.tag;
+	change->data.tp.oldtuple = oldtuple;
+	change->data.tp.newtuple = newtuple;
+	change->data.tp.clear_toast_afterwards = clear_toast;
+	ReorderBufferQueueChange(ctx->reorder, XLogRecGetXid(r), buf->origptr, change, false);
 }
 
 /* rm_decode: queues the changes one of our records makes to a table of the slot's database. */
@@ -196,7 +199,7 @@ ss_decode(LogicalDecodingContext *ctx, XLogRecordBuffer *buf)
 				require(r, sizeof(rec) + rec.len);
 				if (rec.len < SizeofHeapTupleHeader)
 					report_short(r);
-				queue_change(ctx, buf, tag,
+				queue_change(ctx, buf,
 							 HeapTupleHeaderIsSpeculative((HeapTupleHeader) tuple) ?
 							 REORDER_BUFFER_CHANGE_INTERNAL_SPEC_INSERT :
 							 REORDER_BUFFER_CHANGE_INSERT,
@@ -217,7 +220,7 @@ ss_decode(LogicalDecodingContext *ctx, XLogRecordBuffer *buf)
 					pos += sizeof(item);
 					require(r, pos + item.len);
 					/* TOAST chunks are joined per row; forget them after the batch's last. */
-					queue_change(ctx, buf, tag, REORDER_BUFFER_CHANGE_INSERT, NULL,
+					queue_change(ctx, buf, REORDER_BUFFER_CHANGE_INSERT, NULL,
 								 tuple_buf(ctx, data + pos, item.len), i == head.count - 1);
 					pos += item.len;
 				}
@@ -230,7 +233,7 @@ ss_decode(LogicalDecodingContext *ctx, XLogRecordBuffer *buf)
 
 				read_part(r, 0, &rec, sizeof(rec));
 				require(r, sizeof(rec) + rec.len + rec.old_key_len);
-				queue_change(ctx, buf, tag, REORDER_BUFFER_CHANGE_UPDATE,
+				queue_change(ctx, buf, REORDER_BUFFER_CHANGE_UPDATE,
 							 rec.old_key_len > 0 ?
 							 tuple_buf(ctx, tuple + rec.len, rec.old_key_len) : NULL,
 							 tuple_buf(ctx, tuple, rec.len), true);
@@ -242,18 +245,18 @@ ss_decode(LogicalDecodingContext *ctx, XLogRecordBuffer *buf)
 
 				read_part(r, 0, &rec, sizeof(rec));
 				require(r, sizeof(rec) + rec.old_key_len);
-				queue_change(ctx, buf, tag, REORDER_BUFFER_CHANGE_DELETE,
+				queue_change(ctx, buf, REORDER_BUFFER_CHANGE_DELETE,
 							 rec.old_key_len > 0 ?
 							 tuple_buf(ctx, data + sizeof(rec), rec.old_key_len) : NULL,
 							 NULL, true);
 				break;
 			}
 		case SS_XLOG_CONFIRM:
-			queue_change(ctx, buf, tag, REORDER_BUFFER_CHANGE_INTERNAL_SPEC_CONFIRM, NULL, NULL,
+			queue_change(ctx, buf, REORDER_BUFFER_CHANGE_INTERNAL_SPEC_CONFIRM, NULL, NULL,
 						 true);
 			break;
 		case SS_XLOG_SUPER_DELETE:
-			queue_change(ctx, buf, tag, REORDER_BUFFER_CHANGE_INTERNAL_SPEC_ABORT, NULL, NULL,
+			queue_change(ctx, buf, REORDER_BUFFER_CHANGE_INTERNAL_SPEC_ABORT, NULL, NULL,
 						 true);
 			break;
 		default:

@@ -80,14 +80,11 @@ ss_mark_clean_shutdown(void)
 static void
 reset_if_unlogged(uint64 tag, uint32 keyspace, void *arg)
 {
-	char		path[MAXPGPATH];
-	struct stat st;
 	int		   *reset = (int *) arg;
 
 	if ((tag >> 32) == 0)
 		return;
-	snprintf(path, sizeof(path), "base/%u/%u_init", (Oid) (tag >> 32), (Oid) (tag & 0xffffffff));
-	if (stat(path, &st) != 0)
+	if (!ss_relnode_has_files((Oid) (tag >> 32), (Oid) (tag & 0xffffffff), SS_FILES_INIT, NULL))
 		return;
 	if (ss_keyspace_drop(keyspace) == SS_OK)
 	{

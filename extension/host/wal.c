@@ -50,7 +50,13 @@ ss_rel_needs_wal(Relation rel)
 XLogRecPtr
 ss_log_put(Relation rel, uint64 rowid, HeapTuple tuple)
 {
-	XlPut		rec = {rel_tag(rel), rowid, tuple->t_len};
+	XlPut		rec;
+
+	memset(&rec, 0, sizeof(rec));
+	rec.tag = rel_tag(rel);
+	rec.spc = rel->rd_node.spcNode;
+	rec.rowid = rowid;
+	rec.len = tuple->t_len;
 
 	XLogBeginInsert();
 	XLogRegisterData((char *) &rec, sizeof(rec));
@@ -65,12 +71,16 @@ ss_log_put(Relation rel, uint64 rowid, HeapTuple tuple)
 XLogRecPtr
 ss_log_put_multi(Relation rel, uint64 *rowids, HeapTuple *tuples, int ntuples, bool rewrite)
 {
-	XlMultiHeader head = {rel_tag(rel), (uint32) ntuples};
+	XlMultiHeader head;
 	Size		size = sizeof(head);
 	char	   *body;
 	char	   *p;
 	XLogRecPtr	lsn;
 
+	memset(&head, 0, sizeof(head));
+	head.tag = rel_tag(rel);
+	head.spc = rel->rd_node.spcNode;
+	head.count = (uint32) ntuples;
 	for (int i = 0; i < ntuples; i++)
 		size += sizeof(XlMultiItem) + tuples[i]->t_len;
 	body = palloc_extended(size, MCXT_ALLOC_HUGE);
@@ -106,6 +116,7 @@ ss_log_header(Relation rel, uint64 rowid, HeapTupleHeader header, SsRowChange ch
 
 	memset(&rec, 0, sizeof(rec));
 	rec.header.tag = rel_tag(rel);
+	rec.header.spc = rel->rd_node.spcNode;
 	rec.header.rowid = rowid;
 	memcpy(rec.header.header, header, SS_HEADER_SIZE);
 	XLogBeginInsert();
@@ -144,6 +155,7 @@ ss_log_update(Relation rel, uint64 old_rowid, HeapTupleHeader old_header, uint64
 
 	memset(&rec, 0, sizeof(rec));
 	rec.tag = rel_tag(rel);
+	rec.spc = rel->rd_node.spcNode;
 	rec.old_rowid = old_rowid;
 	rec.new_rowid = new_rowid;
 	rec.len = new_tuple->t_len;
@@ -161,7 +173,12 @@ ss_log_update(Relation rel, uint64 old_rowid, HeapTupleHeader old_header, uint64
 XLogRecPtr
 ss_log_remove(Relation rel, uint64 *rowids, int nrowids)
 {
-	XlRemove	rec = {rel_tag(rel), (uint32) nrowids};
+	XlRemove	rec;
+
+	memset(&rec, 0, sizeof(rec));
+	rec.tag = rel_tag(rel);
+	rec.spc = rel->rd_node.spcNode;
+	rec.count = (uint32) nrowids;
 
 	XLogBeginInsert();
 	XLogRegisterData((char *) &rec, sizeof(rec));
@@ -177,7 +194,12 @@ ss_log_remove(Relation rel, uint64 *rowids, int nrowids)
 void
 ss_log_conflict(Relation rel, TransactionId horizon)
 {
-	XlConflict	rec = {rel_tag(rel), horizon};
+	XlConflict	rec;
+
+	memset(&rec, 0, sizeof(rec));
+	rec.tag = rel_tag(rel);
+	rec.spc = rel->rd_node.spcNode;
+	rec.horizon = horizon;
 
 	XLogBeginInsert();
 	XLogRegisterData((char *) &rec, sizeof(rec));
@@ -313,13 +335,16 @@ ss_apply_record(XLogReaderState *record)
 	if (info == SS_XLOG_CONFLICT)
 	{
 		XlConflict	rec;
-		RelFileNode node = {DEFAULTTABLESPACE_OID, (Oid) (tag >> 32), (Oid) tag};
+		RelFileNode node;
 
 		if (data_len < sizeof(rec))
 			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
 							errmsg("slipstream: WAL record at %X/%X is too short",
 								   LSN_FORMAT_ARGS(record->ReadRecPtr))));
 		memcpy(&rec, data, sizeof(rec));
+		node.spcNode = rec.spc;
+		node.dbNode = (Oid) (tag >> 32);
+		node.relNode = (Oid) tag;
 		if (InHotStandby && TransactionIdIsValid(rec.horizon))
 			ResolveRecoveryConflictWithSnapshot(rec.horizon, node);
 		return;

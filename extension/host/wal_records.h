@@ -20,9 +20,21 @@
  * replayed alike, and not decoded (as heap's HEAP_INSERT_NO_LOGICAL). */
 #define SS_XLOG_REWRITE 0xA0
 
+/*
+ * Every record begins with the relation file it changes: `tag` (database and relfilenode, the
+ * engine's keyspace tag) and `spc`, the file's tablespace, which logical decoding needs to map
+ * the file back to its relation (RelidByRelfilenode). A reset is just those.
+ */
+typedef struct XlRelation
+{
+	uint64		tag;
+	Oid			spc;
+} XlRelation;
+
 typedef struct XlPut
 {
 	uint64		tag;
+	Oid			spc;
 	uint64		rowid;
 	uint32		len;
 } XlPut;
@@ -30,6 +42,7 @@ typedef struct XlPut
 typedef struct XlMultiHeader
 {
 	uint64		tag;
+	Oid			spc;
 	uint32		count;
 } XlMultiHeader;
 
@@ -42,6 +55,7 @@ typedef struct XlMultiItem
 typedef struct XlHeader
 {
 	uint64		tag;
+	Oid			spc;
 	uint64		rowid;
 	char		header[SS_HEADER_SIZE];
 } XlHeader;
@@ -57,6 +71,7 @@ typedef struct XlDelete
 typedef struct XlUpdate
 {
 	uint64		tag;
+	Oid			spc;
 	uint64		old_rowid;
 	uint64		new_rowid;
 	uint32		len;
@@ -68,13 +83,25 @@ typedef struct XlUpdate
 typedef struct XlConflict
 {
 	uint64		tag;
+	Oid			spc;
 	TransactionId horizon;		/* as heap's latestRemovedXid */
 } XlConflict;
 
 typedef struct XlRemove
 {
 	uint64		tag;
+	Oid			spc;
 	uint32		count;
 } XlRemove;
+
+/* Decoding reads the file's tablespace at the same offset in every record. */
+#define SS_XL_SPC_OFFSET offsetof(XlRelation, spc)
+StaticAssertDecl(offsetof(XlPut, spc) == SS_XL_SPC_OFFSET &&
+				 offsetof(XlMultiHeader, spc) == SS_XL_SPC_OFFSET &&
+				 offsetof(XlHeader, spc) == SS_XL_SPC_OFFSET &&
+				 offsetof(XlUpdate, spc) == SS_XL_SPC_OFFSET &&
+				 offsetof(XlConflict, spc) == SS_XL_SPC_OFFSET &&
+				 offsetof(XlRemove, spc) == SS_XL_SPC_OFFSET,
+				 "every record starts with its relation file");
 
 #endif							/* SLIPSTREAM_WAL_RECORDS_H */

@@ -12,7 +12,6 @@
 #include "slipstream.h"
 #include "replication/repl.h"
 
-#include <glob.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -73,42 +72,23 @@ typedef struct SweepState
 	int			dropped;
 } SweepState;
 
-/* Drops a keyspace whose relation file no longer exists. */
+/* Drops a keyspace whose relation file no longer exists in any tablespace. */
 static void
 sweep_one(uint64 tag, uint32 keyspace, void *arg)
 {
 	SweepState *state = (SweepState *) arg;
-	char		path[MAXPGPATH];
-	struct stat st;
 	Oid			db = (Oid) (tag >> 32);
 	Oid			relnode = (Oid) (tag & 0xffffffff);
 
 	if (db == InvalidOid)
 		return;					/* reserved tags */
-	snprintf(path, sizeof(path), "base/%u/%u", db, relnode);
-	if (stat(path, &st) == 0 || errno != ENOENT)
+	if (ss_relnode_has_files(db, relnode, SS_FILES_MAIN | SS_FILES_TEMP, NULL))
 		return;
-	if (ss_temp_file_exists(db, relnode))
-		return;					/* a temporary table's file */
 	if (ss_keyspace_drop(keyspace) == SS_OK)
 	{
 		ss_forget_rowids(tag);
 		state->dropped++;
 	}
-}
-
-/* Whether a temporary relation file t<backend>_<relnode> exists in database `db`. */
-bool
-ss_temp_file_exists(Oid db, Oid relnode)
-{
-	char		pattern[MAXPGPATH];
-	glob_t		matches;
-	bool		found;
-
-	snprintf(pattern, sizeof(pattern), "base/%u/t*_%u", db, relnode);
-	found = glob(pattern, GLOB_NOSORT, NULL, &matches) == 0 && matches.gl_pathc > 0;
-	globfree(&matches);
-	return found;
 }
 
 /* Drops every keyspace whose relation file is gone. */

@@ -13,7 +13,6 @@
  */
 #include "slipstream.h"
 
-#include <sys/stat.h>
 
 #include "access/xlog.h"
 #include "fmgr.h"
@@ -45,16 +44,12 @@ keyspace_wanted(uint64 tag)
 {
 	Oid			db = (Oid) (tag >> 32);
 	Oid			relnode = (Oid) (tag & 0xffffffff);
-	char		path[MAXPGPATH];
-	struct stat st;
 
 	if (db == InvalidOid)
 		return false;			/* reserved tags */
-	snprintf(path, sizeof(path), "base/%u/%u", db, relnode);
-	if (stat(path, &st) != 0)
+	if (!ss_relnode_has_files(db, relnode, SS_FILES_MAIN, NULL))
 		return false;			/* dropped, or a temporary table's (t<backend>_<relnode>) */
-	snprintf(path, sizeof(path), "base/%u/%u_init", db, relnode);
-	if (stat(path, &st) == 0)
+	if (ss_relnode_has_files(db, relnode, SS_FILES_INIT, NULL))
 		return false;			/* unlogged: a standby holds it empty */
 	return true;
 }

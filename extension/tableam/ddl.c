@@ -10,7 +10,6 @@
 #include "slipstream.h"
 
 #include <math.h>
-#include <sys/stat.h>
 
 #include "access/genam.h"
 
@@ -21,7 +20,6 @@
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "catalog/pg_am_d.h"
-#include "catalog/pg_tablespace_d.h"
 #include "catalog/storage.h"
 #include "catalog/storage_xlog.h"
 #include "executor/executor.h"
@@ -40,40 +38,15 @@
 /* Rows written per engine batch while copying. */
 #define SS_COPY_BATCH 512
 
-/* Refuses storage choices slipstream cannot honour. */
-static void
-check_storage(const RelFileNode *node, char persistence)
-{
-	if (node->spcNode != DEFAULTTABLESPACE_OID)
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("slipstream tables must live in the pg_default tablespace"),
-				 errhint("The engine keeps all its data under the data directory; create the "
-						 "table without TABLESPACE.")));
-}
-
 /*
- * Whether a relation file of another persistence already uses this relfilenode in this
- * database: PostgreSQL only checks the path of the persistence it creates, so a temporary
- * table's new file node could in principle (after OID wraparound) equal a permanent one's.
+ * Starts an empty keyspace for a new file node whose main file is `own_path`, dropping a stale
+ * one with the same tag. Keyspaces are tagged by database and relfilenode, while PostgreSQL
+ * checks only the tablespace and persistence it creates a file in when it picks a new
+ * relfilenode: so (after OID wraparound) another tablespace or persistence may already use the
+ * number, and then its keyspace is live, not stale.
  */
-static bool
-other_file_uses_relnode(Oid relnode, char persistence)
-{
-	char		path[MAXPGPATH];
-	struct stat st;
-
-	if (persistence == RELPERSISTENCE_TEMP)
-	{
-		snprintf(path, sizeof(path), "base/%u/%u", MyDatabaseId, relnode);
-		return stat(path, &st) == 0;
-	}
-	return ss_temp_file_exists(MyDatabaseId, relnode);
-}
-
-/* Starts an empty keyspace for a new file node, dropping a stale one with the same tag. */
 static void
-fresh_keyspace(uint64 tag, bool wal, char persistence)
+fresh_keyspace(uint64 tag, bool wal, const char *own_path)
 {
 	uint32		stale;
 
@@ -81,11 +54,12 @@ fresh_keyspace(uint64 tag, bool wal, char persistence)
 	stale = ss_keyspace_for_tag(tag, false);
 	if (stale != 0)
 	{
-		if (other_file_uses_relnode((Oid) (tag & 0xffffffff), persistence))
+		if (ss_relnode_has_files((Oid) (tag >> 32), (Oid) (tag & 0xffffffff),
+								 SS_FILES_MAIN | SS_FILES_TEMP, own_path))
 			ereport(ERROR,
 					(errcode(ERRCODE_DUPLICATE_OBJECT),
-					 errmsg("slipstream: relfilenode %u is in use by a relation of another "
-							"persistence", (Oid) (tag & 0xffffffff)),
+					 errmsg("slipstream: relfilenode %u is in use by a relation in another "
+							"tablespace or of another persistence", (Oid) (tag & 0xffffffff)),
 					 errhint("Retry the command: the next attempt picks another file node.")));
 		SS_CHECK(ss_keyspace_drop(stale), "dropping a stale keyspace");
 	}
@@ -108,27 +82,44 @@ forget_cached_keyspace(Relation rel)
 	rel->rd_amcache = NULL;
 }
 
+/* Creates the empty md files of a new file node: the main fork, and an unlogged table's init fork. */
+static void
+create_stub_files(const RelFileNode *rnode, char persistence)
+{
+	SMgrRelation srel = RelationCreateStorage(*rnode, persistence, true);
+
+	if (persistence == RELPERSISTENCE_UNLOGGED)
+	{
+		/* The init fork tells PostgreSQL (and the worker after a crash) to empty it. */
+		smgrcreate(srel, INIT_FORKNUM, false);
+		log_smgrcreate(rnode, INIT_FORKNUM);
+		smgrimmedsync(srel, INIT_FORKNUM);
+	}
+	smgrclose(srel);
+}
+
+/* The path of the main file of file node `rnode` with persistence `persistence`. */
+static char *
+main_file_path(const RelFileNode *rnode, char persistence)
+{
+	return relpathbackend(*rnode, persistence == RELPERSISTENCE_TEMP ?
+						  BackendIdForTempRelations() : InvalidBackendId, MAIN_FORKNUM);
+}
+
 /* CREATE TABLE, TRUNCATE and rewrites: new, empty storage under a new file node. */
 static void
 ss_relation_set_new_filenode(Relation rel, const RelFileNode *newrnode, char persistence,
 							 TransactionId *freeze_xid, MultiXactId *minmulti)
 {
-	SMgrRelation srel;
+	char	   *path;
 
-	check_storage(newrnode, persistence);
 	*freeze_xid = RecentXmin;
 	*minmulti = GetOldestMultiXactId();
-	srel = RelationCreateStorage(*newrnode, persistence, true);
-	if (persistence == RELPERSISTENCE_UNLOGGED)
-	{
-		/* The init fork tells PostgreSQL (and the worker after a crash) to empty it. */
-		smgrcreate(srel, INIT_FORKNUM, false);
-		log_smgrcreate(newrnode, INIT_FORKNUM);
-		smgrimmedsync(srel, INIT_FORKNUM);
-	}
-	smgrclose(srel);
+	create_stub_files(newrnode, persistence);
+	path = main_file_path(newrnode, persistence);
 	fresh_keyspace(ss_tag(MyDatabaseId, newrnode->relNode),
-				   persistence == RELPERSISTENCE_PERMANENT, persistence);
+				   persistence == RELPERSISTENCE_PERMANENT, path);
+	pfree(path);
 	forget_cached_keyspace(rel);
 }
 
@@ -137,17 +128,71 @@ static void
 ss_relation_nontransactional_truncate(Relation rel)
 {
 	uint64		tag = ss_tag(MyDatabaseId, rel->rd_node.relNode);
+	char	   *path = main_file_path(&rel->rd_node, rel->rd_rel->relpersistence);
 
-	fresh_keyspace(tag, ss_rel_needs_wal(rel), rel->rd_rel->relpersistence);
+	fresh_keyspace(tag, ss_rel_needs_wal(rel), path);
+	pfree(path);
 	forget_cached_keyspace(rel);
 }
 
-/* ALTER TABLE ... SET TABLESPACE: refused, the engine has one home. */
+/*
+ * ALTER TABLE ... SET TABLESPACE: the table's files move to the new tablespace, and its rows
+ * to the keyspace of the new file node, every stored version as it is, under the same row ids
+ * (the indexes move unchanged and keep pointing at them). The engine keeps the rows in its own
+ * files under the data directory whatever the tablespace (docs/extension.md, "Storage model").
+ * The old file is removed at commit and its keyspace swept then; on abort, the new one's.
+ */
 static void
 ss_relation_copy_data(Relation rel, const RelFileNode *newrnode)
 {
-	check_storage(newrnode, rel->rd_rel->relpersistence);
-	elog(ERROR, "slipstream: copying storage within pg_default is never needed");
+	char		persistence = rel->rd_rel->relpersistence;
+	RelationData target = *rel;
+	uint32		new_keyspace;
+	TableScanDesc scan;
+	TupleTableSlot *slot;
+	HeapTuple	batch[SS_COPY_BATCH];
+	uint64		batch_rowids[SS_COPY_BATCH];
+	int			nbatch = 0;
+	char	   *path;
+
+	create_stub_files(newrnode, persistence);
+	path = main_file_path(newrnode, persistence);
+	fresh_keyspace(ss_tag(MyDatabaseId, newrnode->relNode), ss_rel_needs_wal(rel), path);
+	pfree(path);
+
+	/* The rows are written as the relation's under its new file node. */
+	target.rd_node = *newrnode;
+	target.rd_amcache = NULL;
+	new_keyspace = ss_rel_keyspace(&target);
+
+	slot = table_slot_create(rel, NULL);
+	scan = table_beginscan(rel, SnapshotAny, 0, NULL);
+	for (;;)
+	{
+		bool		have = table_scan_getnextslot(scan, ForwardScanDirection, slot);
+
+		CHECK_FOR_INTERRUPTS();
+		if (have)
+		{
+			batch[nbatch] = ExecCopySlotHeapTuple(slot);
+			batch_rowids[nbatch] = ss_tid_to_rowid(&batch[nbatch]->t_self);
+			nbatch++;
+		}
+		if (nbatch == SS_COPY_BATCH || (!have && nbatch > 0))
+		{
+			ss_write_rows(&target, new_keyspace, batch_rowids, batch, nbatch, true);
+			for (int i = 0; i < nbatch; i++)
+				heap_freetuple(batch[i]);
+			nbatch = 0;
+		}
+		if (!have)
+			break;
+	}
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	if (target.rd_amcache != NULL)
+		pfree(target.rd_amcache);
+	RelationDropStorage(rel);
 }
 
 /* Freezes what the cutoffs allow in a row about to be copied (CLUSTER, VACUUM FULL). */
