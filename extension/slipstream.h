@@ -22,6 +22,7 @@
 #include "access/heapam.h"
 #include "access/htup.h"
 #include "access/xlogdefs.h"
+#include "access/xlogreader.h"
 #include "access/htup_details.h"
 #include "access/multixact.h"
 #include "access/tableam.h"
@@ -137,6 +138,11 @@ typedef struct SsShared
 	 * engine is then no copy of the primary's, even after a promotion): host/standby.c.
 	 */
 	pg_atomic_uint32 standby;
+	/*
+	 * Advanced before VACUUM creates, extends or sets bits in a visibility map, so that writers
+	 * know when what they cached about a table's map is stale (tableam/vismap.c).
+	 */
+	pg_atomic_uint64 vm_epoch;
 	LWLockPadded row_locks[SS_ROW_LOCKS];
 	/* Per-backend: WAL insert position when a change began, 0 when none is in flight. */
 	pg_atomic_uint64 inflight[FLEXIBLE_ARRAY_MEMBER];
@@ -167,6 +173,16 @@ extern void ss_rowids_shmem_request(void);
 extern void ss_rowids_shmem_init(void);
 /* Keyspace of a relation (cached in rd_amcache); creates it if `create`. */
 extern uint32 ss_rel_keyspace(Relation rel);
+/* What a backend caches in a slipstream relation's relcache entry (rd_amcache). */
+typedef struct SsRelCache
+{
+	uint64		tag;			/* the relation file node the rest is about */
+	uint32		keyspace;
+	bool		vm_known;		/* vm_pages is valid as of vm_epoch (tableam/vismap.c) */
+	uint64		vm_epoch;
+	BlockNumber vm_pages;		/* pages of the visibility map fork */
+} SsRelCache;
+extern SsRelCache *ss_rel_cache(Relation rel);
 extern uint32 ss_keyspace_for_tag(uint64 tag, bool create);
 extern uint64 ss_next_rowid(Relation rel, uint32 keyspace, uint32 count);
 /* One past the highest row id handed out (0 for an empty relation). */
@@ -251,6 +267,16 @@ extern void ss_standby_startup(void);
 extern void ss_standby_redo(struct XLogReaderState *record);
 extern void ss_standby_cleanup(void);
 extern bool ss_sweep_allowed(void);
+
+/* ---- the visibility map (tableam/vismap.c) ---- */
+extern void ss_vm_clear_blocks(Relation rel, const BlockNumber *blocks, int nblocks);
+extern void ss_vm_clear_rows(Relation rel, const uint64 *rowids, int nrowids);
+extern int	ss_compare_block_numbers(const void *a, const void *b);
+extern BlockNumber ss_vm_update(Relation rel, uint32 keyspace, TransactionId oldest_xmin,
+								const bool *candidate, BlockNumber nblocks,
+								BufferAccessStrategy strategy);
+extern void ss_vm_redo(XLogReaderState *record);
+extern void ss_vm_forget(void);
 
 /* ---- a relation file node's files in any tablespace (host/relfiles.c) ---- */
 #define SS_FILES_MAIN 1			/* <relnode>: a permanent or unlogged table's */

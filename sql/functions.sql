@@ -29,11 +29,11 @@ SELECT check_name, ok FROM slipstream.verify('st');
 SELECT count(*) > 0 AND count(*) < 15000 AS sampled FROM st TABLESAMPLE BERNOULLI (10) REPEATABLE (1);
 SELECT count(*) > 0 AS sampled FROM st TABLESAMPLE SYSTEM (50) REPEATABLE (1);
 -- parallel sequential scan
-SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0;
+SET enable_indexonlyscan = off; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0;
 SET max_parallel_workers_per_gather = 2;
 EXPLAIN (COSTS OFF) SELECT count(*) FROM st;
 SELECT count(*), sum(id) FROM st;
-RESET parallel_setup_cost; RESET parallel_tuple_cost; RESET min_parallel_table_scan_size;
+RESET enable_indexonlyscan; RESET parallel_setup_cost; RESET parallel_tuple_cost; RESET min_parallel_table_scan_size;
 RESET max_parallel_workers_per_gather;
 
 -- Bad input: NULLs, missing tables, tables of another access method, privileges

@@ -80,6 +80,14 @@ compare() {
       exit 1
     fi
   done
+  # Through t's index alone: the visibility map the standby replayed agrees with its rows.
+  local by_index
+  by_index=$(s_sql -c "SET enable_seqscan = off" -c "SET enable_bitmapscan = off" \
+    -c "SELECT count(*) FROM t WHERE id IS NOT NULL")
+  if [ "$by_index" != "$(p_sql -c "SELECT count(*) FROM t")" ]; then
+    echo "$what: t has $by_index rows through the standby's index" >&2
+    exit 1
+  fi
   echo "$what: standby matches the primary ($(s_sql -c "SELECT count(*) FROM t") rows in t)"
 }
 

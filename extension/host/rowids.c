@@ -66,24 +66,33 @@ ss_keyspace_for_tag(uint64 tag, bool create)
 	return keyspace;
 }
 
-/* Keyspace of a relation, cached in its relcache entry (dropped on invalidation). */
-uint32
-ss_rel_keyspace(Relation rel)
+/* The backend's cache of a relation (rd_amcache, dropped on invalidation), made when missing. */
+SsRelCache *
+ss_rel_cache(Relation rel)
 {
 	uint64		tag = ss_tag(MyDatabaseId, rel->rd_node.relNode);
-	uint64	   *cache = (uint64 *) rel->rd_amcache;
+	SsRelCache *cache = (SsRelCache *) rel->rd_amcache;
+
 	uint32		keyspace;
 
 	ss_engine_ready();
-	if (cache != NULL && cache[0] == tag)
-		return (uint32) cache[1];
+	if (cache != NULL && cache->tag == tag)
+		return cache;
 	keyspace = ss_keyspace_for_tag(tag, true);
-	if (rel->rd_amcache == NULL)
-		rel->rd_amcache = MemoryContextAlloc(CacheMemoryContext, 2 * sizeof(uint64));
-	cache = (uint64 *) rel->rd_amcache;
-	cache[0] = tag;
-	cache[1] = keyspace;
-	return keyspace;
+	if (cache == NULL)
+		cache = MemoryContextAlloc(CacheMemoryContext, sizeof(SsRelCache));
+	memset(cache, 0, sizeof(SsRelCache));
+	cache->keyspace = keyspace;
+	cache->tag = tag;
+	rel->rd_amcache = cache;
+	return cache;
+}
+
+/* Keyspace of a relation, cached in its relcache entry. */
+uint32
+ss_rel_keyspace(Relation rel)
+{
+	return ss_rel_cache(rel)->keyspace;
 }
 
 /* Whether the keyspace holds any row with id >= rowid. */

@@ -83,6 +83,7 @@ ss_shmem_startup(void)
 		pg_atomic_init_u64(&ss_shared->durable_horizon, 0);
 		pg_atomic_init_u64(&ss_shared->replayed_records, 0);
 		pg_atomic_init_u32(&ss_shared->standby, 0);
+		pg_atomic_init_u64(&ss_shared->vm_epoch, 0);
 		for (int i = 0; i < ss_proc_slots(); i++)
 			pg_atomic_init_u64(&ss_shared->inflight[i], 0);
 	}

@@ -23,6 +23,7 @@
  * slipstream tables report it with a hint, and our records are no longer applied.
  */
 #include "slipstream.h"
+#include "host/wal_records.h"
 #include "replication/repl.h"
 
 #include <sys/stat.h>
@@ -400,6 +401,14 @@ ss_standby_startup(void)
 void
 ss_standby_redo(XLogReaderState *record)
 {
+	uint8		info = XLogRecGetInfo(record) & ~XLR_INFO_MASK;
+
+	/* Visibility map changes are PostgreSQL pages: redone here, in crash recovery too. */
+	if (info == SS_XLOG_VM_SET || info == SS_XLOG_VM_CLEAR)
+	{
+		ss_vm_redo(record);
+		return;
+	}
 	if (!applying)
 		return;
 	guarded(redo_body, record);

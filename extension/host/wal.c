@@ -263,6 +263,10 @@ ss_identify(uint8 info)
 			return "SUPER_DELETE";
 		case SS_XLOG_REWRITE:
 			return "REWRITE";
+		case SS_XLOG_VM_SET:
+			return "VM_SET";
+		case SS_XLOG_VM_CLEAR:
+			return "VM_CLEAR";
 	}
 	return NULL;
 }
@@ -349,6 +353,8 @@ ss_apply_record(XLogReaderState *record)
 			ResolveRecoveryConflictWithSnapshot(rec.horizon, node);
 		return;
 	}
+	if (info == SS_XLOG_VM_SET || info == SS_XLOG_VM_CLEAR)
+		return;					/* visibility map pages: the startup process redoes them */
 	if (info == SS_XLOG_RESET)
 	{
 		keyspace = ss_keyspace_for_tag(tag, false);

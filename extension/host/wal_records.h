@@ -19,6 +19,9 @@
 /* Rows copied by a table rewrite (CLUSTER, VACUUM FULL, ALTER TABLE): PUT_MULTI's layout,
  * replayed alike, and not decoded (as heap's HEAP_INSERT_NO_LOGICAL). */
 #define SS_XLOG_REWRITE 0xA0
+/* A block's all-visible bit set by VACUUM, or cleared by a change to the block (vismap.c). */
+#define SS_XLOG_VM_SET 0xB0
+#define SS_XLOG_VM_CLEAR 0xC0
 
 /*
  * Every record begins with the relation file it changes: `tag` (database and relfilenode, the
@@ -94,6 +97,19 @@ typedef struct XlRemove
 	uint32		count;
 } XlRemove;
 
+/*
+ * A visibility map change: block `block` (256 row ids) of the relation file; the map page is
+ * the record's block reference 0. `cutoff`: for a set, the newest xmin in the block, which
+ * queries on a hot standby must not predate (as heap's XLOG_HEAP2_VISIBLE).
+ */
+typedef struct XlVisibility
+{
+	uint64		tag;
+	Oid			spc;
+	BlockNumber block;
+	TransactionId cutoff;
+} XlVisibility;
+
 /* Decoding reads the file's tablespace at the same offset in every record. */
 #define SS_XL_SPC_OFFSET offsetof(XlRelation, spc)
 StaticAssertDecl(offsetof(XlPut, spc) == SS_XL_SPC_OFFSET &&
@@ -101,7 +117,8 @@ StaticAssertDecl(offsetof(XlPut, spc) == SS_XL_SPC_OFFSET &&
 				 offsetof(XlHeader, spc) == SS_XL_SPC_OFFSET &&
 				 offsetof(XlUpdate, spc) == SS_XL_SPC_OFFSET &&
 				 offsetof(XlConflict, spc) == SS_XL_SPC_OFFSET &&
-				 offsetof(XlRemove, spc) == SS_XL_SPC_OFFSET,
+				 offsetof(XlRemove, spc) == SS_XL_SPC_OFFSET &&
+				 offsetof(XlVisibility, spc) == SS_XL_SPC_OFFSET,
 				 "every record starts with its relation file");
 
 #endif							/* SLIPSTREAM_WAL_RECORDS_H */

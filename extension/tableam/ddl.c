@@ -132,6 +132,9 @@ ss_relation_nontransactional_truncate(Relation rel)
 
 	fresh_keyspace(tag, ss_rel_needs_wal(rel), path);
 	pfree(path);
+	/* The visibility map (and any other fork) goes too, WAL-logged as for heap. */
+	RelationTruncate(rel, 0);
+	ss_vm_forget();
 	forget_cached_keyspace(rel);
 }
 
@@ -598,44 +601,65 @@ ss_relation_toast_am(Relation rel)
 }
 
 /*
- * Planner size estimate. Rows: from the row id high-water mark (row ids are dense), scaled by
- * the live fraction the last VACUUM or ANALYZE saw. Pages: every stored version costs a
- * sequential scan, dead ones included until VACUUM removes them, so pages count live plus
- * dead versions (the statistics collector's counts) at their estimated width. A small table
- * with many dead versions thus looks as expensive to scan as it is, and the planner prefers
- * its index. A scan also pays a fixed price (an engine iterator over every level), charged as
- * SS_MIN_SCAN_PAGES: a point lookup on a tiny table goes through its index, which costs one
- * engine read instead of a walk over versions that pile up between VACUUMs.
+ * The pages heap would use for `versions` row versions of `rel`: versions of the estimated
+ * width (data plus heap's maxaligned tuple header and line pointer) packed into 8 KB pages up
+ * to the table's fillfactor, as heap_insert packs them.
  */
-#define SS_MIN_SCAN_PAGES 10
+static double
+heap_equivalent_pages(Relation rel, int32 data_width, double versions)
+{
+	Size		row_bytes = MAXALIGN(SizeofHeapTupleHeader + data_width) + sizeof(ItemIdData);
+	Size		usable = BLCKSZ - SizeOfPageHeaderData -
+		RelationGetTargetPageFreeSpace(rel, HEAP_DEFAULT_FILLFACTOR);
+	double		per_page = Min(Max((double) (usable / row_bytes), 1.0),
+							   (double) MaxHeapTuplesPerPage);
 
+	return ceil(versions / per_page);
+}
+
+/*
+ * Planner size estimate, computed as heap computes its own (table_block_relation_estimate_size)
+ * so that the planner makes the choices it makes for heap. Heap counts the pages of its file;
+ * a slipstream table has no such file, so its pages are those heap would fill with the row
+ * versions stored so far: every row id handed out (row ids are dense and dead versions stay
+ * until VACUUM, as heap's pages stay), at the estimated row width. A table never vacuumed or
+ * analyzed counts as at least 10 pages, as heap's does. Rows come from the density of live
+ * rows the last VACUUM or ANALYZE saw over the row id blocks (pg_class.relpages counts those
+ * 256-row-id blocks here), applied to today's blocks; before any, from the row width, as heap.
+ * Every stored version costs a sequential scan, so a table whose dead versions pile up between
+ * VACUUMs looks as expensive to scan as it is, and the planner prefers its indexes. The
+ * all-visible fraction is that of the visibility map, as heap's.
+ */
 static void
 ss_relation_estimate_size(Relation rel, int32 *attr_widths, BlockNumber *pages, double *tuples,
 						  double *allvisfrac)
 {
 	double		high = (double) ss_rowid_high(rel, ss_rel_keyspace(rel));
-	double		rows = high;
-	double		stored = high;
+	double		id_blocks = ceil(high / SS_ROWS_PER_BLOCK);
 	int32		width = get_rel_data_width(rel, attr_widths);
-	PgStat_StatTabEntry *stats = pgstat_fetch_stat_tabentry(RelationGetRelid(rel));
-	double		bytes;
+	double		relpages = (double) rel->rd_rel->relpages;
+	double		reltuples = (double) rel->rd_rel->reltuples;
+	double		curpages = heap_equivalent_pages(rel, width, high);
 
-	if (rel->rd_rel->relpages > 0 && rel->rd_rel->reltuples >= 0)
+	if (curpages < 10 && reltuples < 0 && !rel->rd_rel->relhassubclass)
+		curpages = 10;
+	*pages = (BlockNumber) Min(curpages, (double) MaxBlockNumber);
+	/* The share of row id blocks the last VACUUM found all-visible (tableam/vismap.c). */
+	*allvisfrac = id_blocks > 0 ? Min(1.0, (double) rel->rd_rel->relallvisible / id_blocks) : 0;
+	if (curpages == 0)
 	{
-		double		id_space = (double) rel->rd_rel->relpages * SS_ROWS_PER_BLOCK;
-
-		rows = high * Min(1.0, rel->rd_rel->reltuples / Max(id_space, 1.0));
+		*tuples = 0;
+		return;
 	}
-	if (stats != NULL && stats->n_live_tuples + stats->n_dead_tuples > 0)
-		stored = Max(rows, (double) (stats->n_live_tuples + stats->n_dead_tuples));
+	if (reltuples >= 0 && relpages > 0)
+		*tuples = rint(reltuples / relpages * id_blocks);
 	else
-		stored = rows;
-	bytes = stored * (width + SizeofHeapTupleHeader + SS_KEY_SIZE + 16);
-	*tuples = rows;
-	*pages = (BlockNumber) Min(ceil(bytes / BLCKSZ), (double) MaxBlockNumber);
-	if (*tuples > 0 && *pages < SS_MIN_SCAN_PAGES)
-		*pages = SS_MIN_SCAN_PAGES;
-	*allvisfrac = 0;
+	{
+		/* Heap's density for a table never vacuumed; the integer division is heap's too. */
+		int32		tuple_width = width + MAXALIGN(SizeofHeapTupleHeader) + sizeof(ItemIdData);
+
+		*tuples = rint((double) ((BLCKSZ - SizeOfPageHeaderData) / tuple_width) * curpages);
+	}
 }
 
 /* Installs the callbacks of this file. */

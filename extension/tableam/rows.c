@@ -80,6 +80,9 @@ ss_write_row(Relation rel, uint32 keyspace, uint64 rowid, HeapTuple tuple, SsRow
 	ss_change_done();
 	if (code != SS_OK)
 		ss_report(code, "writing a row");
+	/* A lock or a freeze changes what no snapshot sees; anything else may end all-visible. */
+	if (change != SS_ROW_HEADER)
+		ss_vm_clear_rows(rel, &rowid, 1);
 }
 
 /* Stores an update atomically: the old row's new header and the new version. */
@@ -114,6 +117,11 @@ ss_write_update(Relation rel, uint32 keyspace, HeapTuple old_tuple, uint64 new_r
 	ss_batch_free(batch);
 	if (code != SS_OK)
 		ss_report(code, "updating a row");
+	{
+		uint64		rowids[2] = {old_rowid, new_rowid};
+
+		ss_vm_clear_rows(rel, rowids, 2);
+	}
 }
 
 /* Stores many new rows atomically (multi-row inserts, COPY, and a rewrite's copies). */
@@ -145,6 +153,9 @@ ss_write_rows(Relation rel, uint32 keyspace, uint64 *rowids, HeapTuple *tuples, 
 	ss_batch_free(batch);
 	if (code != SS_OK)
 		ss_report(code, "inserting rows");
+	/* A rewrite fills a new file node, which has no visibility map yet. */
+	if (!rewrite)
+		ss_vm_clear_rows(rel, rowids, ntuples);
 }
 
 /* Removes rows for good (VACUUM, after their index entries are gone). */

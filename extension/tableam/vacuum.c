@@ -174,6 +174,10 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	TupleTableSlot *slot;
 	uint64		high;
 	BlockNumber pages;
+	BlockNumber map_blocks;
+	BlockNumber all_visible;
+	bool	   *candidate;
+	bool		dead_stay;
 
 	vacuum_set_xid_limits(rel, params->freeze_min_age, params->freeze_table_age,
 						  params->multixact_freeze_min_age, params->multixact_freeze_table_age,
@@ -182,6 +186,22 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	new_min_multi = oldest_mxact;
 	vac_open_indexes(rel, RowExclusiveLock, &nindexes, &indexes);
 	index_stats = palloc0(sizeof(IndexBulkDeleteResult *) * Max(nindexes, 1));
+	/* Indexes are vacuumed one after the other; a temporary table's are refused as heap does. */
+	if (params->nworkers > 0 && nindexes > 1 &&
+		params->index_cleanup != VACOPTVALUE_DISABLED && RelationUsesLocalBuffers(rel))
+		ereport(WARNING,
+				(errmsg("disabling parallel option of vacuum on \"%s\" --- cannot vacuum temporary tables in parallel",
+						RelationGetRelationName(rel))));
+
+	/*
+	 * Blocks that may be all-visible once the dead rows are gone (the visibility map, see
+	 * tableam/vismap.c); rows added after this look are checked again when the bits are set.
+	 */
+	high = ss_rowid_high(rel, keyspace);
+	map_blocks = (BlockNumber) ((high + SS_ROWS_PER_BLOCK - 1) / SS_ROWS_PER_BLOCK);
+	candidate = palloc(sizeof(bool) * Max(map_blocks, 1));
+	memset(candidate, true, sizeof(bool) * map_blocks);
+	dead_stay = nindexes > 0 && params->index_cleanup == VACOPTVALUE_DISABLED;
 
 	scan = table_beginscan(rel, SnapshotAny, 0, NULL);
 	slot = table_slot_create(rel, NULL);
@@ -195,9 +215,19 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 		bool		changed = false;
 		HeapTupleHeaderData original;
 
+		uint64		block = rowid / SS_ROWS_PER_BLOCK;
+		HTSV_Result state;
+
 		vacuum_delay_point();
 		memcpy(&original, tuple->t_data, SS_HEADER_SIZE);
-		switch (ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after))
+		state = ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after);
+		if (block < map_blocks &&
+			(state == HEAPTUPLE_DEAD ? dead_stay :
+			 state != HEAPTUPLE_LIVE ||
+			 (!HeapTupleHeaderXminFrozen(tuple->t_data) &&
+			  !TransactionIdPrecedes(xmin, oldest_xmin))))
+			candidate[block] = false;
+		switch (state)
 		{
 			case HEAPTUPLE_DEAD:
 				dead_rows_add(&dead, rowid);
@@ -272,10 +302,12 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	}
 	vac_close_indexes(nindexes, indexes, NoLock);
 
+	all_visible = ss_vm_update(rel, keyspace, oldest_xmin, candidate, map_blocks, strategy);
+	pfree(candidate);
 	high = ss_rowid_high(rel, keyspace);
 	pages = (BlockNumber) ((high + SS_ROWS_PER_BLOCK - 1) / SS_ROWS_PER_BLOCK);
-	vac_update_relstats(rel, pages, live, 0, nindexes > 0, new_frozen_xid, new_min_multi,
-						NULL, NULL, false);
+	vac_update_relstats(rel, pages, live, Min(all_visible, pages), nindexes > 0, new_frozen_xid,
+						new_min_multi, NULL, NULL, false);
 	pgstat_report_vacuum(RelationGetRelid(rel), rel->rd_rel->relisshared, (PgStat_Counter) live,
 						 (PgStat_Counter) recently_dead);
 	ereport(params->log_min_duration >= 0 ? LOG : DEBUG2,

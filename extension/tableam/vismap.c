@@ -1,0 +1,345 @@
+/*
+ * tableam/vismap.c: the visibility map of slipstream tables, so that index-only scans skip the
+ * table for blocks whose rows every transaction sees, as on heap.
+ *
+ * A block is 256 row ids (the block number of their ItemPointers), and the map is PostgreSQL's
+ * own visibility map fork of the table's stub file, laid out as visibilitymap.c lays it out:
+ * the executor (nodeIndexonlyscan.c, nodeBitmapHeapscan.c) and ANALYZE read it unchanged. Only
+ * the all-visible bit is used.
+ *
+ * Heap keeps its map right with the heap page's lock and the page's PD_ALL_VISIBLE flag; our
+ * rows have no pages, so the map page's own buffer lock orders the two sides:
+ * - VACUUM sets a block's bit while holding the map page exclusively, after reading the
+ *   block's rows again under that lock and finding every one visible to all.
+ * - A writer, once its change is in the engine, reads the bit under a share lock and clears it
+ *   if set. Either VACUUM's reading saw the change (and did not set the bit), or VACUUM set the
+ *   bit before the writer looked (and the writer clears it).
+ * Both log what they did (SS_XLOG_VM_SET / VM_CLEAR, the map page as block reference 0), and
+ * the startup process redoes it, on a standby and in crash recovery alike. A writer's clear is
+ * logged after its change but before it returns: a crash in between leaves the bit set over a
+ * change whose transaction never committed, which no query can reach through an index.
+ *
+ * Writers must not pay for a map that does not exist. Each backend caches the map's size per
+ * table, and ss_shared->vm_epoch, which VACUUM advances before it creates, extends or sets
+ * anything in a map, says when that cache is stale.
+ */
+#include "slipstream.h"
+
+#include "access/visibilitymap.h"
+#include "access/xloginsert.h"
+#include "access/xlogutils.h"
+#include "commands/vacuum.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/bufmgr.h"
+#include "storage/smgr.h"
+#include "storage/standby.h"
+
+#include "host/wal_records.h"
+
+/* The map's layout, as visibilitymap.c's (two bits per block). */
+#define VM_MAPSIZE (BLCKSZ - MAXALIGN(SizeOfPageHeaderData))
+#define VM_BLOCKS_PER_PAGE (VM_MAPSIZE * 4)
+#define VM_PAGE(block) ((block) / VM_BLOCKS_PER_PAGE)
+#define VM_BYTE(block) (((block) % VM_BLOCKS_PER_PAGE) / 4)
+#define VM_SHIFT(block) (((block) % 4) * 2)
+
+/* Whether block `block`'s all-visible bit is set on map page `page`. */
+static bool
+bit_is_set(Page page, BlockNumber block)
+{
+	uint8	   *map = (uint8 *) PageGetContents(page);
+
+	return ((map[VM_BYTE(block)] >> VM_SHIFT(block)) & VISIBILITYMAP_ALL_VISIBLE) != 0;
+}
+
+/* Sets or clears the block's bits on the page. */
+static void
+change_bit(Page page, BlockNumber block, bool set)
+{
+	uint8	   *map = (uint8 *) PageGetContents(page);
+
+	if (set)
+		map[VM_BYTE(block)] |= VISIBILITYMAP_ALL_VISIBLE << VM_SHIFT(block);
+	else
+		map[VM_BYTE(block)] &= ~(VISIBILITYMAP_VALID_BITS << VM_SHIFT(block));
+}
+
+/* Sets or clears a block's bit on the exclusively locked map buffer, logging it. */
+static void
+log_change(Relation rel, Buffer buffer, BlockNumber block, bool set, TransactionId cutoff)
+{
+	Page		page = BufferGetPage(buffer);
+
+	START_CRIT_SECTION();
+	change_bit(page, block, set);
+	MarkBufferDirty(buffer);
+	if (RelationNeedsWAL(rel))
+	{
+		XlVisibility rec;
+		XLogRecPtr	lsn;
+
+		memset(&rec, 0, sizeof(rec));
+		rec.tag = ss_tag(MyDatabaseId, rel->rd_node.relNode);
+		rec.spc = rel->rd_node.spcNode;
+		rec.block = block;
+		rec.cutoff = cutoff;
+		XLogBeginInsert();
+		XLogRegisterData((char *) &rec, sizeof(rec));
+		XLogRegisterBuffer(0, buffer, 0);
+		lsn = XLogInsert(SS_RMGR_ID, set ? SS_XLOG_VM_SET : SS_XLOG_VM_CLEAR);
+		PageSetLSN(page, lsn);
+	}
+	END_CRIT_SECTION();
+}
+
+/*
+ * Whether the table's map has page `map_page`, from this backend's cache while no VACUUM has
+ * touched any map since it was filled.
+ */
+static bool
+map_has_page(Relation rel, BlockNumber map_page)
+{
+	SsRelCache *cache = ss_rel_cache(rel);
+	uint64		epoch;
+
+	/* The change is in the engine before the epoch is read (see the top). */
+	pg_memory_barrier();
+	epoch = pg_atomic_read_u64(&ss_shared->vm_epoch);
+	if (!cache->vm_known || cache->vm_epoch != epoch)
+	{
+		SMgrRelation smgr = RelationGetSmgr(rel);
+
+		cache->vm_pages = smgrexists(smgr, VISIBILITYMAP_FORKNUM) ?
+			smgrnblocks(smgr, VISIBILITYMAP_FORKNUM) : 0;
+		cache->vm_epoch = epoch;
+		cache->vm_known = true;
+	}
+	return map_page < cache->vm_pages;
+}
+
+/*
+ * After a change to rows of the given blocks is in the engine: clears their all-visible bits
+ * (`blocks` ascending, repeats allowed).
+ */
+void
+ss_vm_clear_blocks(Relation rel, const BlockNumber *blocks, int nblocks)
+{
+	Buffer		buffer = InvalidBuffer;
+	BlockNumber buffer_page = InvalidBlockNumber;
+
+	for (int i = 0; i < nblocks; i++)
+	{
+		BlockNumber block = blocks[i];
+		BlockNumber page_no = VM_PAGE(block);
+		bool		set;
+
+		if (i > 0 && blocks[i - 1] == block)
+			continue;
+		if (page_no != buffer_page)
+		{
+			if (BufferIsValid(buffer))
+				ReleaseBuffer(buffer);
+			buffer = InvalidBuffer;
+			buffer_page = page_no;
+			if (!map_has_page(rel, page_no))
+				continue;
+			buffer = ReadBufferExtended(rel, VISIBILITYMAP_FORKNUM, page_no, RBM_ZERO_ON_ERROR,
+										NULL);
+		}
+		if (!BufferIsValid(buffer))
+			continue;
+		LockBuffer(buffer, BUFFER_LOCK_SHARE);
+		set = !PageIsNew(BufferGetPage(buffer)) && bit_is_set(BufferGetPage(buffer), block);
+		LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
+		if (!set)
+			continue;
+		LockBuffer(buffer, BUFFER_LOCK_EXCLUSIVE);
+		if (bit_is_set(BufferGetPage(buffer), block))
+			log_change(rel, buffer, block, false, InvalidTransactionId);
+		LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
+	}
+	if (BufferIsValid(buffer))
+		ReleaseBuffer(buffer);
+}
+
+/* Clears the bits of the blocks holding `rowids` (any order). */
+void
+ss_vm_clear_rows(Relation rel, const uint64 *rowids, int nrowids)
+{
+	BlockNumber local[8];
+	BlockNumber *blocks;
+	int			n = 0;
+
+	if (nrowids <= 0)
+		return;
+	blocks = nrowids <= lengthof(local) ? local : palloc(sizeof(BlockNumber) * nrowids);
+
+	for (int i = 0; i < nrowids; i++)
+		blocks[n++] = (BlockNumber) (rowids[i] / SS_ROWS_PER_BLOCK);
+	if (n > 1)
+		qsort(blocks, n, sizeof(BlockNumber), ss_compare_block_numbers);
+	ss_vm_clear_blocks(rel, blocks, n);
+	if (blocks != local)
+		pfree(blocks);
+}
+
+/* qsort comparator of block numbers. */
+int
+ss_compare_block_numbers(const void *a, const void *b)
+{
+	BlockNumber x = *(const BlockNumber *) a;
+	BlockNumber y = *(const BlockNumber *) b;
+
+	return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/* Frees an iterator when the error that interrupted its owner unwinds the stack. */
+typedef struct BlockReader
+{
+	SsIterator *it;
+} BlockReader;
+
+/*
+ * Whether every row of `block` is visible to every transaction, now and to come: live, its
+ * inserter committed before `oldest_xmin` (or frozen). `cutoff` gets the newest such xmin.
+ */
+static bool
+block_all_visible(Relation rel, uint32 keyspace, BlockNumber block, TransactionId oldest_xmin,
+				  TransactionId *cutoff)
+{
+	uint64		first = (uint64) block * SS_ROWS_PER_BLOCK;
+	uint64		end = first + SS_ROWS_PER_BLOCK;
+	char		key[SS_KEY_SIZE];
+	BlockReader reader = {ss_iter_new(keyspace)};
+	volatile bool visible = true;
+
+	*cutoff = InvalidTransactionId;
+	if (reader.it == NULL)
+		ss_report(SS_INTERNAL, "opening an iterator");
+	PG_TRY();
+	{
+		ss_encode_key(first, key);
+		for (ss_iter_seek(reader.it, key, SS_KEY_SIZE); ss_iter_valid(reader.it) && visible;
+			 ss_iter_next(reader.it))
+		{
+			const char *k;
+			const char *value;
+			size_t		klen;
+			size_t		vlen;
+			uint64		rowid;
+			HeapTuple	tuple;
+			TransactionId dead_after;
+			TransactionId xmin;
+
+			ss_iter_key(reader.it, &k, &klen);
+			if (klen != SS_KEY_SIZE)
+				break;
+			rowid = ss_decode_key(k);
+			if (rowid >= end)
+				break;
+			ss_iter_value(reader.it, &value, &vlen);
+			tuple = ss_tuple_from_value(rel, rowid, value, vlen);
+			xmin = HeapTupleHeaderGetXmin(tuple->t_data);
+			if (ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after) != HEAPTUPLE_LIVE)
+				visible = false;
+			else if (!HeapTupleHeaderXminFrozen(tuple->t_data))
+			{
+				if (!TransactionIdPrecedes(xmin, oldest_xmin))
+					visible = false;
+				else if (!TransactionIdIsValid(*cutoff) || TransactionIdFollows(xmin, *cutoff))
+					*cutoff = xmin;
+			}
+			pfree(tuple);
+		}
+		if (visible && ss_iter_status(reader.it) != SS_OK)
+			ss_report(ss_iter_status(reader.it), "reading a block");
+	}
+	PG_FINALLY();
+	{
+		ss_iter_free(reader.it);
+	}
+	PG_END_TRY();
+	return visible;
+}
+
+/*
+ * VACUUM: sets the all-visible bit of every block of the table whose rows all are visible to
+ * everyone, and clears it where they are not (a change whose transaction never committed, see
+ * the top). `candidate(block)` is VACUUM's first guess from its scan: blocks it rules out are
+ * not read again. Returns the number of all-visible blocks, for pg_class.relallvisible.
+ */
+BlockNumber
+ss_vm_update(Relation rel, uint32 keyspace, TransactionId oldest_xmin, const bool *candidate,
+			 BlockNumber nblocks, BufferAccessStrategy strategy)
+{
+	Buffer		buffer = InvalidBuffer;
+	BlockNumber visible = 0;
+
+	/* Before the map is created, extended or set: writers must look again (see the top). */
+	pg_atomic_fetch_add_u64(&ss_shared->vm_epoch, 1);
+	for (BlockNumber block = 0; block < nblocks; block++)
+	{
+		TransactionId cutoff;
+		bool		set;
+
+		vacuum_delay_point();
+		visibilitymap_pin(rel, block, &buffer);
+		LockBuffer(buffer, BUFFER_LOCK_EXCLUSIVE);
+		set = bit_is_set(BufferGetPage(buffer), block);
+		if (candidate[block] && block_all_visible(rel, keyspace, block, oldest_xmin, &cutoff))
+		{
+			if (!set)
+				log_change(rel, buffer, block, true, cutoff);
+			visible++;
+		}
+		else if (set)
+			log_change(rel, buffer, block, false, InvalidTransactionId);
+		LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
+	}
+	if (BufferIsValid(buffer))
+		ReleaseBuffer(buffer);
+	return visible;
+}
+
+/* Redo of a map change, in the startup process (a standby, or crash recovery). */
+void
+ss_vm_redo(XLogReaderState *record)
+{
+	uint8		info = XLogRecGetInfo(record) & ~XLR_INFO_MASK;
+	XlVisibility rec;
+	Buffer		buffer;
+
+	if (XLogRecGetDataLen(record) < sizeof(rec))
+		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+						errmsg("slipstream: WAL record at %X/%X is too short",
+							   LSN_FORMAT_ARGS(record->ReadRecPtr))));
+	memcpy(&rec, XLogRecGetData(record), sizeof(rec));
+	if (info == SS_XLOG_VM_SET && InHotStandby && TransactionIdIsValid(rec.cutoff))
+	{
+		RelFileNode node;
+
+		XLogRecGetBlockTag(record, 0, &node, NULL, NULL);
+		ResolveRecoveryConflictWithSnapshot(rec.cutoff, node);
+	}
+	if (XLogReadBufferForRedoExtended(record, 0, RBM_ZERO_ON_ERROR, false, &buffer) ==
+		BLK_NEEDS_REDO)
+	{
+		Page		page = BufferGetPage(buffer);
+
+		if (PageIsNew(page))
+			PageInit(page, BLCKSZ, 0);
+		change_bit(page, rec.block, info == SS_XLOG_VM_SET);
+		PageSetLSN(page, record->EndRecPtr);
+		MarkBufferDirty(buffer);
+	}
+	if (BufferIsValid(buffer))
+		UnlockReleaseBuffer(buffer);
+}
+
+/* After the table's map was truncated in place: every backend must look at it again. */
+void
+ss_vm_forget(void)
+{
+	pg_atomic_fetch_add_u64(&ss_shared->vm_epoch, 1);
+}

@@ -1,0 +1,65 @@
+-- The visibility map of slipstream tables (tableam/vismap.c): VACUUM sets the all-visible bit
+-- of 256-row-id blocks whose rows everyone sees, index-only scans then skip the table for
+-- them, and every change clears the bits of the blocks it touches.
+CREATE EXTENSION IF NOT EXISTS slipstream;
+CREATE EXTENSION IF NOT EXISTS pg_visibility;
+CREATE TABLE vm_t (id int PRIMARY KEY, v int) USING slipstream;
+INSERT INTO vm_t SELECT g, g % 10 FROM generate_series(1, 1000) g;
+SELECT relallvisible FROM pg_class WHERE relname = 'vm_t';
+VACUUM vm_t;
+SELECT relpages, relallvisible FROM pg_class WHERE relname = 'vm_t';
+SELECT blkno, all_visible FROM pg_visibility_map('vm_t') ORDER BY 1;
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+-- Heap fetches: 0, the rows are not read.
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT count(*) FROM vm_t WHERE id < 100;
+SELECT count(*), sum(id) FROM vm_t WHERE id < 100;
+
+-- An update clears the bits of the old version's block (0) and the new one's (3).
+UPDATE vm_t SET v = -1 WHERE id = 5;
+SELECT blkno, all_visible FROM pg_visibility_map('vm_t') ORDER BY 1;
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT count(*) FROM vm_t WHERE id < 100;
+SELECT count(*), sum(id) FROM vm_t WHERE id < 100;
+
+-- A delete clears its block's bit: the deleted row is not counted through the index.
+VACUUM vm_t;
+SELECT blkno, all_visible FROM pg_visibility_map('vm_t') ORDER BY 1;
+DELETE FROM vm_t WHERE id = 300;
+SELECT blkno, all_visible FROM pg_visibility_map('vm_t') ORDER BY 1;
+SELECT count(*), sum(id) FROM vm_t WHERE id BETWEEN 250 AND 350;
+
+-- An insert into a block VACUUM marked (the last, partly filled one) clears it; rolled back,
+-- its row is not counted.
+VACUUM vm_t;
+SELECT blkno, all_visible FROM pg_visibility_map('vm_t') ORDER BY 1;
+BEGIN;
+INSERT INTO vm_t VALUES (2000, 0);
+SELECT blkno, all_visible FROM pg_visibility_map('vm_t') ORDER BY 1;
+ROLLBACK;
+SELECT count(*) FROM vm_t WHERE id > 900;
+INSERT INTO vm_t SELECT g, 0 FROM generate_series(3000, 3009) g;
+SELECT count(*) FROM vm_t WHERE id > 900;
+
+-- Row locks and VACUUM's freezing keep the bits.
+VACUUM (FREEZE) vm_t;
+SELECT count(*) FILTER (WHERE all_visible) AS visible_blocks FROM pg_visibility_map('vm_t');
+BEGIN;
+SELECT id FROM vm_t WHERE id = 10 FOR UPDATE;
+SELECT count(*) FILTER (WHERE all_visible) AS visible_blocks FROM pg_visibility_map('vm_t');
+COMMIT;
+
+-- The planner sees the all-visible share, as for heap: a covering index wins.
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+ANALYZE vm_t;
+EXPLAIN (COSTS OFF) SELECT id FROM vm_t WHERE id BETWEEN 10 AND 20;
+-- TRUNCATE, CLUSTER and VACUUM FULL start without a map.
+CLUSTER vm_t USING vm_t_pkey;
+SELECT count(*) FILTER (WHERE all_visible) AS visible_blocks FROM pg_visibility_map('vm_t');
+SET enable_seqscan = off;
+SELECT count(*) FROM vm_t WHERE id < 100;
+TRUNCATE vm_t;
+INSERT INTO vm_t VALUES (1, 1);
+SELECT count(*) FROM vm_t WHERE id < 100;
+RESET enable_seqscan;
+DROP TABLE vm_t;
