@@ -47,6 +47,7 @@ typedef struct SsScanDescData
 	BlockNumber block;
 	BlockNumber sample_next_block;
 	BlockNumber sample_nblocks;
+	uint64		counted_block;	/* the block a forward scan last counted as read, plus one */
 } SsScanDescData;
 typedef SsScanDescData *SsScanDesc;
 
@@ -155,6 +156,17 @@ fetch_for_slot(Relation rel, uint32 keyspace, uint64 rowid, TupleTableSlot *slot
 	return tuple;
 }
 
+/*
+ * Counts a block of rows read, for pg_statio's heap_blks_hit: our rows have no buffers, so a
+ * 256-row block a scan reads (or the block of a row an index fetch reads) counts as a hit.
+ */
+static inline void
+count_block_read(Relation rel)
+{
+	pgstat_count_buffer_read(rel);
+	pgstat_count_buffer_hit(rel);
+}
+
 /* Frees the rows of the current block that were not handed out. */
 static void
 clear_block(SsScanDesc scan)
@@ -178,6 +190,7 @@ load_block(SsScanDesc scan, BlockNumber block)
 
 	clear_block(scan);
 	scan->block = block;
+	count_block_read(scan->base.rs_rd);
 	if (scan->holder == NULL || scan->holder->it == NULL)
 		scan->holder = new_iterator(scan->keyspace, scan->mcxt);
 	seek_rowid(scan->holder->it, first);
@@ -353,6 +366,11 @@ next_forward(SsScanDesc scan, TupleTableSlot *slot)
 		tuple = iterator_tuple(rel, scan->holder->it, rowid, slot->tts_mcxt);
 		ss_iter_next(scan->holder->it);
 		scan->current = rowid;
+		if (rowid / SS_ROWS_PER_BLOCK + 1 != scan->counted_block)
+		{
+			scan->counted_block = rowid / SS_ROWS_PER_BLOCK + 1;
+			count_block_read(rel);
+		}
 		if (!store_if_visible(rel, tuple, scan->base.rs_snapshot, slot))
 			continue;
 		pgstat_count_heap_getnext(rel);
@@ -572,6 +590,7 @@ ss_index_fetch_tuple(IndexFetchTableData *sscan, ItemPointer tid, Snapshot snaps
 			*all_dead = true;	/* removed by VACUUM: the entry is garbage */
 		return false;
 	}
+	count_block_read(rel);
 	predicate_lock(rel, snapshot);
 	visible = ss_tuple_visible(tuple, snapshot);
 	ss_conflict_out(rel, tuple, visible, snapshot);
@@ -763,6 +782,7 @@ ss_scan_bitmap_next_block(TableScanDesc sscan, struct TBMIterateResult *tbmres)
 
 		clear_block(scan);
 		scan->block = tbmres->blockno;
+		count_block_read(scan->base.rs_rd);
 		for (int i = 0; i < tbmres->ntuples; i++)
 		{
 			OffsetNumber off = tbmres->offsets[i];

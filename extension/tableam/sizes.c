@@ -25,27 +25,6 @@ PG_FUNCTION_INFO_V1(slipstream_relation_main_size);
 PG_FUNCTION_INFO_V1(slipstream_table_size);
 PG_FUNCTION_INFO_V1(slipstream_total_relation_size);
 
-/* Whether the keyspace holds no row at all (the engine may still hold its deletions). */
-static bool
-keyspace_is_empty(uint32 keyspace)
-{
-	SsIterator *it = ss_iter_new(keyspace);
-	char		key[SS_KEY_SIZE];
-	bool		empty;
-	SsCode		code;
-
-	if (it == NULL)
-		ss_report(SS_INTERNAL, "opening an iterator");
-	ss_encode_key(0, key);
-	ss_iter_seek(it, key, SS_KEY_SIZE);
-	empty = !ss_iter_valid(it);
-	code = ss_iter_status(it);
-	ss_iter_free(it);
-	if (code != SS_OK)
-		ss_report(code, "checking whether a table is empty");
-	return empty;
-}
-
 /*
  * The bytes the engine holds for relation `relid` if it is a slipstream table, else -1 (also on
  * a backup that imports its primary's levels: its engine cannot be read before promotion, and
@@ -65,18 +44,11 @@ engine_bytes(Oid relid)
 	if (rel->rd_tableam == ss_tableam_routine() &&
 		(rel->rd_rel->relkind == RELKIND_RELATION || rel->rd_rel->relkind == RELKIND_MATVIEW))
 	{
-		uint32		keyspace = ss_rel_keyspace(rel);
 		uint64		size;
-		SsCode		code = ss_keyspace_size(keyspace, &size);
+		SsCode		code = ss_keyspace_size(ss_rel_keyspace(rel), &size);
 
 		if (code != SS_OK)
 			ss_report(code, "estimating a table's size");
-		/*
-		 * A table whose rows are all gone is empty, as a heap table truncated by VACUUM: what
-		 * the engine still holds of it are deletions that compaction drops.
-		 */
-		if (size > 0 && keyspace_is_empty(keyspace))
-			size = 0;
 		bytes = (int64) size;
 	}
 	relation_close(rel, AccessShareLock);
