@@ -11,6 +11,8 @@
 #include "storage/ipc.h"
 #include "storage/shmem.h"
 #include "utils/hsearch.h"
+#include "port/pg_bitutils.h"
+#include "utils/inval.h"
 #include "utils/memutils.h"
 
 static HTAB *rowid_map = NULL;
@@ -142,6 +144,24 @@ first_free_rowid(uint32 keyspace)
 	return lo + 1;
 }
 
+/*
+ * Every row id is a stored version until VACUUM (dead ones included), and the planner's
+ * estimate counts them (tableam/ddl.c). A plan cached while a small table had few versions
+ * (pgbench's branches right after its VACUUM: a sequential scan of one page) would scan ever
+ * more dead versions until autovacuum invalidates it; so each time the table's row ids double
+ * past 256, its relcache entry is invalidated (at commit), and cached plans are made again.
+ */
+static void
+replan_when_doubled(Relation rel, uint64 first, uint32 count)
+{
+	uint64		end = first + count;
+
+	if (count == 0 || end < 256)
+		return;
+	if (pg_leftmost_one_pos64(end) != pg_leftmost_one_pos64(Max(first, 1)))
+		CacheInvalidateRelcache(rel);
+}
+
 /* Reserves `count` consecutive fresh row ids for a relation. */
 uint64
 ss_next_rowid(Relation rel, uint32 keyspace, uint32 count)
@@ -196,6 +216,7 @@ ss_next_rowid(Relation rel, uint32 keyspace, uint32 count)
 				 errmsg("slipstream: table \"%s\" has used up its row ids",
 						RelationGetRelationName(rel)),
 				 errhint("Rewrite the table with VACUUM FULL to renumber its rows.")));
+	replan_when_doubled(rel, first, count);
 	return first;
 }
 
