@@ -634,7 +634,8 @@ ss_tuple_fetch_row_version(Relation rel, ItemPointer tid, Snapshot snapshot,
 		pfree(tuple);
 		return false;
 	}
-	predicate_lock(rel, snapshot);	/* a TID scan's read counts for SSI, as heap_fetch's does */
+	/* A TID scan's read counts for SSI: a tuple-level predicate lock, as heap_fetch's. */
+	PredicateLockTID(rel, &tuple->t_self, snapshot, HeapTupleHeaderGetXmin(tuple->t_data));
 	ExecStoreHeapTuple(tuple, slot, true);
 	slot->tts_tableOid = RelationGetRelid(rel);
 	return true;
