@@ -35,7 +35,7 @@ void MemTable::Reset() {
 
 // Newest version first among equal keys.
 bool MemTable::Before(const MemNode* n, std::string_view ikey, uint64_t lsn) {
-  int c = n->key().compare(ikey);
+  int c = CompareKeys(n->key(), ikey);
   return c < 0 || (c == 0 && n->lsn > lsn);
 }
 

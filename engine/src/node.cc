@@ -144,7 +144,7 @@ Status NodeView::LowerBound(std::string_view target, int* index) const {
     std::string_view k;
     Status s = KeyAt(mid, &k);
     if (!s.ok()) return s;
-    if (k.compare(target) < 0) {
+    if (CompareKeys(k, target) < 0) {
       lo = mid + 1;
     } else {
       hi = mid;
