@@ -1,11 +1,11 @@
 // CompareKeys orders keys exactly as std::string_view::compare does (unsigned bytes, a prefix
 // first), across the eight-byte steps and the tail.
-#include "format.h"
-
 #include <gtest/gtest.h>
 
 #include <random>
 #include <string>
+
+#include "format.h"
 
 namespace slipstream::engine {
 namespace {
@@ -22,7 +22,8 @@ TEST(CompareKeys, MatchesStringCompareOnRandomKeys) {
     // Few distinct byte values, so that common prefixes of every length occur.
     for (auto& c : a) c = static_cast<char>("\x00\x01\x7f\x80\xff"[rng() % 5]);
     for (size_t i = 0; i < lb; i++)
-      b[i] = (i < la && rng() % 4 != 0) ? a[i] : static_cast<char>("\x00\x01\x7f\x80\xff"[rng() % 5]);
+      b[i] =
+          (i < la && rng() % 4 != 0) ? a[i] : static_cast<char>("\x00\x01\x7f\x80\xff"[rng() % 5]);
     ASSERT_EQ(CompareKeys(a, b), Sign(std::string_view(a).compare(b)))
         << "round " << round << " sizes " << la << " " << lb;
   }
