@@ -74,7 +74,8 @@ test-sanitize: deps
 # Send-Index backup through DDL, refused reads and a promotion compared table by table;
 # Patroni's failover after a SIGKILL of the leader, 3 rounds with streaming replicas and 3 with
 # Tailwind backups), logical decoding (test_decoding against heap's output, a pgoutput
-# subscriber following slipstream tables), and a smoke run of the YCSB
+# subscriber following slipstream tables), tablespaces (SIGKILL while tables move between
+# them, a seeded standby with a mapped tablespace), and a smoke run of the YCSB
 # benchmark (every workload, verify). The tests' ports (55400-55999) are first taken out of the
 # kernel's ephemeral range, so that no outgoing connection holds one when a server starts.
 test-pg: install

@@ -269,9 +269,8 @@ extern void ss_standby_cleanup(void);
 extern bool ss_sweep_allowed(void);
 
 /* ---- the visibility map (tableam/vismap.c) ---- */
-extern void ss_vm_clear_blocks(Relation rel, const BlockNumber *blocks, int nblocks);
 extern void ss_vm_clear_rows(Relation rel, const uint64 *rowids, int nrowids);
-extern int	ss_compare_block_numbers(const void *a, const void *b);
+extern bool ss_vm_row_all_visible(HeapTuple tuple, HTSV_Result state, TransactionId oldest_xmin);
 extern BlockNumber ss_vm_update(Relation rel, uint32 keyspace, TransactionId oldest_xmin,
 								const bool *candidate, BlockNumber nblocks,
 								BufferAccessStrategy strategy);

@@ -48,7 +48,7 @@ streaming=0
 send_index=0
 settings=()
 scope=""
-mappings=()
+basebackup_args=()   # -T mappings, and -R for --streaming
 
 usage() {
   sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
@@ -65,8 +65,8 @@ while [ $# -gt 0 ]; do
     --name=*) name=${1#*=}; shift ;;
     --streaming) streaming=1; shift ;;
     --send-index) send_index=1; shift ;;
-    --tablespace-mapping) mappings+=(-T "${2:?}"); shift 2 ;;
-    --tablespace-mapping=*) mappings+=(-T "${1#*=}"); shift ;;
+    --tablespace-mapping) basebackup_args+=(-T "${2:?}"); shift 2 ;;
+    --tablespace-mapping=*) basebackup_args+=(-T "${1#*=}"); shift ;;
     --set) settings+=("${2:?}"); shift 2 ;;
     --set=*) settings+=("${1#*=}"); shift ;;
     --scope) scope=${2:?}; shift 2 ;;
@@ -106,13 +106,9 @@ fi
 # 1. The base backup. A slot left by an earlier, failed seed of the same name is replaced.
 psql_primary -Atc "SELECT pg_drop_replication_slot('$slot') FROM pg_replication_slots
                    WHERE slot_name = '$slot'" >/dev/null
-if [ "$streaming" = 1 ]; then
-  "$PGBIN/pg_basebackup" -d "$connstring" -D "$datadir" -X stream -c fast -C -S "$slot" -R \
-    ${mappings[@]+"${mappings[@]}"}
-else
-  "$PGBIN/pg_basebackup" -d "$connstring" -D "$datadir" -X stream -c fast -C -S "$slot" \
-    ${mappings[@]+"${mappings[@]}"}
-fi
+if [ "$streaming" = 1 ]; then basebackup_args+=(-R); fi
+"$PGBIN/pg_basebackup" -d "$connstring" -D "$datadir" -X stream -c fast -C -S "$slot" \
+  ${basebackup_args[@]+"${basebackup_args[@]}"}
 start_lsn=$(sed -n 's/^START WAL LOCATION: \([0-9A-F]*\/[0-9A-F]*\).*/\1/p' "$datadir/backup_label")
 lsn_value() { local hi=${1%/*} lo=${1#*/}; echo $(( (16#$hi << 32) | 16#$lo )); }
 

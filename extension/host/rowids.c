@@ -8,10 +8,10 @@
 
 #include "access/xlog.h"
 #include "miscadmin.h"
+#include "port/pg_bitutils.h"
 #include "storage/ipc.h"
 #include "storage/shmem.h"
 #include "utils/hsearch.h"
-#include "port/pg_bitutils.h"
 #include "utils/inval.h"
 #include "utils/memutils.h"
 
@@ -74,7 +74,6 @@ ss_rel_cache(Relation rel)
 {
 	uint64		tag = ss_tag(MyDatabaseId, rel->rd_node.relNode);
 	SsRelCache *cache = (SsRelCache *) rel->rd_amcache;
-
 	uint32		keyspace;
 
 	ss_engine_ready();

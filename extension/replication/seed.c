@@ -13,7 +13,6 @@
  */
 #include "slipstream.h"
 
-
 #include "access/xlog.h"
 #include "fmgr.h"
 #include "funcapi.h"

@@ -620,24 +620,14 @@ ss_tuple_fetch_row_version(Relation rel, ItemPointer tid, Snapshot snapshot,
 						   TupleTableSlot *slot)
 {
 	HeapTuple	tuple;
-	bool		visible;
 
 	if (!ss_tid_valid(tid))
 		return false;
 	tuple = fetch_for_slot(rel, ss_rel_keyspace(rel), ss_tid_to_rowid(tid), slot);
-	if (tuple == NULL)
+	if (tuple == NULL || !store_if_visible(rel, tuple, snapshot, slot))
 		return false;
-	visible = ss_tuple_visible(tuple, snapshot);
-	ss_conflict_out(rel, tuple, visible, snapshot);
-	if (!visible)
-	{
-		pfree(tuple);
-		return false;
-	}
 	/* A TID scan's read counts for SSI: a tuple-level predicate lock, as heap_fetch's. */
 	PredicateLockTID(rel, &tuple->t_self, snapshot, HeapTupleHeaderGetXmin(tuple->t_data));
-	ExecStoreHeapTuple(tuple, slot, true);
-	slot->tts_tableOid = RelationGetRelid(rel);
 	return true;
 }
 

@@ -214,18 +214,16 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 		TransactionId xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
 		bool		changed = false;
 		HeapTupleHeaderData original;
-
 		uint64		block = rowid / SS_ROWS_PER_BLOCK;
 		HTSV_Result state;
 
 		vacuum_delay_point();
 		memcpy(&original, tuple->t_data, SS_HEADER_SIZE);
 		state = ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after);
+		/* A dead row does not keep its block from all-visible if it is about to be removed. */
 		if (block < map_blocks &&
 			(state == HEAPTUPLE_DEAD ? dead_stay :
-			 state != HEAPTUPLE_LIVE ||
-			 (!HeapTupleHeaderXminFrozen(tuple->t_data) &&
-			  !TransactionIdPrecedes(xmin, oldest_xmin))))
+			 !ss_vm_row_all_visible(tuple, state, oldest_xmin)))
 			candidate[block] = false;
 		switch (state)
 		{

@@ -119,33 +119,35 @@ map_has_page(Relation rel, BlockNumber map_page)
 }
 
 /*
- * After a change to rows of the given blocks is in the engine: clears their all-visible bits
- * (`blocks` ascending, repeats allowed).
+ * After a change to rows `rowids` is in the engine: clears the all-visible bits of their blocks.
+ * Callers pass ascending row ids (a batch's, or an update's old then new version), so each map
+ * page and each block is met once in a row.
  */
 void
-ss_vm_clear_blocks(Relation rel, const BlockNumber *blocks, int nblocks)
+ss_vm_clear_rows(Relation rel, const uint64 *rowids, int nrowids)
 {
 	Buffer		buffer = InvalidBuffer;
 	BlockNumber buffer_page = InvalidBlockNumber;
+	BlockNumber last_block = InvalidBlockNumber;
 
-	for (int i = 0; i < nblocks; i++)
+	for (int i = 0; i < nrowids; i++)
 	{
-		BlockNumber block = blocks[i];
+		BlockNumber block = (BlockNumber) (rowids[i] / SS_ROWS_PER_BLOCK);
 		BlockNumber page_no = VM_PAGE(block);
 		bool		set;
 
-		if (i > 0 && blocks[i - 1] == block)
+		if (block == last_block)
 			continue;
+		last_block = block;
 		if (page_no != buffer_page)
 		{
 			if (BufferIsValid(buffer))
 				ReleaseBuffer(buffer);
 			buffer = InvalidBuffer;
 			buffer_page = page_no;
-			if (!map_has_page(rel, page_no))
-				continue;
-			buffer = ReadBufferExtended(rel, VISIBILITYMAP_FORKNUM, page_no, RBM_ZERO_ON_ERROR,
-										NULL);
+			if (map_has_page(rel, page_no))
+				buffer = ReadBufferExtended(rel, VISIBILITYMAP_FORKNUM, page_no,
+											RBM_ZERO_ON_ERROR, NULL);
 		}
 		if (!BufferIsValid(buffer))
 			continue;
@@ -163,46 +165,22 @@ ss_vm_clear_blocks(Relation rel, const BlockNumber *blocks, int nblocks)
 		ReleaseBuffer(buffer);
 }
 
-/* Clears the bits of the blocks holding `rowids` (any order). */
-void
-ss_vm_clear_rows(Relation rel, const uint64 *rowids, int nrowids)
+/*
+ * Whether a row, in VACUUM's state `state`, is visible to every transaction now and to come:
+ * live, and inserted before `oldest_xmin` (or frozen). Both VACUUM's first guess and the check
+ * under the map page's lock use it.
+ */
+bool
+ss_vm_row_all_visible(HeapTuple tuple, HTSV_Result state, TransactionId oldest_xmin)
 {
-	BlockNumber local[8];
-	BlockNumber *blocks;
-	int			n = 0;
-
-	if (nrowids <= 0)
-		return;
-	blocks = nrowids <= lengthof(local) ? local : palloc(sizeof(BlockNumber) * nrowids);
-
-	for (int i = 0; i < nrowids; i++)
-		blocks[n++] = (BlockNumber) (rowids[i] / SS_ROWS_PER_BLOCK);
-	if (n > 1)
-		qsort(blocks, n, sizeof(BlockNumber), ss_compare_block_numbers);
-	ss_vm_clear_blocks(rel, blocks, n);
-	if (blocks != local)
-		pfree(blocks);
+	return state == HEAPTUPLE_LIVE &&
+		(HeapTupleHeaderXminFrozen(tuple->t_data) ||
+		 TransactionIdPrecedes(HeapTupleHeaderGetXmin(tuple->t_data), oldest_xmin));
 }
-
-/* qsort comparator of block numbers. */
-int
-ss_compare_block_numbers(const void *a, const void *b)
-{
-	BlockNumber x = *(const BlockNumber *) a;
-	BlockNumber y = *(const BlockNumber *) b;
-
-	return x < y ? -1 : x > y ? 1 : 0;
-}
-
-/* Frees an iterator when the error that interrupted its owner unwinds the stack. */
-typedef struct BlockReader
-{
-	SsIterator *it;
-} BlockReader;
 
 /*
- * Whether every row of `block` is visible to every transaction, now and to come: live, its
- * inserter committed before `oldest_xmin` (or frozen). `cutoff` gets the newest such xmin.
+ * Whether every row of `block` is visible to every transaction, now and to come
+ * (ss_vm_row_all_visible). `cutoff` gets the newest xmin among them that is not frozen.
  */
 static bool
 block_all_visible(Relation rel, uint32 keyspace, BlockNumber block, TransactionId oldest_xmin,
@@ -211,17 +189,17 @@ block_all_visible(Relation rel, uint32 keyspace, BlockNumber block, TransactionI
 	uint64		first = (uint64) block * SS_ROWS_PER_BLOCK;
 	uint64		end = first + SS_ROWS_PER_BLOCK;
 	char		key[SS_KEY_SIZE];
-	BlockReader reader = {ss_iter_new(keyspace)};
+	SsIterator *it = ss_iter_new(keyspace);
 	volatile bool visible = true;
 
 	*cutoff = InvalidTransactionId;
-	if (reader.it == NULL)
+	if (it == NULL)
 		ss_report(SS_INTERNAL, "opening an iterator");
 	PG_TRY();
 	{
 		ss_encode_key(first, key);
-		for (ss_iter_seek(reader.it, key, SS_KEY_SIZE); ss_iter_valid(reader.it) && visible;
-			 ss_iter_next(reader.it))
+		for (ss_iter_seek(it, key, SS_KEY_SIZE); ss_iter_valid(it) && visible;
+			 ss_iter_next(it))
 		{
 			const char *k;
 			const char *value;
@@ -230,34 +208,34 @@ block_all_visible(Relation rel, uint32 keyspace, BlockNumber block, TransactionI
 			uint64		rowid;
 			HeapTuple	tuple;
 			TransactionId dead_after;
-			TransactionId xmin;
 
-			ss_iter_key(reader.it, &k, &klen);
+			ss_iter_key(it, &k, &klen);
 			if (klen != SS_KEY_SIZE)
 				break;
 			rowid = ss_decode_key(k);
 			if (rowid >= end)
 				break;
-			ss_iter_value(reader.it, &value, &vlen);
+			ss_iter_value(it, &value, &vlen);
 			tuple = ss_tuple_from_value(rel, rowid, value, vlen);
-			xmin = HeapTupleHeaderGetXmin(tuple->t_data);
-			if (ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after) != HEAPTUPLE_LIVE)
+			if (!ss_vm_row_all_visible(tuple, ss_tuple_vacuum_state(tuple, oldest_xmin,
+																	 &dead_after),
+									   oldest_xmin))
 				visible = false;
 			else if (!HeapTupleHeaderXminFrozen(tuple->t_data))
 			{
-				if (!TransactionIdPrecedes(xmin, oldest_xmin))
-					visible = false;
-				else if (!TransactionIdIsValid(*cutoff) || TransactionIdFollows(xmin, *cutoff))
+				TransactionId xmin = HeapTupleHeaderGetXmin(tuple->t_data);
+
+				if (!TransactionIdIsValid(*cutoff) || TransactionIdFollows(xmin, *cutoff))
 					*cutoff = xmin;
 			}
 			pfree(tuple);
 		}
-		if (visible && ss_iter_status(reader.it) != SS_OK)
-			ss_report(ss_iter_status(reader.it), "reading a block");
+		if (visible && ss_iter_status(it) != SS_OK)
+			ss_report(ss_iter_status(it), "reading a block");
 	}
 	PG_FINALLY();
 	{
-		ss_iter_free(reader.it);
+		ss_iter_free(it);
 	}
 	PG_END_TRY();
 	return visible;
@@ -287,7 +265,14 @@ ss_vm_update(Relation rel, uint32 keyspace, TransactionId oldest_xmin, const boo
 		visibilitymap_pin(rel, block, &buffer);
 		LockBuffer(buffer, BUFFER_LOCK_EXCLUSIVE);
 		set = bit_is_set(BufferGetPage(buffer), block);
-		if (candidate[block] && block_all_visible(rel, keyspace, block, oldest_xmin, &cutoff))
+		/*
+		 * A bit still set was set by an earlier VACUUM after reading the block, and every change
+		 * since would have cleared it (writers wait for this lock): no need to read it again.
+		 */
+		if (candidate[block] && set)
+			visible++;
+		else if (candidate[block] &&
+				 block_all_visible(rel, keyspace, block, oldest_xmin, &cutoff))
 		{
 			if (!set)
 				log_change(rel, buffer, block, true, cutoff);
