@@ -249,6 +249,8 @@ struct LogicalDecodingContext;
 struct XLogRecordBuffer;
 extern void ss_decode(struct LogicalDecodingContext *ctx, struct XLogRecordBuffer *buf);
 extern XLogRecPtr ss_log_remove(Relation rel, uint64 *rowids, int nrowids);
+extern XLogRecPtr ss_log_prune(Relation rel, uint64 root, HeapTupleHeader redirect,
+							   uint64 *removed, int nremoved, TransactionId latest_removed);
 extern XLogRecPtr ss_log_reset(uint64 tag);
 extern void ss_log_conflict(Relation rel, TransactionId horizon);
 extern bool ss_rel_needs_wal(Relation rel);
@@ -267,6 +269,56 @@ extern void ss_standby_startup(void);
 extern void ss_standby_redo(struct XLogReaderState *record);
 extern void ss_standby_cleanup(void);
 extern bool ss_sweep_allowed(void);
+
+/* ---- HOT-like version chains (tableam/chains.c) ---- */
+/* No row id: the end of a chain. */
+#define SS_NO_ROWID PG_UINT64_MAX
+/*
+ * t_infomask2 bit (one heap leaves free) of a pruned chain root: a header-only row invisible
+ * to every snapshot, whose t_ctid names the chain's first version still needed (itself: none).
+ */
+#define SS_HEAP_REDIRECT 0x0800
+#define SS_REDIRECT_SIZE MAXALIGN(SizeofHeapTupleHeader)
+
+/* Whether a stored row is a chain root's redirect. */
+static inline bool
+ss_is_redirect(HeapTupleHeader header)
+{
+	return (header->t_infomask2 & SS_HEAP_REDIRECT) != 0;
+}
+
+/* A walk along a chain from its root, as an index entry names it. */
+typedef struct SsChainWalk
+{
+	Relation	rel;
+	uint32		keyspace;
+	uint64		root;
+	uint64		next;			/* the row id to read next, SS_NO_ROWID at the end */
+	TransactionId prior_xmax;	/* the update that must have made `next` */
+	uint64		last_returned;	/* versions up to it were returned already */
+	int			restarts;
+	LWLock	   *lock;			/* the root's row lock, held by a last restart */
+	bool		redirect;		/* the root was a redirect */
+	bool		all_dead;		/* every version walked so far is dead to everyone */
+	int			dead_seen;		/* how many of them */
+	int			hops;			/* rows read */
+} SsChainWalk;
+
+typedef enum SsPruneResult
+{
+	SS_PRUNE_KEPT,				/* the chain still has versions some transaction may see */
+	SS_PRUNE_DEAD_ROOT,			/* nothing is left but the root, a redirect to itself */
+	SS_PRUNE_NOT_ROOT			/* no such row, or a heap-only one */
+} SsPruneResult;
+
+extern void ss_chain_start(SsChainWalk *walk, Relation rel, uint32 keyspace, uint64 root);
+extern HeapTuple ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot,
+									   HeapTuple root_tuple, struct GlobalVisState *vistest);
+extern void ss_chain_end(SsChainWalk *walk);
+extern void ss_chain_prune_if_worth(SsChainWalk *walk, Snapshot snapshot,
+									struct GlobalVisState *vistest);
+extern SsPruneResult ss_prune_chain(Relation rel, uint32 keyspace, uint64 root,
+									struct GlobalVisState *vistest, TransactionId oldest_xmin);
 
 /* ---- the visibility map (tableam/vismap.c) ---- */
 extern void ss_vm_clear_rows(Relation rel, const uint64 *rowids, int nrowids);
@@ -309,6 +361,8 @@ extern void ss_write_update(Relation rel, uint32 keyspace, HeapTuple old_tuple, 
 extern void ss_write_rows(Relation rel, uint32 keyspace, uint64 *rowids, HeapTuple *tuples,
 						  int ntuples, bool rewrite);
 extern void ss_remove_rows(Relation rel, uint32 keyspace, uint64 *rowids, int nrowids);
+extern void ss_write_prune(Relation rel, uint32 keyspace, uint64 root, HeapTupleHeader redirect,
+						   uint64 *removed, int nremoved, TransactionId latest_removed);
 
 /* ---- the row-lock protocol (tableam/locks.c) ---- */
 /* State of one row acquisition: which locks we hold while it goes on. */
@@ -345,6 +399,8 @@ extern void ss_init_lock_callbacks(TableAmRoutine *am);
 extern void ss_init_ddl_callbacks(TableAmRoutine *am);
 extern void ss_init_vacuum_callbacks(TableAmRoutine *am);
 extern void ss_install_planner_hook(void);
+/* Makes a scan return chain roots' redirects, which scans skip otherwise (tableam/scan.c). */
+extern void ss_scan_every_row(TableScanDesc scan);
 /* Serializable: reports a read of `tuple` that a concurrent writer may invalidate. */
 extern void ss_conflict_out(Relation rel, HeapTuple tuple, bool visible, Snapshot snapshot);
 

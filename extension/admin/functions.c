@@ -326,8 +326,9 @@ slipstream_compact(PG_FUNCTION_ARGS)
 PG_FUNCTION_INFO_V1(slipstream_row_versions);
 
 /*
- * slipstream.row_versions(regclass): every stored row version (dead ones too) with its MVCC
- * header, like pageinspect's heap_page_items; for diagnosis, superusers only.
+ * slipstream.row_versions(regclass): every stored row version (dead ones too, and the redirects
+ * of pruned chain roots) with its MVCC header, like pageinspect's heap_page_items; for
+ * diagnosis, superusers only.
  */
 Datum
 slipstream_row_versions(PG_FUNCTION_ARGS)
@@ -346,6 +347,7 @@ slipstream_row_versions(PG_FUNCTION_ARGS)
 	rel = open_slipstream_table(PG_GETARG_OID(0), AccessShareLock);
 	InitMaterializedSRF(fcinfo, 0);
 	scan = table_beginscan(rel, SnapshotAny, 0, NULL);
+	ss_scan_every_row(scan);	/* chain roots' redirects too */
 	slot = table_slot_create(rel, NULL);
 	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
 	{

@@ -186,6 +186,29 @@ ss_log_remove(Relation rel, uint64 *rowids, int nrowids)
 	return XLogInsert(SS_RMGR_ID, SS_XLOG_REMOVE);
 }
 
+/* Logs a chain's prune: the root's redirect and the members removed, one atomic change. */
+XLogRecPtr
+ss_log_prune(Relation rel, uint64 root, HeapTupleHeader redirect, uint64 *removed, int nremoved,
+			 TransactionId latest_removed)
+{
+	XlPrune		rec;
+
+	memset(&rec, 0, sizeof(rec));
+	rec.tag = rel_tag(rel);
+	rec.spc = rel->rd_node.spcNode;
+	rec.horizon = latest_removed;
+	rec.root = root;
+	rec.count = (uint32) nremoved;
+	rec.redirect_len = SS_REDIRECT_SIZE;
+
+	XLogBeginInsert();
+	XLogRegisterData((char *) &rec, sizeof(rec));
+	XLogRegisterData((char *) redirect, SS_REDIRECT_SIZE);
+	if (nremoved > 0)
+		XLogRegisterData((char *) removed, sizeof(uint64) * nremoved);
+	return XLogInsert(SS_RMGR_ID, SS_XLOG_PRUNE);
+}
+
 /*
  * Logs, before VACUUM removes rows or freezes xmins, the newest xid whose effect it makes
  * visible to every snapshot: a hot standby cancels the queries that could still tell (as
@@ -230,8 +253,18 @@ ss_desc(StringInfo buf, XLogReaderState *record)
 	{
 		uint64		rowid;
 
-		memcpy(&rowid, data + sizeof(uint64), sizeof(rowid));
+		StaticAssertStmt(offsetof(XlPut, rowid) == offsetof(XlHeader, rowid),
+						 "row ids at one offset");
+		memcpy(&rowid, data + offsetof(XlHeader, rowid), sizeof(rowid));
 		appendStringInfo(buf, " row " UINT64_FORMAT, rowid);
+	}
+	else if (info == SS_XLOG_PRUNE)
+	{
+		XlPrune		rec;
+
+		memcpy(&rec, data, sizeof(rec));
+		appendStringInfo(buf, " root " UINT64_FORMAT " removed %u horizon %u", rec.root,
+						 rec.count, rec.horizon);
 	}
 }
 
@@ -267,6 +300,8 @@ ss_identify(uint8 info)
 			return "VM_SET";
 		case SS_XLOG_VM_CLEAR:
 			return "VM_CLEAR";
+		case SS_XLOG_PRUNE:
+			return "PRUNE";
 	}
 	return NULL;
 }
@@ -415,6 +450,41 @@ ss_apply_record(XLogReaderState *record)
 				apply_header(keyspace, rec.old_rowid, rec.old_header, batch);
 				ss_encode_key(rec.new_rowid, key);
 				ss_batch_put(batch, keyspace, key, SS_KEY_SIZE, data + sizeof(rec), rec.len);
+				break;
+			}
+		case SS_XLOG_PRUNE:
+			{
+				XlPrune		rec;
+				const char *p = data + sizeof(rec);
+				uint64		rowid;
+
+				memcpy(&rec, data, sizeof(rec));
+				if (data_len != sizeof(rec) + rec.redirect_len + sizeof(uint64) * (uint64) rec.count ||
+					rec.redirect_len < SizeofHeapTupleHeader)
+				{
+					ss_batch_free(batch);
+					ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+									errmsg("slipstream: prune record at %X/%X has a wrong length",
+										   LSN_FORMAT_ARGS(record->ReadRecPtr))));
+				}
+				if (InHotStandby && TransactionIdIsValid(rec.horizon))
+				{
+					RelFileNode node;
+
+					node.spcNode = rec.spc;
+					node.dbNode = (Oid) (tag >> 32);
+					node.relNode = (Oid) tag;
+					ResolveRecoveryConflictWithSnapshot(rec.horizon, node);
+				}
+				ss_encode_key(rec.root, key);
+				ss_batch_put(batch, keyspace, key, SS_KEY_SIZE, p, rec.redirect_len);
+				p += rec.redirect_len;
+				for (uint32 i = 0; i < rec.count; i++)
+				{
+					memcpy(&rowid, p + i * sizeof(uint64), sizeof(rowid));
+					ss_encode_key(rowid, key);
+					ss_batch_delete(batch, keyspace, key, SS_KEY_SIZE);
+				}
 				break;
 			}
 		case SS_XLOG_REMOVE:

@@ -22,6 +22,8 @@
 /* A block's all-visible bit set by VACUUM, or cleared by a change to the block (vismap.c). */
 #define SS_XLOG_VM_SET 0xB0
 #define SS_XLOG_VM_CLEAR 0xC0
+/* A HOT-like chain pruned: its root rewritten as a redirect, dead members removed (chains.c). */
+#define SS_XLOG_PRUNE 0xD0
 
 /*
  * Every record begins with the relation file it changes: `tag` (database and relfilenode, the
@@ -98,6 +100,20 @@ typedef struct XlRemove
 } XlRemove;
 
 /*
+ * A chain's prune: this, the root's redirect (redirect_len bytes), then `count` row ids removed.
+ * `horizon` is the newest xid whose versions it removes, for hot standby conflicts.
+ */
+typedef struct XlPrune
+{
+	uint64		tag;
+	Oid			spc;
+	TransactionId horizon;
+	uint64		root;
+	uint32		count;
+	uint32		redirect_len;
+} XlPrune;
+
+/*
  * A visibility map change: block `block` (256 row ids) of the relation file; the map page is
  * the record's block reference 0. `cutoff`: for a set, the newest xmin in the block, which
  * queries on a hot standby must not predate (as heap's XLOG_HEAP2_VISIBLE).
@@ -118,6 +134,7 @@ StaticAssertDecl(offsetof(XlPut, spc) == SS_XL_SPC_OFFSET &&
 				 offsetof(XlUpdate, spc) == SS_XL_SPC_OFFSET &&
 				 offsetof(XlConflict, spc) == SS_XL_SPC_OFFSET &&
 				 offsetof(XlRemove, spc) == SS_XL_SPC_OFFSET &&
+				 offsetof(XlPrune, spc) == SS_XL_SPC_OFFSET &&
 				 offsetof(XlVisibility, spc) == SS_XL_SPC_OFFSET,
 				 "every record starts with its relation file");
 

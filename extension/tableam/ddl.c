@@ -170,6 +170,7 @@ ss_relation_copy_data(Relation rel, const RelFileNode *newrnode)
 
 	slot = table_slot_create(rel, NULL);
 	scan = table_beginscan(rel, SnapshotAny, 0, NULL);
+	ss_scan_every_row(scan);	/* chains keep their shape: the indexes move as they are */
 	for (;;)
 	{
 		bool		have = table_scan_getnextslot(scan, ForwardScanDirection, slot);
@@ -369,6 +370,8 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 		else
 			ss_rowid_to_tid(entry->new_rowid, &tuple->t_data->t_ctid);
 		freeze_copied_row(tuple->t_data, *xid_cutoff, *multi_cutoff);
+		/* Every copy is indexed on its own: no chains survive a rewrite, as with heap. */
+		tuple->t_data->t_infomask2 &= ~(HEAP_HOT_UPDATED | HEAP_ONLY_TUPLE);
 		tuple->t_tableOid = RelationGetRelid(new_rel);
 		ss_rowid_to_tid(entry->new_rowid, &tuple->t_self);
 		if (HeapTupleHasExternal(tuple))
@@ -399,8 +402,80 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 }
 
 /*
+ * An index build's verdict on one version it met through a chain: whether to index it and
+ * whether it is alive, by VACUUM's rules (SnapshotAny) or the build's snapshot, which the walk
+ * already applied. As heap's, a version dead to some snapshots whose chain goes on is not
+ * indexed (its successor is, under the same root) and the index is marked unusable for those
+ * snapshots (ii_BrokenHotChain, hence indcheckxmin).
+ */
+static bool
+build_should_index(HeapTuple tuple, Snapshot snapshot, TransactionId oldest_xmin,
+				   IndexInfo *index_info, bool *alive)
+{
+	TransactionId dead_after;
+
+	*alive = true;
+	if (snapshot != SnapshotAny)
+		return true;
+	switch (ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after))
+	{
+		case HEAPTUPLE_DEAD:
+			return false;
+		case HEAPTUPLE_RECENTLY_DEAD:
+		case HEAPTUPLE_DELETE_IN_PROGRESS:
+			if (HeapTupleHeaderIsHotUpdated(tuple->t_data))
+			{
+				index_info->ii_BrokenHotChain = true;
+				return false;
+			}
+			*alive = false;
+			return true;
+		default:
+			return true;
+	}
+}
+
+/* The state an index build carries from row to row. */
+typedef struct BuildState
+{
+	Relation	table_rel;
+	Relation	index_rel;
+	IndexInfo  *index_info;
+	EState	   *estate;
+	ExprContext *econtext;
+	ExprState  *predicate;
+	TupleTableSlot *slot;
+	Snapshot	snapshot;
+	TransactionId oldest_xmin;
+	IndexBuildCallback callback;
+	void	   *callback_state;
+	double		reltuples;
+} BuildState;
+
+/* Indexes one version (in the build's slot) under its chain root's TID. */
+static void
+build_index_version(BuildState *build, HeapTuple tuple, ItemPointer root_tid)
+{
+	Datum		values[INDEX_MAX_KEYS];
+	bool		isnull[INDEX_MAX_KEYS];
+	bool		alive;
+
+	if (!build_should_index(tuple, build->snapshot, build->oldest_xmin, build->index_info,
+							&alive))
+		return;
+	build->reltuples += 1;
+	MemoryContextReset(build->econtext->ecxt_per_tuple_memory);
+	if (build->predicate != NULL && !ExecQual(build->predicate, build->econtext))
+		return;
+	FormIndexDatum(build->index_info, build->slot, build->estate, values, isnull);
+	build->callback(build->index_rel, root_tid, values, isnull, alive, build->callback_state);
+}
+
+/*
  * Feeds an index build: every row some transaction may still see (SnapshotAny, classified by
- * VACUUM's rules) or, for concurrent builds, every row the build's snapshot sees.
+ * VACUUM's rules) or, for concurrent builds, every row the build's snapshot sees. A chain's
+ * versions are reached from its root and indexed under the root's TID, as heap's root_offsets
+ * do; heap-only rows met by the scan itself are skipped.
  */
 static double
 ss_index_build_range_scan(Relation table_rel, Relation index_rel, IndexInfo *index_info,
@@ -409,33 +484,35 @@ ss_index_build_range_scan(Relation table_rel, Relation index_rel, IndexInfo *ind
 						  IndexBuildCallback callback, void *callback_state,
 						  TableScanDesc scan)
 {
-	Datum		values[INDEX_MAX_KEYS];
-	bool		isnull[INDEX_MAX_KEYS];
-	EState	   *estate = CreateExecutorState();
-	ExprContext *econtext = GetPerTupleExprContext(estate);
-	TupleTableSlot *slot = table_slot_create(table_rel, NULL);
-	ExprState  *predicate;
-	Snapshot	snapshot;
+	BuildState	build = {0};
 	bool		own_scan = (scan == NULL);
 	bool		unregister = false;
-	TransactionId oldest_xmin = InvalidTransactionId;
-	double		reltuples = 0;
+	uint32		keyspace = ss_rel_keyspace(table_rel);
 
-	econtext->ecxt_scantuple = slot;
-	predicate = ExecPrepareQual(index_info->ii_Predicate, estate);
+	build.table_rel = table_rel;
+	build.index_rel = index_rel;
+	build.index_info = index_info;
+	build.estate = CreateExecutorState();
+	build.econtext = GetPerTupleExprContext(build.estate);
+	build.slot = table_slot_create(table_rel, NULL);
+	build.econtext->ecxt_scantuple = build.slot;
+	build.predicate = ExecPrepareQual(index_info->ii_Predicate, build.estate);
+	build.oldest_xmin = InvalidTransactionId;
+	build.callback = callback;
+	build.callback_state = callback_state;
 	if (own_scan)
 	{
 		if (!IsBootstrapProcessingMode() && !index_info->ii_Concurrent)
 		{
-			oldest_xmin = GetOldestNonRemovableTransactionId(table_rel);
-			snapshot = SnapshotAny;
+			build.oldest_xmin = GetOldestNonRemovableTransactionId(table_rel);
+			build.snapshot = SnapshotAny;
 		}
 		else
 		{
-			snapshot = RegisterSnapshot(GetTransactionSnapshot());
+			build.snapshot = RegisterSnapshot(GetTransactionSnapshot());
 			unregister = true;
 		}
-		scan = table_beginscan_strat(table_rel, snapshot, 0, NULL, true, allow_sync);
+		scan = table_beginscan_strat(table_rel, SnapshotAny, 0, NULL, true, allow_sync);
 		if (start_blockno != 0 || numblocks != InvalidBlockNumber)
 		{
 			ItemPointerData min,
@@ -451,54 +528,51 @@ ss_index_build_range_scan(Relation table_rel, Relation index_rel, IndexInfo *ind
 	}
 	else
 	{
-		snapshot = scan->rs_snapshot;
-		if (snapshot == SnapshotAny)
-			oldest_xmin = GetOldestNonRemovableTransactionId(table_rel);
+		build.snapshot = scan->rs_snapshot;
+		if (build.snapshot == SnapshotAny)
+			build.oldest_xmin = GetOldestNonRemovableTransactionId(table_rel);
 	}
+	ss_scan_every_row(scan);
 
-	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	while (table_scan_getnextslot(scan, ForwardScanDirection, build.slot))
 	{
 		bool		should_free;
-		HeapTuple	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
-		bool		alive = true;
+		HeapTuple	tuple = ExecFetchSlotHeapTuple(build.slot, false, &should_free);
+		ItemPointerData root_tid = tuple->t_self;
+		SsChainWalk walk;
+		HeapTuple	version;
 
 		CHECK_FOR_INTERRUPTS();
-		if (snapshot == SnapshotAny)
+		if (HeapTupleHeaderIsHeapOnly(tuple->t_data))
+			continue;			/* indexed through its root */
+		if (!ss_is_redirect(tuple->t_data) && !HeapTupleHeaderIsHotUpdated(tuple->t_data))
 		{
-			TransactionId dead_after;
-
-			switch (ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after))
-			{
-				case HEAPTUPLE_DEAD:
-					continue;
-				case HEAPTUPLE_RECENTLY_DEAD:
-				case HEAPTUPLE_DELETE_IN_PROGRESS:
-					alive = false;
-					break;
-				default:
-					break;
-			}
-		}
-		reltuples += 1;
-		MemoryContextReset(econtext->ecxt_per_tuple_memory);
-		if (predicate != NULL && !ExecQual(predicate, econtext))
+			if (build.snapshot == SnapshotAny || ss_tuple_visible(tuple, build.snapshot))
+				build_index_version(&build, tuple, &root_tid);
 			continue;
-		FormIndexDatum(index_info, slot, estate, values, isnull);
-		callback(index_rel, &tuple->t_self, values, isnull, alive, callback_state);
+		}
+		ss_chain_start(&walk, table_rel, keyspace, ss_tid_to_rowid(&root_tid));
+		while ((version = ss_chain_next_visible(&walk, build.snapshot, NULL, NULL)) != NULL)
+		{
+			ExecStoreHeapTuple(version, build.slot, true);
+			build_index_version(&build, version, &root_tid);
+		}
+		ss_chain_end(&walk);
 	}
 	table_endscan(scan);		/* a parallel build's scan too: its caller does not end it */
 	if (unregister)
-		UnregisterSnapshot(snapshot);
-	ExecDropSingleTupleTableSlot(slot);
-	FreeExecutorState(estate);
+		UnregisterSnapshot(build.snapshot);
+	ExecDropSingleTupleTableSlot(build.slot);
+	FreeExecutorState(build.estate);
 	index_info->ii_ExpressionsState = NIL;
 	index_info->ii_PredicateState = NULL;
-	return reltuples;
+	return build.reltuples;
 }
 
 /*
- * CREATE INDEX CONCURRENTLY's validation: inserts every row the snapshot sees whose TID the
- * index lacks. Rows come in TID order, as does the sorted list of the index's TIDs.
+ * CREATE INDEX CONCURRENTLY's validation: inserts every version the snapshot sees whose chain
+ * root's TID the index lacks. Roots come in TID order, as does the sorted list of the index's
+ * TIDs.
  */
 static void
 ss_index_validate_scan(Relation table_rel, Relation index_rel, IndexInfo *index_info,
@@ -510,22 +584,36 @@ ss_index_validate_scan(Relation table_rel, Relation index_rel, IndexInfo *index_
 	ExprContext *econtext = GetPerTupleExprContext(estate);
 	TupleTableSlot *slot = table_slot_create(table_rel, NULL);
 	ExprState  *predicate;
-	TableScanDesc scan = table_beginscan_strat(table_rel, snapshot, 0, NULL, true, false);
+	TableScanDesc scan = table_beginscan_strat(table_rel, SnapshotAny, 0, NULL, true, false);
+	uint32		keyspace = ss_rel_keyspace(table_rel);
 	ItemPointerData indexed;
 	bool		have_indexed = false;
 	bool		index_done = false;
 
+	ss_scan_every_row(scan);
 	econtext->ecxt_scantuple = slot;
 	predicate = ExecPrepareQual(index_info->ii_Predicate, estate);
 	ItemPointerSetInvalid(&indexed);
 	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
 	{
-		ItemPointerData tid = slot->tts_tid;
+		ItemPointerData root_tid = slot->tts_tid;
+		bool		should_free;
+		HeapTuple	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
+		SsChainWalk walk;
+		HeapTuple	version;
 
 		CHECK_FOR_INTERRUPTS();
+		if (HeapTupleHeaderIsHeapOnly(tuple->t_data))
+			continue;			/* reached through its root */
+		ss_chain_start(&walk, table_rel, keyspace, ss_tid_to_rowid(&root_tid));
+		version = ss_chain_next_visible(&walk, snapshot, heap_copytuple(tuple), NULL);
+		ss_chain_end(&walk);
+		if (version == NULL)
+			continue;
+		ExecStoreHeapTuple(version, slot, true);
 		state->htups += 1;
-		/* Advance through the index's TIDs up to this row's. */
-		while (!index_done && (!have_indexed || ItemPointerCompare(&indexed, &tid) < 0))
+		/* Advance through the index's TIDs up to this root's. */
+		while (!index_done && (!have_indexed || ItemPointerCompare(&indexed, &root_tid) < 0))
 		{
 			Datum		ts_val;
 			bool		ts_isnull;
@@ -538,13 +626,13 @@ ss_index_validate_scan(Relation table_rel, Relation index_rel, IndexInfo *index_
 			itemptr_decode(&indexed, DatumGetInt64(ts_val));
 			have_indexed = true;
 		}
-		if (have_indexed && !index_done && ItemPointerEquals(&indexed, &tid))
+		if (have_indexed && !index_done && ItemPointerEquals(&indexed, &root_tid))
 			continue;
 		MemoryContextReset(econtext->ecxt_per_tuple_memory);
 		if (predicate != NULL && !ExecQual(predicate, econtext))
 			continue;
 		FormIndexDatum(index_info, slot, estate, values, isnull);
-		index_insert(index_rel, values, isnull, &tid, table_rel,
+		index_insert(index_rel, values, isnull, &root_tid, table_rel,
 					 index_info->ii_Unique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, false,
 					 index_info);
 		state->tups_inserted += 1;

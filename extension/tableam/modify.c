@@ -232,11 +232,16 @@ ss_tuple_delete(Relation rel, ItemPointer tid, CommandId cid, Snapshot snapshot,
 	return TM_Ok;
 }
 
-/* Whether an update changes any column that a foreign key or unique index may reference. */
+/*
+ * Whether an update changes any column of the relcache's column set `which`: the key columns
+ * (INDEX_ATTR_BITMAP_KEY, which foreign keys and unique indexes may reference) or every
+ * indexed column (INDEX_ATTR_BITMAP_ALL).
+ */
 static bool
-key_columns_changed(Relation rel, HeapTuple old_tuple, TupleTableSlot *slot)
+columns_changed(Relation rel, IndexAttrBitmapKind which, HeapTuple old_tuple,
+				TupleTableSlot *slot)
 {
-	Bitmapset  *keys = RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_KEY);
+	Bitmapset  *keys = RelationGetIndexAttrBitmap(rel, which);
 	TupleDesc	desc = RelationGetDescr(rel);
 	int			attr = -1;
 	bool		changed = false;
@@ -267,7 +272,11 @@ key_columns_changed(Relation rel, HeapTuple old_tuple, TupleTableSlot *slot)
 	return changed;
 }
 
-/* UPDATE: a new row version at a new row id; the old one points at it through t_ctid. */
+/*
+ * UPDATE: a new row version at a new row id; the old one points at it through t_ctid. When no
+ * indexed column changes, the new version is heap-only and joins the old one's chain, and the
+ * indexes are left alone (tableam/chains.c), as heap's HOT updates.
+ */
 static TM_Result
 ss_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot, CommandId cid,
 				Snapshot snapshot, Snapshot crosscheck, bool wait, TM_FailureData *tmfd,
@@ -282,10 +291,11 @@ ss_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot, CommandId 
 	int			nlockers;
 	TM_Result	result;
 	uint64		new_rowid;
+	bool		hot;
 
 	/* Decide the lock strength from the current image (re-checked under the row lock). */
 	old_tuple = ss_fetch_row(rel, acq.keyspace, acq.rowid);
-	*lockmode = (old_tuple == NULL || key_columns_changed(rel, old_tuple, slot))
+	*lockmode = (old_tuple == NULL || columns_changed(rel, INDEX_ATTR_BITMAP_KEY, old_tuple, slot))
 		? LockTupleExclusive : LockTupleNoKeyExclusive;
 	*update_indexes = false;
 	result = ss_acquire_row(&acq, cid, crosscheck, *lockmode, true,
@@ -294,7 +304,7 @@ ss_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot, CommandId 
 		report_invisible("update");
 	if (result != TM_Ok)
 		return result;
-	if (*lockmode == LockTupleNoKeyExclusive && key_columns_changed(rel, old_tuple, slot))
+	if (*lockmode == LockTupleNoKeyExclusive && columns_changed(rel, INDEX_ATTR_BITMAP_KEY, old_tuple, slot))
 	{
 		/* The row changed between our look and the lock: redo with the stronger mode. */
 		ss_release_acquisition(&acq);
@@ -312,6 +322,15 @@ ss_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot, CommandId 
 	new_rowid = ss_next_rowid(rel, acq.keyspace, 1);
 	prepare_new_tuple(rel, new_tuple, cid, new_rowid);
 	new_tuple->t_data->t_infomask |= HEAP_UPDATED;
+	hot = ss_hot_updates && rel->rd_rel->relhasindex &&
+		!columns_changed(rel, INDEX_ATTR_BITMAP_ALL, old_tuple, slot);
+	if (hot)
+	{
+		HeapTupleHeaderSetHotUpdated(old_tuple->t_data);
+		HeapTupleHeaderSetHeapOnly(new_tuple->t_data);
+	}
+	else
+		HeapTupleHeaderClearHotUpdated(old_tuple->t_data);
 	/* Lockers of the old version that stay (key-share ones, and ours) hold the new one too. */
 	nlockers = ss_carried_lockers(old_tuple->t_data, &lockers);
 	if (nlockers > 0)
@@ -321,11 +340,11 @@ ss_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot, CommandId 
 	ss_write_update(rel, acq.keyspace, old_tuple, new_rowid, new_tuple);
 	ss_release_acquisition(&acq);
 
-	pgstat_count_heap_update(rel, false);
+	pgstat_count_heap_update(rel, hot);
 	slot->tts_tableOid = RelationGetRelid(rel);
 	slot->tts_tid = new_tuple->t_self;
 	stamp_slot(slot, new_tuple);
-	*update_indexes = true;
+	*update_indexes = !hot;
 	heap_freetuple(new_tuple);
 	return TM_Ok;
 }

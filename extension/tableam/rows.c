@@ -187,3 +187,37 @@ ss_remove_rows(Relation rel, uint32 keyspace, uint64 *rowids, int nrowids)
 	if (code != SS_OK)
 		ss_report(code, "removing rows");
 }
+
+/*
+ * Prunes a chain in one atomic change: the root's redirect (a header-only row) replaces it and
+ * the dead members go (tableam/chains.c). No visibility map bit changes: a block holding a
+ * redirect is never all-visible, and removing a row makes no block less visible.
+ */
+void
+ss_write_prune(Relation rel, uint32 keyspace, uint64 root, HeapTupleHeader redirect,
+			   uint64 *removed, int nremoved, TransactionId latest_removed)
+{
+	SsBatch    *batch = ss_batch_new();
+	SsCode		code;
+	char		key[SS_KEY_SIZE];
+
+	if (batch == NULL)
+		ss_report(SS_NO_MEMORY, "pruning a chain");
+	ss_encode_key(root, key);
+	ss_batch_put(batch, keyspace, key, SS_KEY_SIZE, redirect, SS_REDIRECT_SIZE);
+	for (int i = 0; i < nremoved; i++)
+	{
+		ss_encode_key(removed[i], key);
+		ss_batch_delete(batch, keyspace, key, SS_KEY_SIZE);
+	}
+	if (ss_rel_needs_wal(rel))
+	{
+		ss_change_begin();
+		ss_change_logged(ss_log_prune(rel, root, redirect, removed, nremoved, latest_removed));
+	}
+	code = ss_batch_write(batch);
+	ss_change_done();
+	ss_batch_free(batch);
+	if (code != SS_OK)
+		ss_report(code, "pruning a chain");
+}

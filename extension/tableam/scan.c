@@ -48,6 +48,7 @@ typedef struct SsScanDescData
 	BlockNumber sample_next_block;
 	BlockNumber sample_nblocks;
 	uint64		counted_block;	/* the block a forward scan last counted as read, plus one */
+	bool		every_row;		/* every stored row, redirects too (ss_scan_every_row) */
 } SsScanDescData;
 typedef SsScanDescData *SsScanDesc;
 
@@ -179,11 +180,29 @@ clear_block(SsScanDesc scan)
 }
 
 /*
+ * Makes a scan return every stored row whatever its snapshot, the redirects of pruned chain
+ * roots (tableam/chains.c) included, which scans skip otherwise: VACUUM, a copy of the stored
+ * rows and index builds (which apply their snapshot along each chain) need them.
+ */
+void
+ss_scan_every_row(TableScanDesc sscan)
+{
+	((SsScanDesc) sscan)->every_row = true;
+}
+
+/* The snapshot a scan's rows are checked against. */
+static inline Snapshot
+scan_snapshot(SsScanDesc scan)
+{
+	return scan->every_row ? SnapshotAny : scan->base.rs_snapshot;
+}
+
+/*
  * Loads every row of one 256-row block into the scan (ANALYZE, TABLESAMPLE, bitmap and backward
- * scans).
+ * scans), redirects only if `redirects`.
  */
 static void
-load_block(SsScanDesc scan, BlockNumber block)
+load_block(SsScanDesc scan, BlockNumber block, bool redirects)
 {
 	uint64		first = (uint64) block * SS_ROWS_PER_BLOCK;
 	uint64		rowid;
@@ -196,9 +215,14 @@ load_block(SsScanDesc scan, BlockNumber block)
 	seek_rowid(scan->holder->it, first);
 	while (iterator_row(scan->holder->it, &rowid) && rowid < first + SS_ROWS_PER_BLOCK)
 	{
-		scan->block_rows[scan->block_nrows++] =
-			iterator_tuple(scan->base.rs_rd, scan->holder->it, rowid, scan->mcxt);
+		HeapTuple	tuple = iterator_tuple(scan->base.rs_rd, scan->holder->it, rowid,
+										   scan->mcxt);
+
 		ss_iter_next(scan->holder->it);
+		if (!redirects && ss_is_redirect(tuple->t_data))
+			pfree(tuple);
+		else
+			scan->block_rows[scan->block_nrows++] = tuple;
 	}
 }
 
@@ -371,7 +395,12 @@ next_forward(SsScanDesc scan, TupleTableSlot *slot)
 			scan->counted_block = rowid / SS_ROWS_PER_BLOCK + 1;
 			count_block_read(rel);
 		}
-		if (!store_if_visible(rel, tuple, scan->base.rs_snapshot, slot))
+		if (ss_is_redirect(tuple->t_data) && !scan->every_row)
+		{
+			pfree(tuple);
+			continue;
+		}
+		if (!store_if_visible(rel, tuple, scan_snapshot(scan), slot))
 			continue;
 		pgstat_count_heap_getnext(rel);
 		return true;
@@ -389,7 +418,7 @@ load_block_below(SsScanDesc scan)
 	BlockNumber block = (BlockNumber) ((scan->bound - 1) / SS_ROWS_PER_BLOCK);
 	int			kept = 0;
 
-	load_block(scan, block);
+	load_block(scan, block, scan->every_row);
 	for (int i = 0; i < scan->block_nrows; i++)
 	{
 		uint64		rowid = ss_tid_to_rowid(&scan->block_rows[i]->t_self);
@@ -444,7 +473,7 @@ next_backward(SsScanDesc scan, TupleTableSlot *slot)
 			scan->block_rows[scan->block_next++] = NULL;
 			CHECK_FOR_INTERRUPTS();
 			scan->current = ss_tid_to_rowid(&tuple->t_self);
-			if (!store_if_visible(rel, tuple, scan->base.rs_snapshot, slot))
+			if (!store_if_visible(rel, tuple, scan_snapshot(scan), slot))
 				continue;
 			pgstat_count_heap_getnext(rel);
 			return true;
@@ -538,6 +567,7 @@ typedef struct SsIndexFetchData
 {
 	IndexFetchTableData base;
 	uint32		keyspace;
+	SsChainWalk walk;			/* the chain a fetch with a non-MVCC snapshot goes on along */
 } SsIndexFetchData;
 
 /* Begins fetching rows by TID for an index scan. */
@@ -548,26 +578,30 @@ ss_index_fetch_begin(Relation rel)
 
 	fetch->base.rel = rel;
 	fetch->keyspace = ss_rel_keyspace(rel);
+	fetch->walk.next = SS_NO_ROWID;
 	return &fetch->base;
 }
 
-/* Nothing is cached between fetches. */
+/* Forgets the chain a fetch was on. */
 static void
 ss_index_fetch_reset(IndexFetchTableData *scan)
 {
+	ss_chain_end(&((SsIndexFetchData *) scan)->walk);
 }
 
 /* Ends an index fetch. */
 static void
 ss_index_fetch_end(IndexFetchTableData *scan)
 {
+	ss_index_fetch_reset(scan);
 	pfree(scan);
 }
 
 /*
- * Fetches the row an index entry points at, if visible. Each row id holds one version, so
- * there is no chain to walk (*call_again stays false); *all_dead lets the index drop entries
- * of rows that are dead to everyone.
+ * Fetches the version of the chain an index entry names (its root row id, tableam/chains.c)
+ * that `snapshot` sees, and sets *tid to it. A non-MVCC snapshot may see several: *call_again
+ * asks for the next. *all_dead lets the index drop entries whose whole chain is dead to
+ * everyone. A walk that passed dead versions prunes the chain.
  */
 static bool
 ss_index_fetch_tuple(IndexFetchTableData *sscan, ItemPointer tid, Snapshot snapshot,
@@ -575,40 +609,37 @@ ss_index_fetch_tuple(IndexFetchTableData *sscan, ItemPointer tid, Snapshot snaps
 {
 	SsIndexFetchData *fetch = (SsIndexFetchData *) sscan;
 	Relation	rel = fetch->base.rel;
+	GlobalVisState *vistest = GlobalVisTestFor(rel);
+	bool		first_call = !*call_again;
 	HeapTuple	tuple;
-	bool		visible;
+	MemoryContext old;
 
 	*call_again = false;
 	if (all_dead)
 		*all_dead = false;
-	if (!ss_tid_valid(tid))
-		return false;
-	tuple = fetch_for_slot(rel, fetch->keyspace, ss_tid_to_rowid(tid), slot);
+	if (first_call)
+	{
+		ss_chain_end(&fetch->walk);
+		if (!ss_tid_valid(tid))
+			return false;
+		ss_chain_start(&fetch->walk, rel, fetch->keyspace, ss_tid_to_rowid(tid));
+		count_block_read(rel);
+		predicate_lock(rel, snapshot);
+	}
+	old = MemoryContextSwitchTo(slot->tts_mcxt);
+	tuple = ss_chain_next_visible(&fetch->walk, snapshot, NULL, vistest);
+	MemoryContextSwitchTo(old);
+	if (first_call)
+		ss_chain_prune_if_worth(&fetch->walk, snapshot, vistest);
 	if (tuple == NULL)
 	{
 		if (all_dead)
-			*all_dead = true;	/* removed by VACUUM: the entry is garbage */
-		return false;
-	}
-	count_block_read(rel);
-	predicate_lock(rel, snapshot);
-	visible = ss_tuple_visible(tuple, snapshot);
-	ss_conflict_out(rel, tuple, visible, snapshot);
-	if (!visible)
-	{
-		if (all_dead)
-		{
-			TransactionId dead_after;
-			HTSV_Result state = ss_tuple_vacuum_state(tuple, InvalidTransactionId, &dead_after);
-
-			*all_dead = state == HEAPTUPLE_DEAD ||
-				(state == HEAPTUPLE_RECENTLY_DEAD &&
-				 GlobalVisTestIsRemovableXid(GlobalVisTestFor(rel), dead_after));
-		}
-		pfree(tuple);
+			*all_dead = first_call && fetch->walk.all_dead;
 		return false;
 	}
 	pgstat_count_heap_fetch(rel);
+	*tid = tuple->t_self;
+	*call_again = !IsMVCCSnapshot(snapshot);
 	ExecStoreHeapTuple(tuple, slot, true);
 	slot->tts_tableOid = RelationGetRelid(rel);
 	return true;
@@ -693,7 +724,7 @@ static bool
 ss_scan_analyze_next_block(TableScanDesc sscan, BlockNumber blockno,
 						   BufferAccessStrategy bstrategy)
 {
-	load_block((SsScanDesc) sscan, blockno);
+	load_block((SsScanDesc) sscan, blockno, false);
 	return true;
 }
 
@@ -758,19 +789,38 @@ ss_scan_analyze_next_tuple(TableScanDesc sscan, TransactionId oldest_xmin, doubl
 #define SS_BITMAP_POINT_READS 32
 
 /*
- * Bitmap scan: loads the rows of block `tbmres->blockno` that the bitmap names (every row of
- * the block when it is lossy); false if there are none.
+ * Bitmap scan: the version of the chain rooted at `root` that the scan's snapshot sees, or NULL
+ * (`root_tuple`, the root's row if already read, is handed over). Rows that are no chain roots
+ * (heap-only versions) have no index entries, so a bitmap never names them.
+ */
+static HeapTuple
+bitmap_visible_version(SsScanDesc scan, uint64 root, HeapTuple root_tuple)
+{
+	SsChainWalk walk;
+	HeapTuple	tuple;
+
+	GlobalVisState *vistest = GlobalVisTestFor(scan->base.rs_rd);
+
+	ss_chain_start(&walk, scan->base.rs_rd, scan->keyspace, root);
+	tuple = ss_chain_next_visible(&walk, scan->base.rs_snapshot, root_tuple, vistest);
+	ss_chain_end(&walk);
+	ss_chain_prune_if_worth(&walk, scan->base.rs_snapshot, vistest);
+	return tuple;
+}
+
+/*
+ * Bitmap scan: loads the visible versions of the chains whose roots block `tbmres->blockno`
+ * holds and the bitmap names (every root of the block when it is lossy); false if none.
  */
 static bool
 ss_scan_bitmap_next_block(TableScanDesc sscan, struct TBMIterateResult *tbmres)
 {
 	SsScanDesc	scan = (SsScanDesc) sscan;
 	uint64		first = (uint64) tbmres->blockno * SS_ROWS_PER_BLOCK;
+	MemoryContext old = MemoryContextSwitchTo(scan->mcxt);
 
 	if (tbmres->ntuples >= 0 && tbmres->ntuples <= SS_BITMAP_POINT_READS)
 	{
-		MemoryContext old = MemoryContextSwitchTo(scan->mcxt);
-
 		clear_block(scan);
 		scan->block = tbmres->blockno;
 		count_block_read(scan->base.rs_rd);
@@ -781,55 +831,59 @@ ss_scan_bitmap_next_block(TableScanDesc sscan, struct TBMIterateResult *tbmres)
 
 			if (off < 1 || off > SS_ROWS_PER_BLOCK)
 				continue;		/* not a row id of ours: no such row */
-			tuple = ss_fetch_row(scan->base.rs_rd, scan->keyspace, first + off - 1);
+			tuple = bitmap_visible_version(scan, first + off - 1, NULL);
 			if (tuple != NULL)
 				scan->block_rows[scan->block_nrows++] = tuple;
 		}
-		MemoryContextSwitchTo(old);
 	}
 	else
 	{
-		load_block(scan, tbmres->blockno);
-		if (tbmres->ntuples >= 0)
+		/* One pass over the block; the bitmap's offsets (if exact) are in ascending order. */
+		int			want = 0;
+		int			kept = 0;
+
+		load_block(scan, tbmres->blockno, true);
+		for (int i = 0; i < scan->block_nrows; i++)
 		{
-			/* Keep the rows whose offsets the bitmap lists (both are in ascending order). */
-			int			want = 0;
-			int			kept = 0;
+			HeapTuple	tuple = scan->block_rows[i];
+			OffsetNumber off = ItemPointerGetOffsetNumber(&tuple->t_self);
 
-			for (int i = 0; i < scan->block_nrows; i++)
+			scan->block_rows[i] = NULL;
+			while (tbmres->ntuples >= 0 && want < tbmres->ntuples && tbmres->offsets[want] < off)
+				want++;
+			if (HeapTupleHeaderIsHeapOnly(tuple->t_data) ||
+				(tbmres->ntuples >= 0 &&
+				 (want >= tbmres->ntuples || tbmres->offsets[want] != off)))
 			{
-				OffsetNumber off = ItemPointerGetOffsetNumber(&scan->block_rows[i]->t_self);
-
-				while (want < tbmres->ntuples && tbmres->offsets[want] < off)
-					want++;
-				if (want < tbmres->ntuples && tbmres->offsets[want] == off)
-					scan->block_rows[kept++] = scan->block_rows[i];
-				else
-					pfree(scan->block_rows[i]);
+				pfree(tuple);
+				continue;
 			}
-			scan->block_nrows = kept;
+			tuple = bitmap_visible_version(scan, first + off - 1, tuple);
+			if (tuple != NULL)
+				scan->block_rows[kept++] = tuple;
 		}
+		scan->block_nrows = kept;
 	}
+	MemoryContextSwitchTo(old);
 	return scan->block_nrows > 0;
 }
 
-/* Bitmap scan: the next visible row of the loaded block, stored in `slot`. */
+/* Bitmap scan: the next visible version of the loaded block, stored in `slot`. */
 static bool
 ss_scan_bitmap_next_tuple(TableScanDesc sscan, struct TBMIterateResult *tbmres,
 						  TupleTableSlot *slot)
 {
 	SsScanDesc	scan = (SsScanDesc) sscan;
 	Relation	rel = scan->base.rs_rd;
-	Snapshot	snapshot = scan->base.rs_snapshot;
 
-	while (scan->block_next < scan->block_nrows)
+	if (scan->block_next < scan->block_nrows)
 	{
 		HeapTuple	tuple = scan->block_rows[scan->block_next];
 
 		scan->block_rows[scan->block_next++] = NULL;
 		CHECK_FOR_INTERRUPTS();
-		if (!store_if_visible(rel, tuple, snapshot, slot))
-			continue;
+		ExecStoreHeapTuple(tuple, slot, true);
+		slot->tts_tableOid = RelationGetRelid(rel);
 		pgstat_count_heap_fetch(rel);
 		return true;
 	}
@@ -860,7 +914,7 @@ ss_scan_sample_next_block(TableScanDesc sscan, struct SampleScanState *scanstate
 	if (!BlockNumberIsValid(block))
 		return false;
 	scan->sample_next_block = block + 1;
-	load_block(scan, block);
+	load_block(scan, block, false);
 	return true;
 }
 

@@ -92,7 +92,7 @@ clear_stale_xmax(HeapTupleHeader tuple)
 		return false;
 	tuple->t_infomask &= ~HEAP_XMAX_BITS;
 	tuple->t_infomask |= HEAP_XMAX_INVALID;
-	tuple->t_infomask2 &= ~HEAP_KEYS_UPDATED;
+	tuple->t_infomask2 &= ~(HEAP_KEYS_UPDATED | HEAP_HOT_UPDATED);
 	HeapTupleHeaderSetXmax(tuple, InvalidTransactionId);
 	return true;
 }
@@ -167,6 +167,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	int			nindexes;
 	IndexBulkDeleteResult **index_stats;
 	DeadRows	dead = {0};
+	DeadRows	orphans = {0};
 	bool		freeze_conflict_logged = false;
 	double		live = 0,
 				recently_dead = 0;
@@ -204,6 +205,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	dead_stay = nindexes > 0 && params->index_cleanup == VACOPTVALUE_DISABLED;
 
 	scan = table_beginscan(rel, SnapshotAny, 0, NULL);
+	ss_scan_every_row(scan);
 	slot = table_slot_create(rel, NULL);
 	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
 	{
@@ -219,7 +221,39 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 
 		vacuum_delay_point();
 		memcpy(&original, tuple->t_data, SS_HEADER_SIZE);
+		if (ss_is_redirect(tuple->t_data))
+		{
+			/* A pruned chain's root: prune it further; once all of it is dead, remove it. */
+			if (block < map_blocks)
+				candidate[block] = false;
+			if (ss_prune_chain(rel, keyspace, rowid, NULL, oldest_xmin) == SS_PRUNE_DEAD_ROOT)
+				dead_rows_add(&dead, rowid);
+			continue;
+		}
 		state = ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after);
+		if (state == HEAPTUPLE_DEAD && HeapTupleHeaderIsHeapOnly(tuple->t_data))
+		{
+			/*
+			 * A dead chain member has no index entry. Its chain's prune (at the root, which
+			 * comes first: row ids grow along a chain) removes it, unless its update aborted and
+			 * no chain leads to it any more; a member still on a chain behind one that some
+			 * transaction may see stays.
+			 */
+			if (!TransactionIdDidCommit(xmin) && !HeapTupleHeaderXminFrozen(tuple->t_data))
+				dead_rows_add(&orphans, rowid);
+			else if (block < map_blocks)
+				candidate[block] = false;
+			continue;
+		}
+		if (state == HEAPTUPLE_DEAD && HeapTupleHeaderIsHotUpdated(tuple->t_data))
+		{
+			/* A dead chain root: it becomes a redirect past the dead versions it leads to. */
+			if (block < map_blocks)
+				candidate[block] = false;
+			if (ss_prune_chain(rel, keyspace, rowid, NULL, oldest_xmin) == SS_PRUNE_DEAD_ROOT)
+				dead_rows_add(&dead, rowid);
+			continue;
+		}
 		/* A dead row does not keep its block from all-visible if it is about to be removed. */
 		if (block < map_blocks &&
 			(state == HEAPTUPLE_DEAD ? dead_stay :
@@ -279,6 +313,14 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	ExecDropSingleTupleTableSlot(slot);
 	table_endscan(scan);
 
+	/* Versions of aborted updates that no chain leads to have no index entries either. */
+	for (int64 i = 0; i < orphans.count; i += SS_REMOVE_BATCH)
+	{
+		CHECK_FOR_INTERRUPTS();
+		ss_remove_rows(rel, keyspace, orphans.rowids + i,
+					   (int) Min(SS_REMOVE_BATCH, orphans.count - i));
+	}
+
 	if (dead.count > 0 && nindexes > 0 && params->index_cleanup != VACOPTVALUE_DISABLED)
 		remove_dead_rows(rel, keyspace, &dead, indexes, nindexes, index_stats, strategy, live);
 	else if (dead.count > 0 && nindexes == 0)
@@ -310,8 +352,8 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 						 (PgStat_Counter) recently_dead);
 	ereport(params->log_min_duration >= 0 ? LOG : DEBUG2,
 			(errmsg("slipstream: vacuumed \"%s\": removed " INT64_FORMAT " dead rows, %.0f live, "
-					"%.0f recently dead", RelationGetRelationName(rel), dead.count, live,
-					recently_dead)));
+					"%.0f recently dead", RelationGetRelationName(rel), dead.count + orphans.count,
+					live, recently_dead)));
 }
 
 /*

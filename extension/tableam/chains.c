@@ -1,0 +1,340 @@
+/*
+ * tableam/chains.c: HOT-like version chains. An UPDATE that changes no indexed column writes
+ * its new version at a new row id, as every update does, but marks it heap-only and leaves the
+ * indexes alone: their entries keep naming the chain's root row id, and a fetch walks t_ctid
+ * from the root to the version its snapshot sees.
+ *
+ * A chain's members live in other 256-row blocks than its root (row ids only grow), so every hop
+ * is one engine point read; pruning keeps chains short. A prune rewrites the root as a redirect
+ * (a header-only row, flagged SS_HEAP_REDIRECT, whose t_ctid names the first member still
+ * needed, or the root itself once the whole chain is dead) and removes the members it skipped,
+ * in one WAL record and one engine batch. It runs under the root's row lock, which serialises
+ * prunes of a chain; no lock keeps readers out, so a reader that finds a member missing starts
+ * again from the root, the last time under that lock in share mode, where a missing member can
+ * only be one that was never on the chain (an aborted update's version, which VACUUM removes).
+ */
+#include "slipstream.h"
+
+#include "access/heapam_xlog.h"
+#include "access/transam.h"
+#include "access/xlog.h"
+#include "miscadmin.h"
+#include "storage/procarray.h"
+#include "utils/snapmgr.h"
+
+/* How often a walk starts again from the root after finding a member gone. */
+#define SS_CHAIN_RESTARTS 3
+
+/* A chain walk of a fetch whose snapshot saw at least this many dead versions prunes it. */
+#define SS_PRUNE_MIN_DEAD 2
+
+/* Starts a walk of the chain rooted at `root`. */
+void
+ss_chain_start(SsChainWalk *walk, Relation rel, uint32 keyspace, uint64 root)
+{
+	memset(walk, 0, sizeof(*walk));
+	walk->rel = rel;
+	walk->keyspace = keyspace;
+	walk->root = root;
+	walk->next = root;
+	walk->prior_xmax = InvalidTransactionId;
+	walk->last_returned = SS_NO_ROWID;
+	walk->all_dead = true;
+}
+
+/* Whether the walk may go on from `tuple` to its successor, which it then names. */
+static bool
+chain_continues(HeapTuple tuple, uint64 *next, TransactionId *prior_xmax)
+{
+	if (!HeapTupleHeaderIsHotUpdated(tuple->t_data) ||
+		!ss_tid_valid(&tuple->t_data->t_ctid) ||
+		ItemPointerEquals(&tuple->t_self, &tuple->t_data->t_ctid))
+		return false;
+	*next = ss_tid_to_rowid(&tuple->t_data->t_ctid);
+	*prior_xmax = HeapTupleHeaderGetUpdateXid(tuple->t_data);
+	return true;
+}
+
+/* Whether a version is dead to every transaction, now and to come. */
+static bool
+surely_dead(HeapTuple tuple, GlobalVisState *vistest, TransactionId oldest_xmin)
+{
+	TransactionId dead_after;
+	HTSV_Result state = ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after);
+
+	if (state == HEAPTUPLE_DEAD)
+		return true;
+	return vistest != NULL && state == HEAPTUPLE_RECENTLY_DEAD &&
+		GlobalVisTestIsRemovableXid(vistest, dead_after);
+}
+
+/* Starts the walk again from the root after a member vanished under it. */
+static bool
+restart_walk(SsChainWalk *walk)
+{
+	if (walk->restarts >= SS_CHAIN_RESTARTS)
+		return false;
+	walk->restarts++;
+	if (walk->restarts == SS_CHAIN_RESTARTS)
+	{
+		/* The last try holds prunes of this chain off. */
+		walk->lock = ss_row_lock(ss_tag(MyDatabaseId, walk->rel->rd_node.relNode), walk->root);
+		LWLockAcquire(walk->lock, LW_SHARED);
+	}
+	walk->next = walk->root;
+	walk->prior_xmax = InvalidTransactionId;
+	walk->all_dead = true;
+	walk->dead_seen = 0;
+	return true;
+}
+
+/* Ends a walk: releases the lock a last restart took. */
+static void
+finish_walk(SsChainWalk *walk)
+{
+	walk->next = SS_NO_ROWID;
+	if (walk->lock != NULL)
+	{
+		LWLockRelease(walk->lock);
+		walk->lock = NULL;
+	}
+}
+
+/*
+ * The next version of the chain that `snapshot` sees, palloc'd in the current memory context,
+ * or NULL at the end of the chain. `root_tuple`, if not NULL, is the root's row already read
+ * (it is handed over). An MVCC snapshot sees at most one version; other snapshots may call
+ * again for the next one. Every version looked at is reported to SSI; walk->all_dead says
+ * whether every version walked is dead to everyone (when `vistest` is given).
+ */
+HeapTuple
+ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot, HeapTuple root_tuple,
+					  GlobalVisState *vistest)
+{
+	while (walk->next != SS_NO_ROWID)
+	{
+		uint64		rowid = walk->next;
+		bool		at_root = (rowid == walk->root);
+		HeapTuple	tuple;
+		bool		visible;
+
+		CHECK_FOR_INTERRUPTS();
+		if (at_root && root_tuple != NULL)
+		{
+			tuple = root_tuple;
+			root_tuple = NULL;
+		}
+		else
+			tuple = ss_fetch_row(walk->rel, walk->keyspace, rowid);
+		walk->hops++;
+		if (tuple == NULL)
+		{
+			/* A missing root was removed by VACUUM; a missing member, maybe by a prune. */
+			if (at_root || !restart_walk(walk))
+				finish_walk(walk);
+			continue;
+		}
+		if (at_root && ss_is_redirect(tuple->t_data))
+		{
+			walk->redirect = true;
+			if (ItemPointerEquals(&tuple->t_self, &tuple->t_data->t_ctid) ||
+				!ss_tid_valid(&tuple->t_data->t_ctid))
+				finish_walk(walk);	/* the whole chain is dead */
+			else
+				walk->next = ss_tid_to_rowid(&tuple->t_data->t_ctid);
+			pfree(tuple);
+			continue;
+		}
+		/* A member must be heap-only and made by the update that ended its predecessor. */
+		if (at_root ? HeapTupleHeaderIsHeapOnly(tuple->t_data)
+			: (!HeapTupleHeaderIsHeapOnly(tuple->t_data) ||
+			   (TransactionIdIsValid(walk->prior_xmax) &&
+				!TransactionIdEquals(walk->prior_xmax,
+									 HeapTupleHeaderGetXmin(tuple->t_data)))) ||
+			ss_is_redirect(tuple->t_data))
+		{
+			pfree(tuple);
+			finish_walk(walk);
+			continue;
+		}
+		if (!chain_continues(tuple, &walk->next, &walk->prior_xmax))
+			finish_walk(walk);
+		/* After a restart, versions returned before are skipped: row ids grow along a chain. */
+		if (walk->last_returned != SS_NO_ROWID && rowid <= walk->last_returned)
+		{
+			walk->all_dead = false;
+			pfree(tuple);
+			continue;
+		}
+		visible = ss_tuple_visible(tuple, snapshot);
+		ss_conflict_out(walk->rel, tuple, visible, snapshot);
+		/* all_dead holds while every version so far is dead: they are the prunable prefix. */
+		if (walk->all_dead)
+		{
+			if (!visible && vistest != NULL && surely_dead(tuple, vistest, InvalidTransactionId))
+				walk->dead_seen++;
+			else
+				walk->all_dead = false;
+		}
+		if (!visible)
+		{
+			pfree(tuple);
+			continue;
+		}
+		walk->last_returned = rowid;
+		if (IsMVCCSnapshot(snapshot))
+			finish_walk(walk);
+		else if (walk->lock != NULL)
+		{
+			/* No lock is held across a return; no restart is left either. */
+			LWLockRelease(walk->lock);
+			walk->lock = NULL;
+		}
+		return tuple;
+	}
+	return NULL;
+}
+
+/* Releases what a walk that stopped early still holds. */
+void
+ss_chain_end(SsChainWalk *walk)
+{
+	finish_walk(walk);
+}
+
+/*
+ * Prunes the chain a walk with an MVCC snapshot went along if it found enough dead versions
+ * there, as heap prunes a page on access (never during recovery: a standby changes nothing).
+ */
+void
+ss_chain_prune_if_worth(SsChainWalk *walk, Snapshot snapshot, GlobalVisState *vistest)
+{
+	if (walk->dead_seen >= SS_PRUNE_MIN_DEAD && IsMVCCSnapshot(snapshot) &&
+		!RecoveryInProgress())
+		(void) ss_prune_chain(walk->rel, walk->keyspace, walk->root, vistest,
+							  InvalidTransactionId);
+}
+
+/* The value of a redirect row: a header, invisible to every snapshot, naming `target`. */
+static void
+make_redirect(HeapTupleHeader header, uint64 target)
+{
+	memset(header, 0, SS_REDIRECT_SIZE);
+	header->t_infomask = HEAP_XMIN_INVALID | HEAP_XMAX_INVALID;
+	header->t_infomask2 = SS_HEAP_REDIRECT;
+	header->t_hoff = SS_REDIRECT_SIZE;
+	ss_rowid_to_tid(target, &header->t_ctid);
+}
+
+/*
+ * Prunes the chain rooted at `root`: the dead versions at its start are removed and the root
+ * becomes a redirect to the first version some transaction may still see (or to itself when
+ * none is left). Dead means dead to everyone by `vistest`, or, for VACUUM (vistest NULL), by
+ * `oldest_xmin`. Returns SS_PRUNE_DEAD_ROOT when the root is (now) a redirect to itself, which
+ * VACUUM removes with its index entries; SS_PRUNE_NOT_ROOT when `root` is no chain root.
+ */
+SsPruneResult
+ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *vistest,
+			   TransactionId oldest_xmin)
+{
+	LWLock	   *lock = ss_row_lock(ss_tag(MyDatabaseId, rel->rd_node.relNode), root);
+	HeapTuple	tuple;
+	uint64	   *removed = NULL;
+	int			nremoved = 0;
+	int			capacity = 0;
+	uint64		next;
+	uint64		target;
+	TransactionId prior_xmax = InvalidTransactionId;
+	TransactionId latest_removed = InvalidTransactionId;
+	bool		was_redirect;
+	SsPruneResult result = SS_PRUNE_KEPT;
+	union
+	{
+		HeapTupleHeaderData header;
+		char		bytes[SS_REDIRECT_SIZE];
+	}			redirect;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	tuple = ss_fetch_row(rel, keyspace, root);
+	if (tuple == NULL)
+	{
+		LWLockRelease(lock);
+		return SS_PRUNE_NOT_ROOT;
+	}
+	was_redirect = ss_is_redirect(tuple->t_data);
+	if (was_redirect)
+	{
+		if (ItemPointerEquals(&tuple->t_self, &tuple->t_data->t_ctid))
+		{
+			LWLockRelease(lock);
+			pfree(tuple);
+			return SS_PRUNE_DEAD_ROOT;
+		}
+		next = ss_tid_to_rowid(&tuple->t_data->t_ctid);
+	}
+	else if (HeapTupleHeaderIsHeapOnly(tuple->t_data) ||
+			 !surely_dead(tuple, vistest, oldest_xmin))
+	{
+		result = HeapTupleHeaderIsHeapOnly(tuple->t_data) ? SS_PRUNE_NOT_ROOT : SS_PRUNE_KEPT;
+		LWLockRelease(lock);
+		pfree(tuple);
+		return result;
+	}
+	else
+	{
+		HeapTupleHeaderAdvanceLatestRemovedXid(tuple->t_data, &latest_removed);
+		if (!chain_continues(tuple, &next, &prior_xmax))
+			next = SS_NO_ROWID;
+	}
+	pfree(tuple);
+
+	/* Walk the dead prefix; `target` ends as the first version still needed. */
+	target = SS_NO_ROWID;
+	while (next != SS_NO_ROWID)
+	{
+		HeapTuple	member = ss_fetch_row(rel, keyspace, next);
+		uint64		current = next;
+
+		if (member == NULL || !HeapTupleHeaderIsHeapOnly(member->t_data) ||
+			ss_is_redirect(member->t_data) ||
+			(TransactionIdIsValid(prior_xmax) &&
+			 !TransactionIdEquals(prior_xmax, HeapTupleHeaderGetXmin(member->t_data))))
+		{
+			if (member != NULL)
+				pfree(member);
+			break;				/* the chain ends here: everything before it was dead */
+		}
+		if (!surely_dead(member, vistest, oldest_xmin))
+		{
+			target = current;
+			pfree(member);
+			break;
+		}
+		HeapTupleHeaderAdvanceLatestRemovedXid(member->t_data, &latest_removed);
+		if (nremoved == capacity)
+		{
+			capacity = Max(16, capacity * 2);
+			removed = removed == NULL ? palloc(sizeof(uint64) * capacity)
+				: repalloc(removed, sizeof(uint64) * capacity);
+		}
+		removed[nremoved++] = current;
+		if (!chain_continues(member, &next, &prior_xmax))
+			next = SS_NO_ROWID;
+		pfree(member);
+	}
+	if (target == SS_NO_ROWID)
+	{
+		target = root;
+		result = SS_PRUNE_DEAD_ROOT;
+	}
+	if (!was_redirect || nremoved > 0)
+	{
+		make_redirect(&redirect.header, target);
+		ss_write_prune(rel, keyspace, root, &redirect.header, removed, nremoved,
+					   latest_removed);
+	}
+	LWLockRelease(lock);
+	if (removed != NULL)
+		pfree(removed);
+	return result;
+}
