@@ -317,6 +317,8 @@ extern HeapTuple ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot,
 extern void ss_chain_end(SsChainWalk *walk);
 extern void ss_chain_prune_if_worth(SsChainWalk *walk, Snapshot snapshot,
 									struct GlobalVisState *vistest);
+extern bool ss_chain_all_dead(Relation rel, uint32 keyspace, uint64 root,
+							  struct GlobalVisState *vistest, TransactionId *latest_removed);
 extern SsPruneResult ss_prune_chain(Relation rel, uint32 keyspace, uint64 root,
 									struct GlobalVisState *vistest, TransactionId oldest_xmin);
 

@@ -98,3 +98,20 @@ VACUUM FULL hot_t;
 SELECT id, v FROM hot_t WHERE id = 50;
 SELECT check_name, ok FROM slipstream.verify('hot_t');
 DROP TABLE hot_t;
+
+-- Index entries name chain roots: the index AMs' deletion of entries whose rows are dead (here
+-- btree's, when new entries fill a page holding killed ones) must keep an entry whose root is
+-- dead while its chain lives on.
+CREATE TABLE hot_del (k int, v int) USING slipstream;
+CREATE INDEX hot_del_k ON hot_del (k);
+INSERT INTO hot_del SELECT g, 0 FROM generate_series(1, 350) g;
+UPDATE hot_del SET v = 1 WHERE k <= 100;
+DELETE FROM hot_del WHERE k BETWEEN 101 AND 200;
+SET enable_seqscan = off; SET enable_bitmapscan = off;
+SELECT count(*) FROM hot_del WHERE k BETWEEN 101 AND 200;
+SELECT count(*) FROM hot_del WHERE k BETWEEN 101 AND 200;
+INSERT INTO hot_del SELECT g % 100 + 1, 2 FROM generate_series(1, 300) g;
+SELECT count(*), sum(v) FROM hot_del WHERE k <= 100;
+SET enable_indexscan = off; SET enable_seqscan = on;
+SELECT count(*), sum(v) FROM hot_del WHERE k <= 100;
+DROP TABLE hot_del;

@@ -338,3 +338,60 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
 		pfree(removed);
 	return result;
 }
+
+/*
+ * Whether every version of the chain an index entry names (its root) is dead to everyone by
+ * `vistest`, so that the entry may go (the index AMs' bottom-up and simple deletion). The walk
+ * holds the root's row lock in share mode, so that no prune moves the chain under it; a
+ * missing root is reported as not dead (VACUUM, which removes rows only after their entries,
+ * is deleting it). *latest_removed is advanced over the versions walked.
+ */
+bool
+ss_chain_all_dead(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *vistest,
+				  TransactionId *latest_removed)
+{
+	LWLock	   *lock = ss_row_lock(ss_tag(MyDatabaseId, rel->rd_node.relNode), root);
+	uint64		next = root;
+	TransactionId prior_xmax = InvalidTransactionId;
+	bool		all_dead = true;
+
+	LWLockAcquire(lock, LW_SHARED);
+	while (next != SS_NO_ROWID && all_dead)
+	{
+		HeapTuple	tuple = ss_fetch_row(rel, keyspace, next);
+		bool		at_root = (next == root);
+
+		if (tuple == NULL)
+		{
+			all_dead = !at_root;
+			break;
+		}
+		if (at_root && ss_is_redirect(tuple->t_data))
+		{
+			next = ItemPointerEquals(&tuple->t_self, &tuple->t_data->t_ctid) ||
+				!ss_tid_valid(&tuple->t_data->t_ctid) ? SS_NO_ROWID
+				: ss_tid_to_rowid(&tuple->t_data->t_ctid);
+			pfree(tuple);
+			continue;
+		}
+		if (!at_root &&
+			(!HeapTupleHeaderIsHeapOnly(tuple->t_data) || ss_is_redirect(tuple->t_data) ||
+			 (TransactionIdIsValid(prior_xmax) &&
+			  !TransactionIdEquals(prior_xmax, HeapTupleHeaderGetXmin(tuple->t_data)))))
+		{
+			pfree(tuple);
+			break;				/* not on this chain: the chain ended before it */
+		}
+		if (!surely_dead(tuple, vistest, InvalidTransactionId))
+			all_dead = false;
+		else
+		{
+			HeapTupleHeaderAdvanceLatestRemovedXid(tuple->t_data, latest_removed);
+			if (!chain_continues(tuple, &next, &prior_xmax))
+				next = SS_NO_ROWID;
+		}
+		pfree(tuple);
+	}
+	LWLockRelease(lock);
+	return all_dead;
+}

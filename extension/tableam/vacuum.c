@@ -357,9 +357,10 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 }
 
 /*
- * Index AMs ask which entries point at rows dead to everyone (bottom-up and simple deletion).
- * A missing row is left alone: VACUUM removes rows only after their index entries, so such an
- * entry is one VACUUM is already deleting.
+ * Index AMs ask which entries point at rows dead to everyone (bottom-up and simple deletion):
+ * an entry names a chain root, and may go once the whole chain is dead. A missing root is left
+ * alone: VACUUM removes rows only after their index entries, so such an entry is one VACUUM is
+ * already deleting.
  */
 static TransactionId
 ss_index_delete_tuples(Relation rel, TM_IndexDeleteOp *delstate)
@@ -372,24 +373,12 @@ ss_index_delete_tuples(Relation rel, TM_IndexDeleteOp *delstate)
 	{
 		TM_IndexDelete *d = &delstate->deltids[i];
 		TM_IndexStatus *status = &delstate->status[d->id];
-		HeapTuple	tuple;
-		TransactionId dead_after;
-		HTSV_Result state;
 
 		if (!ss_tid_valid(&d->tid))
 			continue;
-		tuple = ss_fetch_row(rel, keyspace, ss_tid_to_rowid(&d->tid));
-		if (tuple == NULL)
-			continue;			/* VACUUM is about to remove this entry itself */
-		state = ss_tuple_vacuum_state(tuple, InvalidTransactionId, &dead_after);
-		if (state == HEAPTUPLE_DEAD ||
-			(state == HEAPTUPLE_RECENTLY_DEAD &&
-			 GlobalVisTestIsRemovableXid(vistest, dead_after)))
-		{
+		/* An entry names a chain's root: it may go once every version of the chain is dead. */
+		if (ss_chain_all_dead(rel, keyspace, ss_tid_to_rowid(&d->tid), vistest, &latest_removed))
 			status->knowndeletable = true;
-			HeapTupleHeaderAdvanceLatestRemovedXid(tuple->t_data, &latest_removed);
-		}
-		pfree(tuple);
 	}
 	return latest_removed;
 }
