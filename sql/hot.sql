@@ -115,3 +115,36 @@ SELECT count(*), sum(v) FROM hot_del WHERE k <= 100;
 SET enable_indexscan = off; SET enable_seqscan = on;
 SELECT count(*), sum(v) FROM hot_del WHERE k <= 100;
 DROP TABLE hot_del;
+
+-- A row inserted and HOT-updated by one transaction, the update in a subtransaction: a new
+-- index gets the live version only (the root is being deleted by this transaction, as heap
+-- classifies it).
+CREATE TABLE hot_sub (id int, c int) USING slipstream;
+CREATE INDEX hot_sub_id ON hot_sub (id);
+BEGIN;
+INSERT INTO hot_sub VALUES (1, 10);
+SAVEPOINT s;
+UPDATE hot_sub SET c = 20 WHERE id = 1;
+RELEASE s;
+CREATE INDEX hot_sub_c ON hot_sub (c);
+COMMIT;
+SET enable_seqscan = off; SET enable_bitmapscan = off;
+SELECT id, c FROM hot_sub WHERE c = 10;
+SELECT id, c FROM hot_sub WHERE c >= 0;
+RESET enable_seqscan; RESET enable_bitmapscan;
+DROP TABLE hot_sub;
+
+-- A row lock or a delete after a rolled-back HOT update ends the chain to the aborted version
+-- (no HOT flag, no forward link), as heap's do.
+CREATE TABLE hot_lock (id int PRIMARY KEY, v int) USING slipstream;
+INSERT INTO hot_lock VALUES (1, 0), (2, 0);
+BEGIN;
+UPDATE hot_lock SET v = 1 WHERE id IN (1, 2);
+ROLLBACK;
+BEGIN;
+SELECT id FROM hot_lock WHERE id = 1 FOR UPDATE;
+COMMIT;
+DELETE FROM hot_lock WHERE id = 2;
+SELECT ctid, infomask2 & x'4000'::int AS hot_updated, next_ctid
+  FROM slipstream.row_versions('hot_lock') WHERE ctid IN ('(0,1)', '(0,2)');
+DROP TABLE hot_lock;

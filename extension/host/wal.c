@@ -365,6 +365,7 @@ ss_apply_record(XLogReaderState *record)
 	char		key[SS_KEY_SIZE];
 	SsBatch    *batch;
 	SsCode		code;
+	LWLock	   *chain_lock = NULL;
 
 	if (data_len < sizeof(uint64))
 		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
@@ -476,6 +477,8 @@ ss_apply_record(XLogReaderState *record)
 					node.relNode = (Oid) tag;
 					ResolveRecoveryConflictWithSnapshot(rec.horizon, node);
 				}
+				/* As a prune on the primary, under the root's row lock: readers rely on it. */
+				chain_lock = ss_row_lock(tag, rec.root);
 				ss_encode_key(rec.root, key);
 				ss_batch_put(batch, keyspace, key, SS_KEY_SIZE, p, rec.redirect_len);
 				p += rec.redirect_len;
@@ -507,7 +510,11 @@ ss_apply_record(XLogReaderState *record)
 							errmsg("slipstream: unknown WAL record type 0x%02x at %X/%X", info,
 								   LSN_FORMAT_ARGS(record->ReadRecPtr))));
 	}
+	if (chain_lock != NULL)
+		LWLockAcquire(chain_lock, LW_EXCLUSIVE);
 	code = ss_batch_write(batch);
+	if (chain_lock != NULL)
+		LWLockRelease(chain_lock);
 	ss_batch_free(batch);
 	if (code != SS_OK)
 		ss_report(code, "replaying WAL");

@@ -22,7 +22,7 @@
 #include "storage/procarray.h"
 #include "utils/snapmgr.h"
 
-/* How often a walk starts again from the root after finding a member gone. */
+/* From which restart on a walk that found a member gone holds the root's row lock. */
 #define SS_CHAIN_RESTARTS 3
 
 /* A chain walk of a fetch whose snapshot saw at least this many dead versions prunes it. */
@@ -68,16 +68,18 @@ surely_dead(HeapTuple tuple, GlobalVisState *vistest, TransactionId oldest_xmin)
 		GlobalVisTestIsRemovableXid(vistest, dead_after);
 }
 
-/* Starts the walk again from the root after a member vanished under it. */
-static bool
+/*
+ * Starts the walk again from the root after a member vanished under it; from the last try on,
+ * under the root's row lock, which holds prunes of the chain off (a member missing then is
+ * the end of the chain). A walk that returns a version releases the lock, so a non-MVCC walk
+ * may come here again: it takes the lock again.
+ */
+static void
 restart_walk(SsChainWalk *walk)
 {
-	if (walk->restarts >= SS_CHAIN_RESTARTS)
-		return false;
 	walk->restarts++;
-	if (walk->restarts == SS_CHAIN_RESTARTS)
+	if (walk->restarts >= SS_CHAIN_RESTARTS)
 	{
-		/* The last try holds prunes of this chain off. */
 		walk->lock = ss_row_lock(ss_tag(MyDatabaseId, walk->rel->rd_node.relNode), walk->root);
 		LWLockAcquire(walk->lock, LW_SHARED);
 	}
@@ -85,7 +87,6 @@ restart_walk(SsChainWalk *walk)
 	walk->prior_xmax = InvalidTransactionId;
 	walk->all_dead = true;
 	walk->dead_seen = 0;
-	return true;
 }
 
 /* Ends a walk: releases the lock a last restart took. */
@@ -93,11 +94,10 @@ static void
 finish_walk(SsChainWalk *walk)
 {
 	walk->next = SS_NO_ROWID;
-	if (walk->lock != NULL)
-	{
+	/* (An error in between released it already, with every LWLock.) */
+	if (walk->lock != NULL && LWLockHeldByMe(walk->lock))
 		LWLockRelease(walk->lock);
-		walk->lock = NULL;
-	}
+	walk->lock = NULL;
 }
 
 /*
@@ -130,8 +130,10 @@ ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot, HeapTuple root_tuple
 		if (tuple == NULL)
 		{
 			/* A missing root was removed by VACUUM; a missing member, maybe by a prune. */
-			if (at_root || !restart_walk(walk))
+			if (at_root || walk->lock != NULL)
 				finish_walk(walk);
+			else
+				restart_walk(walk);
 			continue;
 		}
 		if (at_root && ss_is_redirect(tuple->t_data))
@@ -186,8 +188,7 @@ ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot, HeapTuple root_tuple
 			finish_walk(walk);
 		else if (walk->lock != NULL)
 		{
-			/* No lock is held across a return; no restart is left either. */
-			LWLockRelease(walk->lock);
+			LWLockRelease(walk->lock);	/* no lock is held across a return */
 			walk->lock = NULL;
 		}
 		return tuple;

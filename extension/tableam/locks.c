@@ -188,6 +188,7 @@ ss_set_xmax_members(HeapTupleHeader tuple, MultiXactMember *members, int n)
 	if (n == 0)
 	{
 		tuple->t_infomask |= HEAP_XMAX_INVALID;
+		tuple->t_infomask2 &= ~HEAP_HOT_UPDATED;
 		HeapTupleHeaderSetXmax(tuple, InvalidTransactionId);
 		return;
 	}
@@ -207,7 +208,11 @@ ss_set_xmax_members(HeapTupleHeader tuple, MultiXactMember *members, int n)
 		tuple->t_infomask |= HEAP_XMAX_IS_MULTI;
 	}
 	if (!has_update)
+	{
+		/* No update is left: nor is a chain to an aborted update's version (heap does so). */
 		tuple->t_infomask |= HEAP_XMAX_LOCK_ONLY;
+		tuple->t_infomask2 &= ~HEAP_HOT_UPDATED;
+	}
 	switch (strongest)
 	{
 		case LockTupleKeyShare:
@@ -497,6 +502,8 @@ ss_tuple_lock(Relation rel, ItemPointer tid, Snapshot snapshot, TupleTableSlot *
 			return result;
 		}
 		ss_set_xmax_members(tuple->t_data, members, n);
+		if (HEAP_XMAX_IS_LOCKED_ONLY(tuple->t_data->t_infomask))
+			tuple->t_data->t_ctid = tuple->t_self;	/* no forward link: nothing updated it */
 		ss_write_row(rel, keyspace, acq.rowid, tuple, SS_ROW_HEADER);
 		ss_release_acquisition(&acq);
 		store_in_slot(slot, tuple, rel);

@@ -222,6 +222,7 @@ ss_tuple_delete(Relation rel, ItemPointer tid, CommandId cid, Snapshot snapshot,
 	CheckForSerializableConflictIn(rel, tid, ItemPointerGetBlockNumber(tid));
 	mark_deleted(tuple, members, n, cid);
 	tuple->t_data->t_ctid = tuple->t_self;
+	HeapTupleHeaderClearHotUpdated(tuple->t_data);	/* a chain to an aborted update ends */
 	if (changing_part)
 		HeapTupleHeaderSetMovedPartitions(tuple->t_data);
 	ss_write_row(rel, acq.keyspace, acq.rowid, tuple, SS_ROW_DELETE);

@@ -123,6 +123,29 @@ write_frozen_row(Relation rel, uint32 keyspace, HeapTuple tuple, HeapTupleHeader
 	return written;
 }
 
+/* Lowers the oldest xid and multixact a row still holds, for relfrozenxid and relminmxid. */
+static void
+track_oldest_xids(HeapTupleHeader tuple, TransactionId *frozen_xid, MultiXactId *min_multi)
+{
+	TransactionId xmin = HeapTupleHeaderGetRawXmin(tuple);
+
+	if (!HeapTupleHeaderXminFrozen(tuple) && TransactionIdIsNormal(xmin) &&
+		TransactionIdPrecedes(xmin, *frozen_xid))
+		*frozen_xid = xmin;
+	if (!(tuple->t_infomask & HEAP_XMAX_INVALID))
+	{
+		TransactionId xmax = HeapTupleHeaderGetRawXmax(tuple);
+
+		if (tuple->t_infomask & HEAP_XMAX_IS_MULTI)
+		{
+			if (MultiXactIdIsValid(xmax) && MultiXactIdPrecedes(xmax, *min_multi))
+				*min_multi = xmax;
+		}
+		else if (TransactionIdIsNormal(xmax) && TransactionIdPrecedes(xmax, *frozen_xid))
+			*frozen_xid = xmax;
+	}
+}
+
 /* Removes the index entries of the dead rows, then the rows. */
 static void
 remove_dead_rows(Relation rel, uint32 keyspace, DeadRows *dead, Relation *indexes, int nindexes,
@@ -241,8 +264,12 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 			 */
 			if (!TransactionIdDidCommit(xmin) && !HeapTupleHeaderXminFrozen(tuple->t_data))
 				dead_rows_add(&orphans, rowid);
-			else if (block < map_blocks)
-				candidate[block] = false;
+			else
+			{
+				if (block < map_blocks)
+					candidate[block] = false;
+				track_oldest_xids(tuple->t_data, &new_frozen_xid, &new_min_multi);
+			}
 			continue;
 		}
 		if (state == HEAPTUPLE_DEAD && HeapTupleHeaderIsHotUpdated(tuple->t_data))
@@ -293,22 +320,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 		}
 		if (changed && !write_frozen_row(rel, keyspace, tuple, &original))
 			memcpy(tuple->t_data, &original, SS_HEADER_SIZE);	/* account for what stays */
-		/* Track the oldest xid and multixact still present for relfrozenxid/relminmxid. */
-		if (!HeapTupleHeaderXminFrozen(tuple->t_data) && TransactionIdIsNormal(xmin) &&
-			TransactionIdPrecedes(xmin, new_frozen_xid))
-			new_frozen_xid = xmin;
-		if (!(tuple->t_data->t_infomask & HEAP_XMAX_INVALID))
-		{
-			TransactionId xmax = HeapTupleHeaderGetRawXmax(tuple->t_data);
-
-			if (tuple->t_data->t_infomask & HEAP_XMAX_IS_MULTI)
-			{
-				if (MultiXactIdIsValid(xmax) && MultiXactIdPrecedes(xmax, new_min_multi))
-					new_min_multi = xmax;
-			}
-			else if (TransactionIdIsNormal(xmax) && TransactionIdPrecedes(xmax, new_frozen_xid))
-				new_frozen_xid = xmax;
-		}
+		track_oldest_xids(tuple->t_data, &new_frozen_xid, &new_min_multi);
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	table_endscan(scan);

@@ -252,14 +252,16 @@ ss_tuple_vacuum_state(HeapTuple htup, TransactionId oldest_xmin, TransactionId *
 	XidState	state = xmin_state(tuple, NULL);
 
 	*dead_after = InvalidTransactionId;
-	if (state == XID_CURRENT || state == XID_IN_PROGRESS)
+	if (state == XID_CURRENT)
 	{
+		/* Inserted, then deleted by this transaction (any of its subtransactions), as heap. */
 		updater = updater_xid(tuple);
-		if (TransactionIdIsValid(updater) &&
-			TransactionIdEquals(updater, HeapTupleHeaderGetRawXmin(tuple)))
+		if (TransactionIdIsValid(updater) && TransactionIdIsCurrentTransactionId(updater))
 			return HEAPTUPLE_DELETE_IN_PROGRESS;
 		return HEAPTUPLE_INSERT_IN_PROGRESS;
 	}
+	if (state == XID_IN_PROGRESS)
+		return HEAPTUPLE_INSERT_IN_PROGRESS;	/* even if its inserter deleted it, as heap */
 	if (state == XID_ABORTED)
 		return HEAPTUPLE_DEAD;
 	if (tuple->t_infomask & HEAP_XMAX_INVALID)
