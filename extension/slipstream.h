@@ -302,6 +302,10 @@ typedef struct SsChainWalk
 	bool		all_dead;		/* every version walked so far is dead to everyone */
 	int			dead_seen;		/* how many of them */
 	int			hops;			/* rows read */
+	uint64		tag;			/* the relation file node's engine tag */
+	bool		cacheable;		/* an MVCC walk: it may use and fill the chain cache */
+	bool		from_cache;		/* it started where the chain cache said */
+	uint64		first_needed;
 } SsChainWalk;
 
 typedef enum SsPruneResult
@@ -311,7 +315,10 @@ typedef enum SsPruneResult
 	SS_PRUNE_NOT_ROOT			/* no such row, or a heap-only one */
 } SsPruneResult;
 
-extern void ss_chain_start(SsChainWalk *walk, Relation rel, uint32 keyspace, uint64 root);
+extern void ss_chain_start(SsChainWalk *walk, Relation rel, uint32 keyspace, uint64 root,
+						   Snapshot snapshot);
+extern void ss_chain_cache_reset(void);
+extern void ss_chain_cache_register(void);
 extern HeapTuple ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot,
 									   HeapTuple root_tuple, struct GlobalVisState *vistest);
 extern void ss_chain_end(SsChainWalk *walk);

@@ -20,6 +20,7 @@
 #include "access/xlog.h"
 #include "miscadmin.h"
 #include "storage/procarray.h"
+#include "utils/inval.h"
 #include "utils/snapmgr.h"
 
 /* From which restart on a walk that found a member gone holds the root's row lock. */
@@ -28,9 +29,63 @@
 /* A chain walk of a fetch whose snapshot saw at least this many dead versions prunes it. */
 #define SS_PRUNE_MIN_DEAD 2
 
-/* Starts a walk of the chain rooted at `root`. */
+/*
+ * Where the versions some transaction may still see begin, per chain root: a backend-local,
+ * direct-mapped cache that spares MVCC fetches the read of a root whose versions before that
+ * point are all dead to everyone (a redirect, or a dead HOT-updated root). Dead to everyone is
+ * for good and row ids are never reused while a relation file node lives, so an entry stays
+ * true as long as its version exists; once a prune removes it, the fetch finds it gone and
+ * walks from the root. Every relcache invalidation (a DROP, TRUNCATE or rewrite of any table)
+ * empties it, and so does a truncate in place, which reuses row ids.
+ */
+#define SS_CHAIN_CACHE_SIZE 4096
+
+typedef struct ChainCacheEntry
+{
+	uint64		tag;
+	uint64		root;
+	uint64		first_needed;
+} ChainCacheEntry;
+
+static ChainCacheEntry chain_cache[SS_CHAIN_CACHE_SIZE];
+
+/* The cache slot of a chain. */
+static inline ChainCacheEntry *
+chain_cache_slot(uint64 tag, uint64 root)
+{
+	uint64		h = (tag ^ (root * UINT64CONST(0x9E3779B97F4A7C15))) * UINT64CONST(0xff51afd7ed558ccd);
+
+	return &chain_cache[(h >> 40) % SS_CHAIN_CACHE_SIZE];
+}
+
+/* Empties the chain cache (every relcache invalidation, and a truncate in place). */
 void
-ss_chain_start(SsChainWalk *walk, Relation rel, uint32 keyspace, uint64 root)
+ss_chain_cache_reset(void)
+{
+	memset(chain_cache, 0, sizeof(chain_cache));
+}
+
+/* Relcache invalidation callback: see the cache's comment. */
+static void
+chain_cache_invalidate(Datum arg, Oid relid)
+{
+	ss_chain_cache_reset();
+}
+
+/* Registers the cache's invalidation (from _PG_init: forked backends inherit it). */
+void
+ss_chain_cache_register(void)
+{
+	CacheRegisterRelcacheCallback(chain_cache_invalidate, (Datum) 0);
+}
+
+/*
+ * Starts a walk of the chain rooted at `root`; with an MVCC snapshot, from where the chain
+ * cache says the versions it may see begin (the versions before are dead to everyone).
+ */
+void
+ss_chain_start(SsChainWalk *walk, Relation rel, uint32 keyspace, uint64 root,
+			   Snapshot snapshot)
 {
 	memset(walk, 0, sizeof(*walk));
 	walk->rel = rel;
@@ -40,6 +95,30 @@ ss_chain_start(SsChainWalk *walk, Relation rel, uint32 keyspace, uint64 root)
 	walk->prior_xmax = InvalidTransactionId;
 	walk->last_returned = SS_NO_ROWID;
 	walk->all_dead = true;
+	walk->first_needed = SS_NO_ROWID;
+	walk->tag = ss_tag(MyDatabaseId, rel->rd_node.relNode);
+	if (snapshot != NULL && IsMVCCSnapshot(snapshot))
+	{
+		ChainCacheEntry *entry = chain_cache_slot(walk->tag, root);
+
+		walk->cacheable = true;
+		if (entry->tag == walk->tag && entry->root == root && entry->first_needed != root)
+		{
+			walk->next = entry->first_needed;
+			walk->from_cache = true;
+		}
+	}
+}
+
+/* Remembers where a chain's versions that some transaction may see begin. */
+static void
+remember_first_needed(SsChainWalk *walk, uint64 rowid)
+{
+	ChainCacheEntry *entry = chain_cache_slot(walk->tag, walk->root);
+
+	entry->tag = walk->tag;
+	entry->root = walk->root;
+	entry->first_needed = rowid;
 }
 
 /* Whether the walk may go on from `tuple` to its successor, which it then names. */
@@ -83,6 +162,13 @@ restart_walk(SsChainWalk *walk)
 		walk->lock = ss_row_lock(ss_tag(MyDatabaseId, walk->rel->rd_node.relNode), walk->root);
 		LWLockAcquire(walk->lock, LW_SHARED);
 	}
+	if (walk->from_cache)
+	{
+		ChainCacheEntry *entry = chain_cache_slot(walk->tag, walk->root);
+
+		entry->tag = 0;			/* pruned past it: forget the entry */
+		walk->from_cache = false;
+	}
 	walk->next = walk->root;
 	walk->prior_xmax = InvalidTransactionId;
 	walk->all_dead = true;
@@ -111,6 +197,11 @@ HeapTuple
 ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot, HeapTuple root_tuple,
 					  GlobalVisState *vistest)
 {
+	if (root_tuple != NULL && walk->from_cache)
+	{
+		pfree(root_tuple);		/* the walk starts past the root */
+		root_tuple = NULL;
+	}
 	while (walk->next != SS_NO_ROWID)
 	{
 		uint64		rowid = walk->next;
@@ -176,7 +267,11 @@ ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot, HeapTuple root_tuple
 			if (!visible && vistest != NULL && surely_dead(tuple, vistest, InvalidTransactionId))
 				walk->dead_seen++;
 			else
+			{
 				walk->all_dead = false;
+				if (walk->cacheable && vistest != NULL && rowid != walk->root)
+					remember_first_needed(walk, rowid);
+			}
 		}
 		if (!visible)
 		{

@@ -135,6 +135,7 @@ ss_relation_nontransactional_truncate(Relation rel)
 	/* The visibility map (and any other fork) goes too, WAL-logged as for heap. */
 	RelationTruncate(rel, 0);
 	ss_vm_forget();
+	ss_chain_cache_reset();		/* row ids start again from 0 */
 	forget_cached_keyspace(rel);
 }
 
@@ -551,7 +552,7 @@ ss_index_build_range_scan(Relation table_rel, Relation index_rel, IndexInfo *ind
 				build_index_version(&build, tuple, &root_tid);
 			continue;
 		}
-		ss_chain_start(&walk, table_rel, keyspace, ss_tid_to_rowid(&root_tid));
+		ss_chain_start(&walk, table_rel, keyspace, ss_tid_to_rowid(&root_tid), build.snapshot);
 		while ((version = ss_chain_next_visible(&walk, build.snapshot, NULL, NULL)) != NULL)
 		{
 			ExecStoreHeapTuple(version, build.slot, true);
@@ -605,7 +606,7 @@ ss_index_validate_scan(Relation table_rel, Relation index_rel, IndexInfo *index_
 		CHECK_FOR_INTERRUPTS();
 		if (HeapTupleHeaderIsHeapOnly(tuple->t_data))
 			continue;			/* reached through its root */
-		ss_chain_start(&walk, table_rel, keyspace, ss_tid_to_rowid(&root_tid));
+		ss_chain_start(&walk, table_rel, keyspace, ss_tid_to_rowid(&root_tid), snapshot);
 		version = ss_chain_next_visible(&walk, snapshot, heap_copytuple(tuple), NULL);
 		ss_chain_end(&walk);
 		if (version == NULL)

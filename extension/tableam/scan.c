@@ -622,7 +622,7 @@ ss_index_fetch_tuple(IndexFetchTableData *sscan, ItemPointer tid, Snapshot snaps
 		ss_chain_end(&fetch->walk);
 		if (!ss_tid_valid(tid))
 			return false;
-		ss_chain_start(&fetch->walk, rel, fetch->keyspace, ss_tid_to_rowid(tid));
+		ss_chain_start(&fetch->walk, rel, fetch->keyspace, ss_tid_to_rowid(tid), snapshot);
 		count_block_read(rel);
 		predicate_lock(rel, snapshot);
 	}
@@ -801,7 +801,7 @@ bitmap_visible_version(SsScanDesc scan, uint64 root, HeapTuple root_tuple)
 
 	GlobalVisState *vistest = GlobalVisTestFor(scan->base.rs_rd);
 
-	ss_chain_start(&walk, scan->base.rs_rd, scan->keyspace, root);
+	ss_chain_start(&walk, scan->base.rs_rd, scan->keyspace, root, scan->base.rs_snapshot);
 	tuple = ss_chain_next_visible(&walk, scan->base.rs_snapshot, root_tuple, vistest);
 	ss_chain_end(&walk);
 	ss_chain_prune_if_worth(&walk, scan->base.rs_snapshot, vistest);
