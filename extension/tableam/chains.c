@@ -430,6 +430,16 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
 					   latest_removed);
 	}
 	LWLockRelease(lock);
+	if (target != root)
+	{
+		/* This backend's next fetch starts at the new target, not at a version now gone. */
+		ChainCacheEntry *entry = chain_cache_slot(ss_tag(MyDatabaseId, rel->rd_node.relNode),
+												  root);
+
+		entry->tag = ss_tag(MyDatabaseId, rel->rd_node.relNode);
+		entry->root = root;
+		entry->first_needed = target;
+	}
 	if (removed != NULL)
 		pfree(removed);
 	return result;
