@@ -297,15 +297,12 @@ typedef struct SsChainWalk
 	TransactionId prior_xmax;	/* the update that must have made `next` */
 	uint64		last_returned;	/* versions up to it were returned already */
 	int			restarts;
-	LWLock	   *lock;			/* the root's row lock, held by a last restart */
-	bool		redirect;		/* the root was a redirect */
+	LWLock	   *lock;			/* the root's row lock, held from the last restart on */
 	bool		all_dead;		/* every version walked so far is dead to everyone */
 	int			dead_seen;		/* how many of them */
-	int			hops;			/* rows read */
 	uint64		tag;			/* the relation file node's engine tag */
 	bool		cacheable;		/* an MVCC walk: it may use and fill the chain cache */
 	bool		from_cache;		/* it started where the chain cache said */
-	uint64		first_needed;
 } SsChainWalk;
 
 typedef enum SsPruneResult

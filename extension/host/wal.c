@@ -459,9 +459,11 @@ ss_apply_record(XLogReaderState *record)
 				const char *p = data + sizeof(rec);
 				uint64		rowid;
 
-				memcpy(&rec, data, sizeof(rec));
-				if (data_len != sizeof(rec) + rec.redirect_len + sizeof(uint64) * (uint64) rec.count ||
-					rec.redirect_len < SizeofHeapTupleHeader)
+				if (data_len >= sizeof(rec))
+					memcpy(&rec, data, sizeof(rec));
+				if (data_len < sizeof(rec) || rec.redirect_len < SizeofHeapTupleHeader ||
+					data_len != sizeof(rec) + rec.redirect_len +
+					sizeof(uint64) * (uint64) rec.count)
 				{
 					ss_batch_free(batch);
 					ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),

@@ -95,7 +95,6 @@ ss_chain_start(SsChainWalk *walk, Relation rel, uint32 keyspace, uint64 root,
 	walk->prior_xmax = InvalidTransactionId;
 	walk->last_returned = SS_NO_ROWID;
 	walk->all_dead = true;
-	walk->first_needed = SS_NO_ROWID;
 	walk->tag = ss_tag(MyDatabaseId, rel->rd_node.relNode);
 	if (snapshot != NULL && IsMVCCSnapshot(snapshot))
 	{
@@ -110,15 +109,45 @@ ss_chain_start(SsChainWalk *walk, Relation rel, uint32 keyspace, uint64 root,
 	}
 }
 
-/* Remembers where a chain's versions that some transaction may see begin. */
+/* Remembers that the versions of chain `root` some transaction may see begin at `rowid`. */
 static void
-remember_first_needed(SsChainWalk *walk, uint64 rowid)
+remember_first_needed(uint64 tag, uint64 root, uint64 rowid)
 {
-	ChainCacheEntry *entry = chain_cache_slot(walk->tag, walk->root);
+	ChainCacheEntry *entry = chain_cache_slot(tag, root);
 
-	entry->tag = walk->tag;
-	entry->root = walk->root;
+	entry->tag = tag;
+	entry->root = root;
 	entry->first_needed = rowid;
+}
+
+/*
+ * Where a redirect sends a walk: its target, or SS_NO_ROWID when it names itself (the whole
+ * chain is dead). A target that is no row id of ours is corruption, reported, not followed.
+ */
+static uint64
+redirect_target(Relation rel, HeapTuple redirect)
+{
+	if (ItemPointerEquals(&redirect->t_self, &redirect->t_data->t_ctid))
+		return SS_NO_ROWID;
+	if (!ss_tid_valid(&redirect->t_data->t_ctid))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("slipstream: the redirect at row " UINT64_FORMAT " of \"%s\" names no row",
+						ss_tid_to_rowid(&redirect->t_self), RelationGetRelationName(rel))));
+	return ss_tid_to_rowid(&redirect->t_data->t_ctid);
+}
+
+/*
+ * Whether `tuple`, read where its chain's previous version pointed, is that chain's next
+ * version: heap-only, and made by the update (`prior_xmax`, if known) that ended the previous
+ * one, as heap_hot_search_buffer checks.
+ */
+static bool
+next_in_chain(HeapTuple tuple, TransactionId prior_xmax)
+{
+	return HeapTupleHeaderIsHeapOnly(tuple->t_data) && !ss_is_redirect(tuple->t_data) &&
+		(!TransactionIdIsValid(prior_xmax) ||
+		 TransactionIdEquals(prior_xmax, HeapTupleHeaderGetXmin(tuple->t_data)));
 }
 
 /* Whether the walk may go on from `tuple` to its successor, which it then names. */
@@ -159,7 +188,7 @@ restart_walk(SsChainWalk *walk)
 	walk->restarts++;
 	if (walk->restarts >= SS_CHAIN_RESTARTS)
 	{
-		walk->lock = ss_row_lock(ss_tag(MyDatabaseId, walk->rel->rd_node.relNode), walk->root);
+		walk->lock = ss_row_lock(walk->tag, walk->root);
 		LWLockAcquire(walk->lock, LW_SHARED);
 	}
 	if (walk->from_cache)
@@ -217,7 +246,6 @@ ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot, HeapTuple root_tuple
 		}
 		else
 			tuple = ss_fetch_row(walk->rel, walk->keyspace, rowid);
-		walk->hops++;
 		if (tuple == NULL)
 		{
 			/* A missing root was removed by VACUUM; a missing member, maybe by a prune. */
@@ -229,22 +257,14 @@ ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot, HeapTuple root_tuple
 		}
 		if (at_root && ss_is_redirect(tuple->t_data))
 		{
-			walk->redirect = true;
-			if (ItemPointerEquals(&tuple->t_self, &tuple->t_data->t_ctid) ||
-				!ss_tid_valid(&tuple->t_data->t_ctid))
+			walk->next = redirect_target(walk->rel, tuple);
+			if (walk->next == SS_NO_ROWID)
 				finish_walk(walk);	/* the whole chain is dead */
-			else
-				walk->next = ss_tid_to_rowid(&tuple->t_data->t_ctid);
 			pfree(tuple);
 			continue;
 		}
-		/* A member must be heap-only and made by the update that ended its predecessor. */
 		if (at_root ? HeapTupleHeaderIsHeapOnly(tuple->t_data)
-			: (!HeapTupleHeaderIsHeapOnly(tuple->t_data) ||
-			   (TransactionIdIsValid(walk->prior_xmax) &&
-				!TransactionIdEquals(walk->prior_xmax,
-									 HeapTupleHeaderGetXmin(tuple->t_data)))) ||
-			ss_is_redirect(tuple->t_data))
+			: !next_in_chain(tuple, walk->prior_xmax))
 		{
 			pfree(tuple);
 			finish_walk(walk);
@@ -270,7 +290,7 @@ ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot, HeapTuple root_tuple
 			{
 				walk->all_dead = false;
 				if (walk->cacheable && vistest != NULL && rowid != walk->root)
-					remember_first_needed(walk, rowid);
+					remember_first_needed(walk->tag, walk->root, rowid);
 			}
 		}
 		if (!visible)
@@ -333,7 +353,8 @@ SsPruneResult
 ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *vistest,
 			   TransactionId oldest_xmin)
 {
-	LWLock	   *lock = ss_row_lock(ss_tag(MyDatabaseId, rel->rd_node.relNode), root);
+	uint64		tag = ss_tag(MyDatabaseId, rel->rd_node.relNode);
+	LWLock	   *lock = ss_row_lock(tag, root);
 	HeapTuple	tuple;
 	uint64	   *removed = NULL;
 	int			nremoved = 0;
@@ -360,13 +381,13 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
 	was_redirect = ss_is_redirect(tuple->t_data);
 	if (was_redirect)
 	{
-		if (ItemPointerEquals(&tuple->t_self, &tuple->t_data->t_ctid))
+		next = redirect_target(rel, tuple);
+		if (next == SS_NO_ROWID)
 		{
 			LWLockRelease(lock);
 			pfree(tuple);
 			return SS_PRUNE_DEAD_ROOT;
 		}
-		next = ss_tid_to_rowid(&tuple->t_data->t_ctid);
 	}
 	else if (HeapTupleHeaderIsHeapOnly(tuple->t_data) ||
 			 !surely_dead(tuple, vistest, oldest_xmin))
@@ -391,10 +412,7 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
 		HeapTuple	member = ss_fetch_row(rel, keyspace, next);
 		uint64		current = next;
 
-		if (member == NULL || !HeapTupleHeaderIsHeapOnly(member->t_data) ||
-			ss_is_redirect(member->t_data) ||
-			(TransactionIdIsValid(prior_xmax) &&
-			 !TransactionIdEquals(prior_xmax, HeapTupleHeaderGetXmin(member->t_data))))
+		if (member == NULL || !next_in_chain(member, prior_xmax))
 		{
 			if (member != NULL)
 				pfree(member);
@@ -430,16 +448,9 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
 					   latest_removed);
 	}
 	LWLockRelease(lock);
+	/* This backend's next fetch starts at the new target, not at a version now gone. */
 	if (target != root)
-	{
-		/* This backend's next fetch starts at the new target, not at a version now gone. */
-		ChainCacheEntry *entry = chain_cache_slot(ss_tag(MyDatabaseId, rel->rd_node.relNode),
-												  root);
-
-		entry->tag = ss_tag(MyDatabaseId, rel->rd_node.relNode);
-		entry->root = root;
-		entry->first_needed = target;
-	}
+		remember_first_needed(tag, root, target);
 	if (removed != NULL)
 		pfree(removed);
 	return result;
@@ -450,7 +461,7 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
  * `vistest`, so that the entry may go (the index AMs' bottom-up and simple deletion). The walk
  * holds the root's row lock in share mode, so that no prune moves the chain under it; a
  * missing root is reported as not dead (VACUUM, which removes rows only after their entries,
- * is deleting it). *latest_removed is advanced over the versions walked.
+ * is deleting it). When all are dead, *latest_removed is advanced over them.
  */
 bool
 ss_chain_all_dead(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *vistest,
@@ -459,6 +470,7 @@ ss_chain_all_dead(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *vi
 	LWLock	   *lock = ss_row_lock(ss_tag(MyDatabaseId, rel->rd_node.relNode), root);
 	uint64		next = root;
 	TransactionId prior_xmax = InvalidTransactionId;
+	TransactionId removed_xid = InvalidTransactionId;
 	bool		all_dead = true;
 
 	LWLockAcquire(lock, LW_SHARED);
@@ -474,16 +486,11 @@ ss_chain_all_dead(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *vi
 		}
 		if (at_root && ss_is_redirect(tuple->t_data))
 		{
-			next = ItemPointerEquals(&tuple->t_self, &tuple->t_data->t_ctid) ||
-				!ss_tid_valid(&tuple->t_data->t_ctid) ? SS_NO_ROWID
-				: ss_tid_to_rowid(&tuple->t_data->t_ctid);
+			next = redirect_target(rel, tuple);
 			pfree(tuple);
 			continue;
 		}
-		if (!at_root &&
-			(!HeapTupleHeaderIsHeapOnly(tuple->t_data) || ss_is_redirect(tuple->t_data) ||
-			 (TransactionIdIsValid(prior_xmax) &&
-			  !TransactionIdEquals(prior_xmax, HeapTupleHeaderGetXmin(tuple->t_data)))))
+		if (!at_root && !next_in_chain(tuple, prior_xmax))
 		{
 			pfree(tuple);
 			break;				/* not on this chain: the chain ended before it */
@@ -492,12 +499,16 @@ ss_chain_all_dead(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *vi
 			all_dead = false;
 		else
 		{
-			HeapTupleHeaderAdvanceLatestRemovedXid(tuple->t_data, latest_removed);
+			HeapTupleHeaderAdvanceLatestRemovedXid(tuple->t_data, &removed_xid);
 			if (!chain_continues(tuple, &next, &prior_xmax))
 				next = SS_NO_ROWID;
 		}
 		pfree(tuple);
 	}
 	LWLockRelease(lock);
+	if (all_dead && TransactionIdIsValid(removed_xid) &&
+		(!TransactionIdIsValid(*latest_removed) ||
+		 TransactionIdFollows(removed_xid, *latest_removed)))
+		*latest_removed = removed_xid;
 	return all_dead;
 }

@@ -439,7 +439,6 @@ build_should_index(HeapTuple tuple, Snapshot snapshot, TransactionId oldest_xmin
 /* The state an index build carries from row to row. */
 typedef struct BuildState
 {
-	Relation	table_rel;
 	Relation	index_rel;
 	IndexInfo  *index_info;
 	EState	   *estate;
@@ -490,7 +489,6 @@ ss_index_build_range_scan(Relation table_rel, Relation index_rel, IndexInfo *ind
 	bool		unregister = false;
 	uint32		keyspace = ss_rel_keyspace(table_rel);
 
-	build.table_rel = table_rel;
 	build.index_rel = index_rel;
 	build.index_info = index_info;
 	build.estate = CreateExecutorState();

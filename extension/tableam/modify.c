@@ -296,7 +296,8 @@ ss_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot, CommandId 
 
 	/* Decide the lock strength from the current image (re-checked under the row lock). */
 	old_tuple = ss_fetch_row(rel, acq.keyspace, acq.rowid);
-	*lockmode = (old_tuple == NULL || columns_changed(rel, INDEX_ATTR_BITMAP_KEY, old_tuple, slot))
+	*lockmode = (old_tuple == NULL ||
+				 columns_changed(rel, INDEX_ATTR_BITMAP_KEY, old_tuple, slot))
 		? LockTupleExclusive : LockTupleNoKeyExclusive;
 	*update_indexes = false;
 	result = ss_acquire_row(&acq, cid, crosscheck, *lockmode, true,
@@ -305,7 +306,8 @@ ss_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot, CommandId 
 		report_invisible("update");
 	if (result != TM_Ok)
 		return result;
-	if (*lockmode == LockTupleNoKeyExclusive && columns_changed(rel, INDEX_ATTR_BITMAP_KEY, old_tuple, slot))
+	if (*lockmode == LockTupleNoKeyExclusive &&
+		columns_changed(rel, INDEX_ATTR_BITMAP_KEY, old_tuple, slot))
 	{
 		/* The row changed between our look and the lock: redo with the stronger mode. */
 		ss_release_acquisition(&acq);

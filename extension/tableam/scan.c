@@ -796,10 +796,9 @@ ss_scan_analyze_next_tuple(TableScanDesc sscan, TransactionId oldest_xmin, doubl
 static HeapTuple
 bitmap_visible_version(SsScanDesc scan, uint64 root, HeapTuple root_tuple)
 {
+	GlobalVisState *vistest = GlobalVisTestFor(scan->base.rs_rd);
 	SsChainWalk walk;
 	HeapTuple	tuple;
-
-	GlobalVisState *vistest = GlobalVisTestFor(scan->base.rs_rd);
 
 	ss_chain_start(&walk, scan->base.rs_rd, scan->keyspace, root, scan->base.rs_snapshot);
 	tuple = ss_chain_next_visible(&walk, scan->base.rs_snapshot, root_tuple, vistest);
