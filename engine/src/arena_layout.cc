@@ -25,7 +25,7 @@ ArenaLayout ArenaLayout::For(const Options& o) {
   off = AlignUp(off + kKeyspaceSlots * sizeof(KeyspaceSlot));
   l.memtables = off;
   l.memtable_header = AlignUp(sizeof(MemtableHeader));
-  l.memtable_stride = AlignUp(sizeof(MemtableHeader) + MemtablePool::DataCapacity(o));
+  l.memtable_stride = AlignUp(l.memtable_header + MemtablePool::SlotBytes(o));
   off = AlignUp(off + o.memtables * l.memtable_stride);
   l.l0_buffers = off;
   off += size_t(kL0LogBuffers) * o.segment_size;

@@ -215,35 +215,79 @@ bool TreeMayContain(const TreeContext& ctx, const LevelDesc& desc, uint64_t hash
   return BloomTest(ctx.device->Segment(seg) + (block % per_segment) * kBloomBlockBytes, hash);
 }
 
+bool FingerCovers(const LeafFinger& finger, std::string_view ikey) {
+  return finger.valid && (!finger.has_low || CompareKeys(finger.low, ikey) <= 0) &&
+         (!finger.has_high || CompareKeys(ikey, finger.high) < 0);
+}
+
+namespace {
+
+// Looks `ikey` up in one leaf whose keys lie between `low` and `high` (when `bounded`).
+Status LeafGet(const NodeView& leaf, std::string_view ikey, bool bounded, std::string_view low,
+               std::string_view high, bool* found, LeafEntry* entry) {
+  int i;
+  Status s = bounded ? leaf.LowerBoundWithin(ikey, low, high, &i) : leaf.LowerBound(ikey, &i);
+  if (!s.ok() || i == leaf.count()) return s;
+  s = leaf.Leaf(i, entry);
+  if (s.ok() && entry->key == ikey) *found = true;
+  return s;
+}
+
+}  // namespace
+
+// Each node is searched within the bounds its parent's separators give (the keys under child
+// j lie in [key j, key j+1)), which spares reading its two ends.
 Status TreeGet(const TreeContext& ctx, const LevelDesc& desc, std::string_view ikey, bool* found,
-               LeafEntry* entry) {
+               LeafEntry* entry, LeafFinger* finger) {
   *found = false;
+  if (finger && FingerCovers(*finger, ikey)) {
+    return LeafGet(finger->leaf, ikey, finger->has_low && finger->has_high, finger->low,
+                   finger->high, found, entry);
+  }
   NodeView node;
+  bool has_low = false, bounded = false;  // bounded: both ends known
+  std::string_view low, high;
   Status s = ctx.OpenNode(desc.root, desc.tree_id, &node);
   while (s.ok() && !node.is_leaf()) {
     int i;
-    s = node.LowerBound(ikey, &i);
+    s = bounded ? node.LowerBoundWithin(ikey, low, high, &i) : node.LowerBound(ikey, &i);
     if (!s.ok()) return s;
-    std::string_view key;
+    std::string_view key, next;
     DevPtr child;
+    bool has_next = false;
     if (i < node.count()) {
       s = node.Index(i, &key, &child);
       if (!s.ok()) return s;
     }
     if (i == node.count() || key != ikey) {
       if (i == 0) return Status::OK();  // smaller than every key in the tree
+      next = key;
+      has_next = i < node.count();
       s = node.Index(i - 1, &key, &child);
       if (!s.ok()) return s;
+    } else if (i + 1 < node.count()) {
+      s = node.KeyAt(i + 1, &next);
+      if (!s.ok()) return s;
+      has_next = true;
+    }
+    low = key;
+    has_low = true;
+    if (has_next) {
+      high = next;
+      bounded = true;
     }
     s = ctx.OpenNode(child, desc.tree_id, &node);
   }
   if (!s.ok()) return s;
-  int i;
-  s = node.LowerBound(ikey, &i);
-  if (!s.ok() || i == node.count()) return s;
-  s = node.Leaf(i, entry);
-  if (s.ok() && entry->key == ikey) *found = true;
-  return s;
+  if (finger) {
+    finger->valid = true;
+    finger->leaf = node;
+    finger->has_low = has_low;
+    finger->low = low;
+    finger->has_high = bounded;
+    finger->high = high;
+  }
+  return LeafGet(node, ikey, bounded, low, high, found, entry);
 }
 
 namespace {

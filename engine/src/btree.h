@@ -102,9 +102,26 @@ Status TreeRangeBytes(const TreeContext& ctx, const LevelDesc& desc, std::string
 // Tests the level's bloom filter; true when the key may be present.
 bool TreeMayContain(const TreeContext& ctx, const LevelDesc& desc, uint64_t hash);
 
-// Point lookup of an internal key. The entry's views point into the device mapping.
+// The leaf a lookup in one tree ended at, with the range of keys a descent routes to it (its
+// parent's separators around it; open-ended at the tree's right edge, or everything if the
+// root is the leaf): a later key inside that range can only be in this leaf, so its lookup
+// skips the descent. Views into the device mapping, valid while the tree is installed (its
+// owner forgets them when the version changes).
+struct LeafFinger {
+  bool valid = false;
+  uint64_t last_used = 0;  // its owner's clock, for choosing which finger to move
+  NodeView leaf;
+  bool has_low = false, has_high = false;
+  std::string_view low, high;  // the range: [low, high)
+};
+
+// Point lookup of an internal key. The entry's views point into the device mapping. With a
+// finger, a key inside its leaf's range is looked up there alone, and a descent remembers the
+// leaf it reaches.
 Status TreeGet(const TreeContext& ctx, const LevelDesc& desc, std::string_view ikey, bool* found,
-               LeafEntry* entry);
+               LeafEntry* entry, LeafFinger* finger = nullptr);
+// Whether a descent for `ikey` would end at the finger's leaf.
+bool FingerCovers(const LeafFinger& finger, std::string_view ikey);
 
 // Ordered iteration over one tree.
 class TreeIterator {

@@ -127,7 +127,7 @@ void EngineImpl::FormatArena() {
   segments_.Format(layout.segment_table, s->max_segments);
   keyspaces_.Format(layout.keyspace_table);
   memtables_.Format(layout.memtables, layout.memtable_stride, layout.memtable_header,
-                    options_.memtables);
+                    options_.memtables, options_);
   reclaimer_.Format();
   logs_.Format(layout.l0_buffers, layout.large_buffers);
   levels_.Format();
@@ -151,43 +151,158 @@ Status EngineImpl::Sync(Lsn lsn) {
 // ---------------------------------------------------------------------------------------------
 // Reads
 
+namespace {
+
+// A finger the key is a step or two from, or nullptr.
+MemFinger* NearMemFinger(const MemTable& memtable, MemFinger* fingers, std::string_view ikey,
+                         uint64_t max_lsn) {
+  for (int i = 0; i < ReadFinger::kFingers; i++) {
+    if (memtable.IsNear(fingers[i], ikey, max_lsn)) return &fingers[i];
+  }
+  return nullptr;
+}
+
+// Looks a key up in one memtable from the fingers: from one it is near, else by the hash index
+// (leaving the least recently used finger at what it finds), else by a climb from the most
+// recently used finger's place into the least recently used one.
+const MemNode* FindInMemtable(const MemTable& memtable, MemFinger* fingers, std::string_view ikey,
+                              uint64_t max_lsn, uint64_t now) {
+  MemFinger* finger = NearMemFinger(memtable, fingers, ikey, max_lsn);
+  if (finger != nullptr) {
+    finger->last_used = now;
+    return memtable.FindNear(ikey, max_lsn, finger);
+  }
+  MemFinger* newest = &fingers[0];
+  MemFinger* oldest = &fingers[0];
+  for (int i = 1; i < ReadFinger::kFingers; i++) {
+    if (fingers[i].last_used > newest->last_used) newest = &fingers[i];
+    if (fingers[i].last_used < oldest->last_used) oldest = &fingers[i];
+  }
+  if (memtable.IndexComplete()) {
+    const MemNode* node = memtable.Find(ikey, max_lsn);
+    if (node != nullptr) {
+      MemTable::PlaceFinger(oldest, node);
+      oldest->last_used = now;
+    }
+    return node;
+  }
+  if (oldest != newest) *oldest = *newest;
+  oldest->last_used = now;
+  return memtable.FindNear(ikey, max_lsn, oldest);
+}
+
+// The leaf finger that spans the key, or nullptr.
+LeafFinger* CoveringLeafFinger(LeafFinger* fingers, std::string_view ikey) {
+  for (int i = 0; i < ReadFinger::kFingers; i++) {
+    if (FingerCovers(fingers[i], ikey)) return &fingers[i];
+  }
+  return nullptr;
+}
+
+// The leaf finger to refill after a descent: the least recently used.
+LeafFinger* OldestLeafFinger(LeafFinger* fingers) {
+  LeafFinger* oldest = &fingers[0];
+  for (int i = 1; i < ReadFinger::kFingers; i++) {
+    if (fingers[i].last_used < oldest->last_used) oldest = &fingers[i];
+  }
+  return oldest;
+}
+
+}  // namespace
+
 // Memtables (newest first), then each level whose bloom filter admits the key.
 Status EngineImpl::FindEntry(const Version& v, std::string_view ikey, uint64_t max_lsn, bool* found,
-                             LeafEntry* entry) {
+                             LeafEntry* entry, ReadFinger* finger) {
   *found = false;
-  for (int m : {v.active_memtable, v.immutable_memtable}) {
-    if (m < 0) continue;
-    const MemNode* node = memtables_.Get(m).Find(ikey, max_lsn);
+  uint64_t now = finger ? ++finger->clock : 0;
+  const int roles[2] = {v.active_memtable, v.immutable_memtable};
+  for (int role = 0; role < 2; role++) {
+    if (roles[role] < 0) continue;
+    MemTable memtable = memtables_.Get(roles[role]);
+    const MemNode* node =
+        finger ? FindInMemtable(memtable, finger->memtables[role], ikey, max_lsn, now)
+               : memtable.Find(ikey, max_lsn);
     if (node == nullptr) continue;
     *found = true;
     return MemNodeEntry(node, entry);
   }
   TreeContext ctx = Trees(NodeChecks::kOncePerProcess);
-  uint64_t hash = HashKey(ikey);
+  uint64_t hash = 0;
+  bool hashed = false;
   for (uint32_t level = 1; level <= options_.max_levels; level++) {
     const LevelDesc& desc = v.levels[level];
-    if (desc.tree_id == 0 || !TreeMayContain(ctx, desc, hash)) continue;
-    Status s = TreeGet(ctx, desc, ikey, found, entry);
+    if (desc.tree_id == 0) continue;
+    // A remembered leaf that spans the key answers for the level; the bloom filter would
+    // cost a probe of its own.
+    LeafFinger* leaf = finger ? CoveringLeafFinger(finger->levels[level], ikey) : nullptr;
+    if (leaf == nullptr) {
+      if (!hashed) {
+        hash = HashKey(ikey);
+        hashed = true;
+      }
+      if (!TreeMayContain(ctx, desc, hash)) continue;
+      if (finger) leaf = OldestLeafFinger(finger->levels[level]);
+    }
+    if (leaf) leaf->last_used = now;
+    Status s = TreeGet(ctx, desc, ikey, found, entry, leaf);
     if (!s.ok() || *found) return s;
   }
   return Status::OK();
 }
 
 Status EngineImpl::Get(KeyspaceId ks, std::string_view key, std::string* value) {
+  return GetNear(nullptr, ks, key, value);
+}
+
+Status EngineImpl::GetNear(ReadFinger* finger, KeyspaceId ks, std::string_view key,
+                           std::string* value) {
   if (!keyspaces_.IsLive(ks)) {
     return Status::InvalidArgument("keyspace " + std::to_string(ks) + " is not live");
   }
   if (key.size() > options_.max_key_size)
     return Status::InvalidArgument("key exceeds max_key_size");
   std::string ikey = MakeInternalKey(ks, key);
+  // Pinned first: a version still current after the pin cannot be reclaimed under it, so the
+  // finger's copy and positions stay valid exactly while the sequence number is unchanged.
   EpochPin pin(&shared_->epochs);
-  Version v = levels_.Current();
+  Version local;
+  const Version* v = &local;
+  if (finger == nullptr) {
+    local = levels_.Current();
+  } else {
+    if (levels_.VersionSeq() != finger->version_seq) {
+      *finger = ReadFinger();
+      finger->version = levels_.Current(&finger->version_seq);
+    }
+    v = &finger->version;
+  }
   bool found;
   LeafEntry entry;
-  Status s = FindEntry(v, ikey, UINT64_MAX, &found, &entry);
+  Status s = FindEntry(*v, ikey, UINT64_MAX, &found, &entry, finger);
   if (!s.ok()) return s;
   if (!found || entry.kind == ValueKind::kTombstone) return Status::NotFound();
   return logs_.ReadValue(ikey, entry, value);
+}
+
+namespace {
+
+// Engine::NewPointReader's reader: a finger and the engine it reads.
+class PointReaderImpl final : public PointReader {
+ public:
+  explicit PointReaderImpl(EngineImpl* engine) : engine_(engine) {}
+  Status Get(KeyspaceId ks, std::string_view key, std::string* value) override {
+    return engine_->GetNear(&finger_, ks, key, value);
+  }
+
+ private:
+  EngineImpl* engine_;
+  ReadFinger finger_;
+};
+
+}  // namespace
+
+std::unique_ptr<PointReader> EngineImpl::NewPointReader() {
+  return std::make_unique<PointReaderImpl>(this);
 }
 
 // ---------------------------------------------------------------------------------------------

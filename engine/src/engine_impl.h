@@ -51,6 +51,20 @@ struct WriteOp {
   uint32_t value_size = 0;
 };
 
+// What a PointReader remembers between reads: the version it read (valid while the level set's
+// sequence number is unchanged) and, in it, where recent reads ended in each memtable role and
+// each level. Several fingers each, because reads alternate between regions: an index scan
+// fetches its rows in order, but a row's newer versions live elsewhere, and a join reads two
+// tables in turn.
+struct ReadFinger {
+  static constexpr int kFingers = 2;
+  uint32_t version_seq = 1;  // odd: nothing remembered
+  uint64_t clock = 0;        // counts reads, for the fingers' last_used
+  Version version;
+  MemFinger memtables[2][kFingers];  // the active memtable, the immutable one
+  LeafFinger levels[kMaxLevels + 1][kFingers];
+};
+
 class EngineImpl final : public Engine {
  public:
   EngineImpl(const Options& options, char* arena, size_t arena_size);
@@ -69,6 +83,9 @@ class EngineImpl final : public Engine {
   Status Write(const WriteBatch& batch, Lsn* lsn) override;
   Status Sync(Lsn lsn) override;
   Status Get(KeyspaceId ks, std::string_view key, std::string* value) override;
+  std::unique_ptr<PointReader> NewPointReader() override;
+  // Get, starting where the reads that filled `finger` ended (nullptr: from scratch).
+  Status GetNear(ReadFinger* finger, KeyspaceId ks, std::string_view key, std::string* value);
   std::unique_ptr<Iterator> NewIterator(KeyspaceId ks) override;
   bool DoBackgroundWork() override;
   void WaitForBackgroundWork(int timeout_ms) override;
@@ -117,9 +134,11 @@ class EngineImpl final : public Engine {
 
   // --- reads (engine_impl.cc) ---
   // Newest entry for ikey across memtables and levels of `v`, newer than nothing above
-  // `max_lsn` in memtables. Views point into shared memory or the device mapping.
+  // `max_lsn` in memtables. Views point into shared memory or the device mapping. With a
+  // finger (filled by earlier reads of the same version), each memtable and level is searched
+  // from where the last read ended.
   Status FindEntry(const Version& v, std::string_view ikey, uint64_t max_lsn, bool* found,
-                   LeafEntry* entry);
+                   LeafEntry* entry, ReadFinger* finger = nullptr);
 
   // --- compaction (background.cc). The caller holds compaction_mu. ---
   Status CompactL0Locked();

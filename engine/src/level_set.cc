@@ -13,7 +13,7 @@ void LevelSet::Format() {
 }
 
 // Seqlock read: retries while a writer is inside Apply.
-Version LevelSet::Current() const {
+Version LevelSet::Current(uint32_t* seq) const {
   Version v;
   while (true) {
     uint32_t s1 = shared_->version_seq.load(std::memory_order_acquire);
@@ -23,7 +23,10 @@ Version LevelSet::Current() const {
     }
     std::memcpy(static_cast<void*>(&v), &shared_->current, sizeof(Version));
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (shared_->version_seq.load(std::memory_order_relaxed) == s1) return v;
+    if (shared_->version_seq.load(std::memory_order_relaxed) == s1) {
+      if (seq) *seq = s1;
+      return v;
+    }
   }
 }
 

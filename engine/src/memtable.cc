@@ -1,8 +1,11 @@
 // Skiplist operations on the shared memtable.
 #include "memtable.h"
 
+#include <algorithm>
 #include <cstring>
 #include <random>
+
+#include "coding.h"
 
 namespace slipstream::engine {
 
@@ -31,6 +34,11 @@ void MemTable::Reset() {
   header_->large_bytes.store(0);
   header_->max_lsn.store(0);
   header_->max_height.store(1);
+  if (header_->index_slots != 0) {
+    std::memset(static_cast<void*>(index_), 0, size_t(header_->index_slots) * sizeof(uint32_t));
+    header_->index_used.store(0);
+    header_->index_complete.store(1);
+  }
 }
 
 // Newest version first among equal keys.
@@ -45,8 +53,15 @@ bool MemTable::Before(const MemNode* n, std::string_view ikey, uint64_t lsn) {
 // reload the link, which a concurrent insert may by then point at a newer node in between.
 MemNode* MemTable::FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** prev,
                                 MemNode** successor) const {
-  MemNode* x = Head();
   int level = int(header_->max_height.load(std::memory_order_acquire)) - 1;
+  return DescendFrom(Head(), level, ikey, lsn, const_cast<const MemNode**>(prev), successor);
+}
+
+// Walks each level forward while the next node still orders before the key, then drops a
+// level. Correct from any start that orders before the key, since every level is a sorted
+// sublist of level 0 and nodes are never unlinked before a reset.
+MemNode* MemTable::DescendFrom(MemNode* x, int level, std::string_view ikey, uint64_t lsn,
+                               const MemNode** prev, MemNode** successor) const {
   while (true) {
     MemNode* next = Node(x->next[level].load(std::memory_order_acquire));
     if (next && Before(next, ikey, lsn)) {
@@ -60,6 +75,50 @@ MemNode* MemTable::FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** p
       level--;
     }
   }
+}
+
+// Climbs the finger from level 0 to the lowest level whose remembered node orders before the
+// key while its successor there does not (the key lies in that node's span), and descends
+// from it. A key right after the last one is found at level 0 in a step or two; a distant one
+// climbs to the top and costs about an ordinary descent.
+const MemNode* MemTable::FindNear(std::string_view ikey, uint64_t max_lsn,
+                                  MemFinger* finger) const {
+  int top = int(header_->max_height.load(std::memory_order_acquire)) - 1;
+  MemNode* start = Head();
+  int level = top;
+  int limit = std::min(finger->height, top + 1);
+  for (int i = 0; i < limit; i++) {
+    auto* x = const_cast<MemNode*>(finger->prev[i]);
+    if (!Before(x, ikey, max_lsn)) continue;  // the key is behind it: look higher
+    MemNode* next = Node(x->next[i].load(std::memory_order_acquire));
+    if (next == nullptr || !Before(next, ikey, max_lsn) || i == top) {
+      start = x;
+      level = i;
+      break;
+    }
+  }
+  MemNode* found = nullptr;
+  DescendFrom(start, level, ikey, max_lsn, finger->prev, &found);
+  // The levels above the start keep their older nodes: each is used only after the check
+  // above that it orders before the key.
+  finger->height = std::max(finger->height, level + 1);
+  if (found && found->key() == ikey) {
+    // The found node itself orders before every later key: the next key of an ascending scan
+    // is then found at level 0 in one step, past nothing but this key's older versions.
+    finger->prev[0] = found;
+    return found;
+  }
+  return nullptr;
+}
+
+bool MemTable::IsNear(const MemFinger& finger, std::string_view ikey, uint64_t max_lsn) const {
+  for (int i = 0; i < std::min(finger.height, 2); i++) {
+    const MemNode* x = finger.prev[i];
+    if (!Before(x, ikey, max_lsn)) continue;
+    const MemNode* next = Node(x->next[i].load(std::memory_order_acquire));
+    if (next == nullptr || !Before(next, ikey, max_lsn)) return true;
+  }
+  return false;
 }
 
 // Geometric heights with p = 1/4; the generator is per thread.
@@ -100,17 +159,76 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
                         std::memory_order_relaxed);
     prev[i]->next[i].store(uint32_t(off), std::memory_order_release);
   }
+  IndexPublish(ikey, lsn, uint32_t(off));
   header_->entries.fetch_add(1, std::memory_order_relaxed);
   header_->kv_bytes.fetch_add(ikey.size() + value.size(), std::memory_order_relaxed);
   if (lsn > header_->max_lsn.load(std::memory_order_relaxed)) header_->max_lsn.store(lsn);
 }
 
-// Skips versions newer than the snapshot.
+// Skips versions newer than the snapshot: they precede older ones at level 0.
 const MemNode* MemTable::Find(std::string_view ikey, uint64_t max_lsn) const {
-  MemNode* n = nullptr;
-  FindPrevious(ikey, max_lsn, nullptr, &n);
-  if (n && n->key() == ikey) return n;
+  bool answered;
+  const MemNode* n = IndexFind(ikey, &answered);
+  if (answered) {
+    while (n != nullptr && n->lsn > max_lsn) {
+      n = Node(n->next[0].load(std::memory_order_acquire));
+      if (n != nullptr && n->key() != ikey) n = nullptr;
+    }
+    return n;
+  }
+  MemNode* found = nullptr;
+  FindPrevious(ikey, max_lsn, nullptr, &found);
+  if (found && found->key() == ikey) return found;
   return nullptr;
+}
+
+// Linear probing from the key's hash; the load cap leaves an empty slot to stop at.
+const MemNode* MemTable::IndexFind(std::string_view ikey, bool* answered) const {
+  *answered = false;
+  uint32_t slots = header_->index_slots;
+  if (slots == 0) return nullptr;
+  bool complete = header_->index_complete.load(std::memory_order_acquire) != 0;
+  uint32_t mask = slots - 1;
+  uint32_t i = uint32_t(HashKey(ikey)) & mask;
+  for (uint32_t probes = 0; probes < slots; probes++, i = (i + 1) & mask) {
+    uint32_t off = index_[i].load(std::memory_order_acquire);
+    if (off == 0) {
+      *answered = complete;
+      return nullptr;
+    }
+    const MemNode* n = Node(off);
+    if (n->key() == ikey) {
+      *answered = true;
+      return n;
+    }
+  }
+  return nullptr;
+}
+
+// The writer alone changes slots, so plain loads suffice here; readers pair with the release
+// stores. A newer version takes over its key's slot; a key with no room marks the index
+// incomplete before the insert returns.
+void MemTable::IndexPublish(std::string_view ikey, uint64_t lsn, uint32_t off) {
+  uint32_t slots = header_->index_slots;
+  if (slots == 0) return;
+  uint32_t mask = slots - 1;
+  uint32_t i = uint32_t(HashKey(ikey)) & mask;
+  for (uint32_t probes = 0; probes < slots; probes++, i = (i + 1) & mask) {
+    uint32_t current = index_[i].load(std::memory_order_relaxed);
+    if (current == 0) {
+      uint32_t used = header_->index_used.load(std::memory_order_relaxed);
+      if (uint64_t(used + 1) * 10 > uint64_t(slots) * 7) break;
+      header_->index_used.store(used + 1, std::memory_order_relaxed);
+      index_[i].store(off, std::memory_order_release);
+      return;
+    }
+    const MemNode* n = Node(current);
+    if (n->key() == ikey) {
+      if (lsn >= n->lsn) index_[i].store(off, std::memory_order_release);
+      return;
+    }
+  }
+  header_->index_complete.store(0, std::memory_order_release);
 }
 
 const MemNode* MemTable::Seek(std::string_view ikey) const {

@@ -3,6 +3,14 @@
 //
 // Entries are ordered by internal key, then newest LSN first, so overwrites keep older versions
 // until compaction: an iterator with an older snapshot LSN still finds the version it saw.
+//
+// A hash index beside the skiplist answers point reads of random keys in a probe or two
+// instead of a descent of some 4 log4(n) nodes, each likely a cache miss. Its slots hold the
+// offset of each key's newest node (linear probing, 0: empty), published with a release store
+// after the node is linked, so a reader either finds the key there or the insert has not
+// finished. Slots are never emptied before a reset. Once 7/10 of them are taken, keys that find
+// no slot are not indexed and the index stops answering for absent keys (index_complete): the
+// skiplist answers those reads.
 #pragma once
 
 #include <atomic>
@@ -35,15 +43,37 @@ struct MemNode {
   ValueKind value_kind() const { return static_cast<ValueKind>(kind); }
 };
 
+// Where a search of one memtable passed at each level, so that the next search of a nearby key
+// starts there rather than at the head. Process-local pointers, valid while the memtable is not
+// reset (its owner forgets it when the engine's version changes).
+struct MemFinger {
+  int height = 0;          // levels filled; 0: nothing remembered
+  uint64_t last_used = 0;  // its owner's clock, for choosing which finger to move
+  const MemNode* prev[kMemMaxHeight];
+};
+
 // Views a memtable node as a leaf entry; Corruption if its pointer has the wrong size.
 Status MemNodeEntry(const MemNode* node, LeafEntry* entry);
 
 class MemTable {
  public:
-  MemTable(MemtableHeader* header, char* data) : header_(header), data_(data) {}
+  // `index`: the header's index_slots slots (unused if there are none).
+  MemTable(MemtableHeader* header, char* data, std::atomic<uint32_t>* index)
+      : header_(header), data_(data), index_(index) {}
 
   // Formats an empty skiplist over the data area (writer only, with no readers left).
   void Reset();
+
+  // Whether the hash index answers for every key (present or absent).
+  bool IndexComplete() const {
+    return header_->index_slots != 0 && header_->index_complete.load(std::memory_order_acquire);
+  }
+  // Leaves only the finger's level-0 node, at `node` (found by Find): the next key of an
+  // ascending scan is then a step away.
+  static void PlaceFinger(MemFinger* finger, const MemNode* node) {
+    finger->height = 1;
+    finger->prev[0] = node;
+  }
 
   // Bytes an entry takes in the data area (upper bound).
   static uint64_t EntrySpace(size_t key_size, size_t value_size) {
@@ -56,6 +86,13 @@ class MemTable {
 
   // Newest entry for `ikey` with lsn <= max_lsn, or nullptr.
   const MemNode* Find(std::string_view ikey, uint64_t max_lsn) const;
+
+  // Find, starting from where the search that filled `finger` passed: a key a few entries away
+  // from that search's costs a few steps instead of a descent from the head. Updates `finger`.
+  const MemNode* FindNear(std::string_view ikey, uint64_t max_lsn, MemFinger* finger) const;
+  // Whether the key lies within a step or two of the finger's level-0 or level-1 node, where
+  // FindNear costs next to nothing.
+  bool IsNear(const MemFinger& finger, std::string_view ikey, uint64_t max_lsn) const;
 
   // First node with key >= ikey (any version), or nullptr.
   const MemNode* Seek(std::string_view ikey) const;
@@ -83,10 +120,19 @@ class MemTable {
   // and, in *successor, the level-0 node the descent stopped at.
   MemNode* FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** prev,
                         MemNode** successor) const;
+  // The descent of FindPrevious from node x (which orders before (ikey, lsn)) at `level`.
+  MemNode* DescendFrom(MemNode* x, int level, std::string_view ikey, uint64_t lsn,
+                       const MemNode** prev, MemNode** successor) const;
   int RandomHeight() const;
+  // The newest node of `ikey` by the index; *answered false if the index cannot say (no index,
+  // or the key is absent from an incomplete one).
+  const MemNode* IndexFind(std::string_view ikey, bool* answered) const;
+  // Makes `off` (a node of `ikey` at `lsn`, just linked) the key's entry in the index.
+  void IndexPublish(std::string_view ikey, uint64_t lsn, uint32_t off);
 
   MemtableHeader* header_;
   char* data_;
+  std::atomic<uint32_t>* index_;
 };
 
 }  // namespace slipstream::engine

@@ -3,13 +3,16 @@
 
 namespace slipstream::engine {
 
-void MemtablePool::Format(uint64_t first, uint64_t stride, uint64_t header_bytes, uint32_t count) {
+void MemtablePool::Format(uint64_t first, uint64_t stride, uint64_t header_bytes, uint32_t count,
+                          const Options& options) {
   shared_->count = count;
   for (uint32_t i = 0; i < count; i++) {
     shared_->offset[i] = first + i * stride;
     MemtableHeader* h = Header(int(i));
     h->data_offset = shared_->offset[i] + header_bytes;
-    h->capacity = stride - header_bytes;
+    h->capacity = DataCapacity(options);
+    h->index_offset = h->data_offset + IndexStart(options);
+    h->index_slots = uint32_t(IndexSlots(options));
   }
   Claim(0);
 }

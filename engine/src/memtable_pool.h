@@ -18,14 +18,33 @@ class MemtablePool {
   static uint64_t DataCapacity(const Options& options) {
     return options.l0_size + options.segment_size + (64u << 10);
   }
+  // Slots of one slot's hash index: a power of two, one per 64 bytes of data area or fewer
+  // (a sixteenth of the data area; entries smaller than that on average fill it, and the
+  // memtable then answers the keys it could not index by its skiplist).
+  static uint64_t IndexSlots(const Options& options) {
+    uint64_t slots = 1024;
+    while (slots * 2 <= DataCapacity(options) / 64) slots *= 2;
+    return slots;
+  }
+  // Bytes of one slot after its header: the data area, then the index.
+  static uint64_t SlotBytes(const Options& options) {
+    return IndexStart(options) + IndexSlots(options) * sizeof(uint32_t);
+  }
+  // Where the index starts after the data area (cache-line aligned).
+  static uint64_t IndexStart(const Options& options) {
+    return (DataCapacity(options) + 63) & ~63ull;
+  }
 
-  // Lays out `count` slots of `stride` bytes from arena offset `first` (header, then data);
-  // slot 0 starts empty and in use.
-  void Format(uint64_t first, uint64_t stride, uint64_t header_bytes, uint32_t count);
+  // Lays out `count` slots of `stride` bytes from arena offset `first` (header, data area,
+  // index); slot 0 starts empty and in use.
+  void Format(uint64_t first, uint64_t stride, uint64_t header_bytes, uint32_t count,
+              const Options& options);
 
   uint32_t count() const { return shared_->count; }
   MemTable Get(int slot) const {
-    return MemTable(Header(slot), arena_ + Header(slot)->data_offset);
+    MemtableHeader* h = Header(slot);
+    return MemTable(h, arena_ + h->data_offset,
+                    reinterpret_cast<std::atomic<uint32_t>*>(arena_ + h->index_offset));
   }
   MemtableHeader* Header(int slot) const {
     return reinterpret_cast<MemtableHeader*>(arena_ + shared_->offset[slot]);

@@ -85,8 +85,16 @@ class NodeView {
 
   // Index of the first entry with key >= target (count() if none).
   Status LowerBound(std::string_view target, int* index) const;
+  // The same, for a node whose keys the caller knows to lie between `low` and `high` (its
+  // parent's separators, or its ends read earlier): spares reading the node's two ends. Only
+  // the speed depends on the bounds being right.
+  Status LowerBoundWithin(std::string_view target, std::string_view low, std::string_view high,
+                          int* index) const;
 
  private:
+  // Finds the first key >= target starting from position `guess`.
+  Status Search(std::string_view target, int guess, int* index) const;
+
   const char* node_ = nullptr;
   NodeHeader header_{};
   uint32_t data_start_ = 0;

@@ -117,6 +117,12 @@ struct MemtableHeader {
   std::atomic<uint32_t> in_use;  // 0: free for reuse once no reader can see it
   uint64_t retired_epoch;
   uint64_t data_offset;  // arena offset of the data area
+  // The hash index over the keys (memtable.h): its slots' arena offset and count (a power of
+  // two; 0: none), the slots in use, and 1 while every key of the memtable is in it.
+  uint64_t index_offset;
+  uint32_t index_slots;
+  std::atomic<uint32_t> index_used;
+  std::atomic<uint32_t> index_complete;
 };
 
 struct RetiredItem {

@@ -18,13 +18,17 @@
 namespace slipstream::engine {
 namespace {
 
-// A header plus an 8-byte aligned data area, as the engine lays them out in the arena.
+// A header plus an 8-byte aligned data area and a hash index of `index_slots` slots (a power
+// of two, or 0 for none), as the engine lays them out in the arena.
 class MemArea {
  public:
-  explicit MemArea(size_t capacity) : data_(capacity / 8) {
+  explicit MemArea(size_t capacity, uint32_t index_slots = 1u << 16)
+      : data_(capacity / 8), index_(index_slots) {
     header_ = std::make_unique<MemtableHeader>();
     header_->capacity = capacity;
-    table_ = std::make_unique<MemTable>(header_.get(), reinterpret_cast<char*>(data_.data()));
+    header_->index_slots = index_slots;
+    table_ = std::make_unique<MemTable>(header_.get(), reinterpret_cast<char*>(data_.data()),
+                                        index_.data());
     table_->Reset();
   }
   MemTable& table() { return *table_; }
@@ -33,6 +37,7 @@ class MemArea {
  private:
   std::unique_ptr<MemtableHeader> header_;
   std::vector<uint64_t> data_;
+  std::vector<std::atomic<uint32_t>> index_;
   std::unique_ptr<MemTable> table_;
 };
 
@@ -119,9 +124,14 @@ TEST(MemTable, IteratesByKeyThenNewestFirst) {
 }
 
 // Find returns the newest version at or below the snapshot LSN, and nullptr when every version
-// is newer or the key is absent.
-TEST(MemTable, FindHonoursSnapshotLsn) {
-  MemArea area(16u << 20);
+// is newer or the key is absent: through a complete hash index, through one that filled up
+// (keys it could not take are found by the skiplist), and with no index.
+class MemTableIndexes : public testing::TestWithParam<uint32_t> {};
+
+INSTANTIATE_TEST_SUITE_P(IndexSlots, MemTableIndexes, testing::Values(1u << 16, 1024u, 0u));
+
+TEST_P(MemTableIndexes, FindHonoursSnapshotLsn) {
+  MemArea area(16u << 20, GetParam());
   MemTable& t = area.table();
   uint64_t lsn = 0;
   Model model = FillRandom(&t, 32, 2000, &lsn);
@@ -151,6 +161,12 @@ TEST(MemTable, FindHonoursSnapshotLsn) {
   for (std::string absent : {"", "a", "k", "k1", "k00", "k3x", "k9999999", "l", "zzz"}) {
     EXPECT_EQ(t.Find(absent, UINT64_MAX), nullptr) << absent;
   }
+  // 2000 keys fit in 65536 slots; 1024 slots fill up and stop answering for absent keys.
+  EXPECT_EQ(t.IndexComplete(), GetParam() == (1u << 16));
+  // After a reset the index is empty and complete again: nothing old is found.
+  t.Reset();
+  EXPECT_EQ(t.IndexComplete(), GetParam() != 0);
+  for (auto& [key, versions] : model) ASSERT_EQ(t.Find(key, UINT64_MAX), nullptr) << key;
 }
 
 // Seek lands on the newest version of the first key >= target.

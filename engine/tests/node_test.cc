@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -158,6 +161,88 @@ TEST(NodeLeaf, LowerBoundPresentAbsentAndEnds) {
   EXPECT_EQ(idx, n);
   ASSERT_TRUE(v.LowerBound(want.back().key + '\0', &idx).ok());
   EXPECT_EQ(idx, n);
+}
+
+// The interpolating search against a plain bisection over the same keys, for keys spread
+// evenly (dense row ids, as the table AM writes them), with gaps and clusters, of random
+// bytes and lengths, and prefixes of each other; for every key, the points between them and
+// both ends, in leaves and index nodes.
+TEST(NodeLeaf, LowerBoundMatchesBisectionForEveryKeySpread) {
+  std::mt19937_64 rng(99);
+  auto big_endian = [](uint64_t n) {
+    std::string k(12, '\0');
+    k[0] = 'T';
+    for (int b = 0; b < 8; b++) k[4 + b] = char(n >> (56 - 8 * b));
+    return k;
+  };
+  for (int shape = 0; shape < 6; shape++) {
+    for (bool leaf : {true, false}) {
+      std::set<std::string> keys;
+      uint64_t base = rng() >> (shape * 8);
+      for (int i = 0; keys.size() < 600 && i < 5000; i++) {
+        switch (shape) {
+          case 0:
+            keys.insert(big_endian(base + uint64_t(i)));
+            break;  // dense
+          case 1:
+            keys.insert(big_endian(base + uint64_t(i) * (1 + rng() % 3)));
+            break;
+          case 2:
+            keys.insert(big_endian(i < 300 ? base + i : base + (1ull << 40) + i));
+            break;
+          case 3: {  // random bytes, random lengths
+            std::string k(1 + rng() % 20, '\0');
+            for (char& c : k) c = char(rng());
+            keys.insert(k);
+            break;
+          }
+          case 4:
+            keys.insert(std::string(1 + rng() % 30, 'p'));
+            break;  // prefixes
+          default:
+            keys.insert(big_endian(uint64_t(std::pow(1.07, double(i)))));
+            break;
+        }
+      }
+      NodeBuilder b(kNodeSize, leaf);
+      std::vector<std::string> stored;
+      for (const std::string& k : keys) {
+        LeafEntry e{k, ValueKind::kTombstone, {}, {}};
+        size_t size = leaf ? NodeBuilder::LeafEntrySize(e) : NodeBuilder::IndexEntrySize(k);
+        if (!b.Fits(size)) break;
+        if (leaf) {
+          b.AddLeaf(e);
+        } else {
+          b.AddIndex(k, DevPtr{1, 0});
+        }
+        stored.push_back(k);
+      }
+      std::vector<char> node(kNodeSize);
+      b.Finish(node.data(), leaf ? 0 : 1, 5);
+      NodeView v;
+      ASSERT_TRUE(NodeView::Open(node.data(), kNodeSize, true, &v).ok());
+      std::vector<std::string> targets = {"", std::string(40, '\xff')};
+      for (const std::string& k : stored) {
+        targets.push_back(k);
+        targets.push_back(k + '\0');
+        targets.push_back(k.substr(0, k.size() - 1));
+        std::string above = k;
+        above.back() = char(uint8_t(above.back()) + 1);
+        targets.push_back(above);
+      }
+      for (const std::string& t : targets) {
+        int want = int(std::lower_bound(stored.begin(), stored.end(), t,
+                                        [](const std::string& a, const std::string& b) {
+                                          return CompareKeys(a, b) < 0;
+                                        }) -
+                       stored.begin());
+        int got = -1;
+        ASSERT_TRUE(v.LowerBound(t, &got).ok());
+        ASSERT_EQ(got, want) << "shape " << shape << (leaf ? " leaf" : " index") << " of "
+                             << stored.size() << " keys";
+      }
+    }
+  }
 }
 
 // Index nodes round-trip keys and child pointers; LowerBound works on them too.

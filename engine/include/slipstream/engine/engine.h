@@ -37,6 +37,16 @@ class Iterator {
   virtual Status status() const = 0;           // Corruption or IOError stops the iteration
 };
 
+// Point reads that remember where the last one ended in each memtable and level: a key near
+// the previous one (the next row of an index range scan) is found in a few steps instead of a
+// descent of each. Its answers are Engine::Get's. Not thread-safe (one per thread); it must
+// not outlive its engine.
+class PointReader {
+ public:
+  virtual ~PointReader() = default;
+  virtual Status Get(KeyspaceId ks, std::string_view key, std::string* value) = 0;
+};
+
 class Engine {
  public:
   // Bytes of shared memory the arena must have for these options; 0 if Open would refuse the
@@ -68,6 +78,7 @@ class Engine {
   virtual Status Sync(Lsn lsn) = 0;
 
   virtual Status Get(KeyspaceId ks, std::string_view key, std::string* value) = 0;
+  virtual std::unique_ptr<PointReader> NewPointReader() = 0;
   virtual std::unique_ptr<Iterator> NewIterator(KeyspaceId ks) = 0;
 
   // Background work: flushes the log, compacts a full L0 and oversized levels, runs GC.

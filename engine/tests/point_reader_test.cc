@@ -1,0 +1,181 @@
+// PointReader: reads that start where the last one ended must give Engine::Get's answers, for
+// every access pattern, across flushes and compactions, and while writers insert around the
+// remembered positions.
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+
+namespace slipstream::engine::test {
+namespace {
+
+// A fixed-width key, so that numeric order is key order.
+std::string KeyOf(uint64_t n) {
+  char buf[24];
+  snprintf(buf, sizeof(buf), "row%012llu", static_cast<unsigned long long>(n));
+  return buf;
+}
+
+// Reads `key` through the reader and through Get, and checks both against the model.
+void ExpectSameAnswer(TestEngine& t, PointReader* reader, KeyspaceId ks, const std::string& key,
+                      const std::map<std::string, std::string>& model) {
+  std::string near_value, get_value;
+  Status near_status = reader->Get(ks, key, &near_value);
+  Status get_status = t->Get(ks, key, &get_value);
+  auto it = model.find(key);
+  if (it == model.end()) {
+    ASSERT_TRUE(near_status.IsNotFound()) << key << ": " << near_status.ToString();
+    ASSERT_TRUE(get_status.IsNotFound()) << key << ": " << get_status.ToString();
+  } else {
+    ASSERT_TRUE(near_status.ok()) << key << ": " << near_status.ToString();
+    ASSERT_TRUE(get_status.ok()) << key << ": " << get_status.ToString();
+    ASSERT_EQ(near_value, it->second) << key;
+    ASSERT_EQ(get_value, it->second) << key;
+  }
+}
+
+// Ascending and descending runs, strides, repeats and random jumps over two keyspaces, with
+// overwrites, deletes, flushes and compactions between them, so that the reader's remembered
+// positions outlive versions, point at keys that moved to another level, and are reused for
+// keys on either side of them.
+TEST(PointReader, AnswersLikeGetForEveryPattern) {
+  TestEngine t;
+  KeyspaceId spaces[2];
+  ASSERT_TRUE(t->CreateKeyspace(1, &spaces[0]).ok());
+  ASSERT_TRUE(t->CreateKeyspace(2, &spaces[1]).ok());
+  std::map<std::string, std::string> model[2];
+  std::unique_ptr<PointReader> reader = t->NewPointReader();
+  std::mt19937_64 rng(7);
+  const uint64_t kKeys = 6000;
+  int version = 0;
+  for (int round = 0; round < 40; round++) {
+    // Writes: overwrites of every size class, and deletes.
+    for (int i = 0; i < 1500; i++) {
+      int s = int(rng() % 2);
+      std::string key = KeyOf(rng() % kKeys);
+      if (rng() % 8 == 0) {
+        ASSERT_TRUE(t->Delete(spaces[s], key).ok());
+        model[s].erase(key);
+      } else {
+        size_t size = std::vector<size_t>{8, 20, 300, 1500, 5000}[rng() % 5];
+        std::string value = Value(size, ++version);
+        ASSERT_TRUE(t->Put(spaces[s], key, value).ok());
+        model[s][key] = value;
+      }
+    }
+    if (round % 3 == 0) {
+      while (t->DoBackgroundWork()) {
+      }
+    }
+    if (round % 11 == 10) {
+      ASSERT_TRUE(t->CompactAll().ok());
+    }
+    // Reads.
+    for (int run = 0; run < 30; run++) {
+      int s = int(rng() % 2);
+      int64_t at = int64_t(rng() % kKeys);
+      int64_t other = int64_t(rng() % kKeys);
+      // 250: random keys; 3: two ascending runs in turn (rows and their newer versions).
+      int64_t step = std::vector<int64_t>{1, 1, 1, -1, 2, 17, 0, 250, 3, 3}[rng() % 10];
+      int length = 1 + int(rng() % 120);
+      for (int i = 0; i < length; i++) {
+        int64_t n = step == 250 ? int64_t(rng() % kKeys)
+                    : step == 3 ? (i % 2 ? other : at) + i / 2
+                                : at + i * step;
+        if (n < 0 || n >= int64_t(kKeys)) break;
+        ExpectSameAnswer(t, reader.get(), spaces[s], KeyOf(uint64_t(n)), model[s]);
+      }
+    }
+  }
+  // Keys before, between and after everything stored, and an unknown keyspace.
+  std::string value;
+  EXPECT_TRUE(reader->Get(spaces[0], "", &value).IsNotFound());
+  EXPECT_TRUE(reader->Get(spaces[0], "zzz", &value).IsNotFound());
+  EXPECT_TRUE(reader->Get(spaces[1], "row", &value).IsNotFound());
+  EXPECT_TRUE(reader->Get(999, KeyOf(1), &value).IsInvalidArgument());
+  ASSERT_TRUE(t->Verify().ok());
+}
+
+// Two readers of one engine keep their own positions: interleaved scans of distant ranges give
+// the same answers as each alone.
+TEST(PointReader, ReadersKeepTheirOwnPositions) {
+  TestEngine t;
+  KeyspaceId ks;
+  ASSERT_TRUE(t->CreateKeyspace(3, &ks).ok());
+  std::map<std::string, std::string> model;
+  for (uint64_t n = 0; n < 4000; n += 2) {
+    model[KeyOf(n)] = Value(30, int(n));
+    ASSERT_TRUE(t->Put(ks, KeyOf(n), model[KeyOf(n)]).ok());
+    if (n == 2000) {
+      while (t->DoBackgroundWork()) {
+      }
+    }
+  }
+  auto low = t->NewPointReader();
+  auto high = t->NewPointReader();
+  for (uint64_t i = 0; i < 1500; i++) {
+    ExpectSameAnswer(t, low.get(), ks, KeyOf(i), model);
+    ExpectSameAnswer(t, high.get(), ks, KeyOf(3999 - i), model);
+  }
+}
+
+// A writer inserts keys in random order and a background thread flushes and compacts, while a
+// reader scans ascending runs: every key written before its read must be found with its value,
+// and no read may find a value that was never written. Inserts land right before and after the
+// reader's remembered nodes, and versions change under it.
+TEST(PointReader, ConcurrentInsertsAndCompactions) {
+  TestEngine t;
+  KeyspaceId ks;
+  ASSERT_TRUE(t->CreateKeyspace(4, &ks).ok());
+  const uint64_t kKeys = 40000;
+  std::vector<uint64_t> order(kKeys);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(11));
+  std::vector<std::atomic<bool>> written(kKeys);
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    for (uint64_t n : order) {
+      ASSERT_TRUE(t->Put(ks, KeyOf(n), Value(16 + n % 400, int(n))).ok());
+      written[n].store(true, std::memory_order_release);
+    }
+    done = true;
+  });
+  std::thread background([&] {
+    while (!done) {
+      if (!t->DoBackgroundWork()) std::this_thread::yield();
+    }
+  });
+  auto reader = t->NewPointReader();
+  std::mt19937_64 rng(3);
+  uint64_t found = 0;
+  while (!done || found == 0) {
+    uint64_t at = rng() % kKeys;
+    for (uint64_t n = at; n < std::min(kKeys, at + 200); n++) {
+      bool before = written[n].load(std::memory_order_acquire);
+      std::string value;
+      Status s = reader->Get(ks, KeyOf(n), &value);
+      if (s.ok()) {
+        ASSERT_EQ(value, Value(16 + n % 400, int(n))) << n;
+        found++;
+      } else {
+        ASSERT_TRUE(s.IsNotFound()) << s.ToString();
+        ASSERT_FALSE(before) << "key " << n << " was written before the read and not found";
+      }
+    }
+  }
+  writer.join();
+  background.join();
+  for (uint64_t n = 0; n < kKeys; n++) {
+    std::string value;
+    ASSERT_TRUE(reader->Get(ks, KeyOf(n), &value).ok()) << n;
+  }
+  EXPECT_GT(found, 0u);
+}
+
+}  // namespace
+}  // namespace slipstream::engine::test
