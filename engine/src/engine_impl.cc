@@ -153,44 +153,6 @@ Status EngineImpl::Sync(Lsn lsn) {
 
 namespace {
 
-// A finger the key is a step or two from, or nullptr.
-MemFinger* NearMemFinger(const MemTable& memtable, MemFinger* fingers, std::string_view ikey,
-                         uint64_t max_lsn) {
-  for (int i = 0; i < ReadFinger::kFingers; i++) {
-    if (memtable.IsNear(fingers[i], ikey, max_lsn)) return &fingers[i];
-  }
-  return nullptr;
-}
-
-// Looks a key up in one memtable from the fingers: from one it is near, else by the hash index
-// (leaving the least recently used finger at what it finds), else by a climb from the most
-// recently used finger's place into the least recently used one.
-const MemNode* FindInMemtable(const MemTable& memtable, MemFinger* fingers, std::string_view ikey,
-                              uint64_t max_lsn, uint64_t now) {
-  MemFinger* finger = NearMemFinger(memtable, fingers, ikey, max_lsn);
-  if (finger != nullptr) {
-    finger->last_used = now;
-    return memtable.FindNear(ikey, max_lsn, finger);
-  }
-  MemFinger* newest = &fingers[0];
-  MemFinger* oldest = &fingers[0];
-  for (int i = 1; i < ReadFinger::kFingers; i++) {
-    if (fingers[i].last_used > newest->last_used) newest = &fingers[i];
-    if (fingers[i].last_used < oldest->last_used) oldest = &fingers[i];
-  }
-  if (memtable.IndexComplete()) {
-    const MemNode* node = memtable.Find(ikey, max_lsn);
-    if (node != nullptr) {
-      MemTable::PlaceFinger(oldest, node);
-      oldest->last_used = now;
-    }
-    return node;
-  }
-  if (oldest != newest) *oldest = *newest;
-  oldest->last_used = now;
-  return memtable.FindNear(ikey, max_lsn, oldest);
-}
-
 // The leaf finger that spans the key, or nullptr.
 LeafFinger* CoveringLeafFinger(LeafFinger* fingers, std::string_view ikey) {
   for (int i = 0; i < ReadFinger::kFingers; i++) {
@@ -219,9 +181,9 @@ Status EngineImpl::FindEntry(const Version& v, std::string_view ikey, uint64_t m
   for (int role = 0; role < 2; role++) {
     if (roles[role] < 0) continue;
     MemTable memtable = memtables_.Get(roles[role]);
-    const MemNode* node =
-        finger ? FindInMemtable(memtable, finger->memtables[role], ikey, max_lsn, now)
-               : memtable.Find(ikey, max_lsn);
+    const MemNode* node = finger ? memtable.FindFrom(ikey, max_lsn, finger->memtables[role],
+                                                     ReadFinger::kFingers, now)
+                                 : memtable.Find(ikey, max_lsn);
     if (node == nullptr) continue;
     *found = true;
     return MemNodeEntry(node, entry);
@@ -270,7 +232,8 @@ Status EngineImpl::GetNear(ReadFinger* finger, KeyspaceId ks, std::string_view k
   if (finger == nullptr) {
     local = levels_.Current();
   } else {
-    if (levels_.VersionSeq() != finger->version_seq) {
+    uint64_t seq = levels_.VersionSeq();
+    if ((seq & 1) != 0 || seq != finger->version_seq) {
       *finger = ReadFinger();
       finger->version = levels_.Current(&finger->version_seq);
     }

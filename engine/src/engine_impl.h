@@ -55,12 +55,12 @@ struct WriteOp {
 // sequence number is unchanged) and, in it, where recent reads ended in each memtable role and
 // each level. Several fingers each, because reads alternate between regions: an index scan
 // fetches its rows in order, but a row's newer versions live elsewhere, and a join reads two
-// tables in turn.
+// tables in turn. Memtable fingers serve only keys the memtable's hash index cannot answer.
 struct ReadFinger {
   static constexpr int kFingers = 2;
-  uint32_t version_seq = 1;  // odd: nothing remembered
+  uint64_t version_seq = 1;  // odd: nothing remembered
   uint64_t clock = 0;        // counts reads, for the fingers' last_used
-  Version version;
+  Version version{};
   MemFinger memtables[2][kFingers];  // the active memtable, the immutable one
   LeafFinger levels[kMaxLevels + 1][kFingers];
 };

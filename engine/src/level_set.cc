@@ -13,10 +13,10 @@ void LevelSet::Format() {
 }
 
 // Seqlock read: retries while a writer is inside Apply.
-Version LevelSet::Current(uint32_t* seq) const {
+Version LevelSet::Current(uint64_t* seq) const {
   Version v;
   while (true) {
-    uint32_t s1 = shared_->version_seq.load(std::memory_order_acquire);
+    uint64_t s1 = shared_->version_seq.load(std::memory_order_acquire);
     if (s1 & 1) {
       std::this_thread::yield();
       continue;

@@ -33,10 +33,10 @@ class LevelSet {
 
   // A consistent copy of the current version, from any process, without locks; `seq`, if
   // given, receives the version's sequence number (see VersionSeq).
-  Version Current(uint32_t* seq = nullptr) const;
+  Version Current(uint64_t* seq = nullptr) const;
   // The current version's sequence number: even, and changed by every Apply, so a copy taken
   // under an equal number is still current. Odd while a change is under way.
-  uint32_t VersionSeq() const { return shared_->version_seq.load(std::memory_order_acquire); }
+  uint64_t VersionSeq() const { return shared_->version_seq.load(std::memory_order_acquire); }
   // The current version itself (the caller holds the write mutex, so it cannot change).
   const Version& Latest() const { return shared_->current; }
   // Changes the current version under the seqlock (the caller holds the write mutex).

@@ -111,6 +111,31 @@ const MemNode* MemTable::FindNear(std::string_view ikey, uint64_t max_lsn,
   return nullptr;
 }
 
+// The index comes first because a key's entry there never goes back to an older version,
+// while the skiplist shows a new version a moment before the index does: a reader mixing the
+// two could read a version and then its predecessor.
+const MemNode* MemTable::FindFrom(std::string_view ikey, uint64_t max_lsn, MemFinger* fingers,
+                                  int count, uint64_t now) const {
+  bool answered;
+  const MemNode* node = FindIndexed(ikey, max_lsn, &answered);
+  if (answered) return node;
+  MemFinger* finger = nullptr;
+  for (int i = 0; i < count && finger == nullptr; i++) {
+    if (IsNear(fingers[i], ikey, max_lsn)) finger = &fingers[i];
+  }
+  if (finger == nullptr) {
+    MemFinger* newest = &fingers[0];
+    finger = &fingers[0];
+    for (int i = 1; i < count; i++) {
+      if (fingers[i].last_used > newest->last_used) newest = &fingers[i];
+      if (fingers[i].last_used < finger->last_used) finger = &fingers[i];
+    }
+    if (finger != newest) *finger = *newest;
+  }
+  finger->last_used = now;
+  return FindNear(ikey, max_lsn, finger);
+}
+
 bool MemTable::IsNear(const MemFinger& finger, std::string_view ikey, uint64_t max_lsn) const {
   for (int i = 0; i < std::min(finger.height, 2); i++) {
     const MemNode* x = finger.prev[i];
@@ -165,21 +190,25 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
   if (lsn > header_->max_lsn.load(std::memory_order_relaxed)) header_->max_lsn.store(lsn);
 }
 
-// Skips versions newer than the snapshot: they precede older ones at level 0.
 const MemNode* MemTable::Find(std::string_view ikey, uint64_t max_lsn) const {
   bool answered;
-  const MemNode* n = IndexFind(ikey, &answered);
-  if (answered) {
-    while (n != nullptr && n->lsn > max_lsn) {
-      n = Node(n->next[0].load(std::memory_order_acquire));
-      if (n != nullptr && n->key() != ikey) n = nullptr;
-    }
-    return n;
-  }
+  const MemNode* n = FindIndexed(ikey, max_lsn, &answered);
+  if (answered) return n;
   MemNode* found = nullptr;
   FindPrevious(ikey, max_lsn, nullptr, &found);
   if (found && found->key() == ikey) return found;
   return nullptr;
+}
+
+// Skips versions newer than the snapshot: they follow the newest at level 0.
+const MemNode* MemTable::FindIndexed(std::string_view ikey, uint64_t max_lsn,
+                                     bool* answered) const {
+  const MemNode* n = IndexFind(ikey, answered);
+  while (*answered && n != nullptr && n->lsn > max_lsn) {
+    n = Node(n->next[0].load(std::memory_order_acquire));
+    if (n != nullptr && n->key() != ikey) n = nullptr;
+  }
+  return n;
 }
 
 // Linear probing from the key's hash; the load cap leaves an empty slot to stop at.

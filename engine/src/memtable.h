@@ -68,12 +68,9 @@ class MemTable {
   bool IndexComplete() const {
     return header_->index_slots != 0 && header_->index_complete.load(std::memory_order_acquire);
   }
-  // Leaves only the finger's level-0 node, at `node` (found by Find): the next key of an
-  // ascending scan is then a step away.
-  static void PlaceFinger(MemFinger* finger, const MemNode* node) {
-    finger->height = 1;
-    finger->prev[0] = node;
-  }
+  // Find by the hash index alone; *answered false if it cannot say (no index, or a key absent
+  // from an incomplete one), and then the skiplist must.
+  const MemNode* FindIndexed(std::string_view ikey, uint64_t max_lsn, bool* answered) const;
 
   // Bytes an entry takes in the data area (upper bound).
   static uint64_t EntrySpace(size_t key_size, size_t value_size) {
@@ -90,9 +87,11 @@ class MemTable {
   // Find, starting from where the search that filled `finger` passed: a key a few entries away
   // from that search's costs a few steps instead of a descent from the head. Updates `finger`.
   const MemNode* FindNear(std::string_view ikey, uint64_t max_lsn, MemFinger* finger) const;
-  // Whether the key lies within a step or two of the finger's level-0 or level-1 node, where
-  // FindNear costs next to nothing.
-  bool IsNear(const MemFinger& finger, std::string_view ikey, uint64_t max_lsn) const;
+  // Find for a reader that keeps `count` fingers (stamped with its clock `now`): by the hash
+  // index whenever it can answer, else from a finger the key is near, else by a climb from
+  // the most recently used finger's place into the least recently used one.
+  const MemNode* FindFrom(std::string_view ikey, uint64_t max_lsn, MemFinger* fingers, int count,
+                          uint64_t now) const;
 
   // First node with key >= ikey (any version), or nullptr.
   const MemNode* Seek(std::string_view ikey) const;
@@ -124,6 +123,9 @@ class MemTable {
   MemNode* DescendFrom(MemNode* x, int level, std::string_view ikey, uint64_t lsn,
                        const MemNode** prev, MemNode** successor) const;
   int RandomHeight() const;
+  // Whether the key lies within a step or two of the finger's level-0 or level-1 node, where
+  // FindNear costs next to nothing.
+  bool IsNear(const MemFinger& finger, std::string_view ikey, uint64_t max_lsn) const;
   // The newest node of `ikey` by the index; *answered false if the index cannot say (no index,
   // or the key is absent from an incomplete one).
   const MemNode* IndexFind(std::string_view ikey, bool* answered) const;

@@ -18,12 +18,13 @@ class MemtablePool {
   static uint64_t DataCapacity(const Options& options) {
     return options.l0_size + options.segment_size + (64u << 10);
   }
-  // Slots of one slot's hash index: a power of two, one per 64 bytes of data area or fewer
-  // (a sixteenth of the data area; entries smaller than that on average fill it, and the
-  // memtable then answers the keys it could not index by its skiplist).
+  // Slots of one slot's hash index: a power of two, at least one per 48 bytes of data area
+  // (an eighth to a sixteenth of it). An entry takes 56 bytes at least (node, tower, a row id
+  // key and a value pointer), so at the 7/10 cap the index fills only with entries below 48
+  // bytes on average, and then answers the keys it could not take by the skiplist.
   static uint64_t IndexSlots(const Options& options) {
     uint64_t slots = 1024;
-    while (slots * 2 <= DataCapacity(options) / 64) slots *= 2;
+    while (slots * 48 < DataCapacity(options)) slots *= 2;
     return slots;
   }
   // Bytes of one slot after its header: the data area, then the index.

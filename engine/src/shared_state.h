@@ -187,7 +187,7 @@ struct SharedEpochs {
 
 // The level set's part (LevelSet): the installed version and what the manifest records.
 struct SharedLevels {
-  std::atomic<uint32_t> version_seq;  // seqlock over `current`
+  std::atomic<uint64_t> version_seq;  // seqlock over `current` (64 bits: never wraps)
   uint32_t pad;
   Version current;
   uint64_t compacted_lsn;  // every record up to it is in the levels (persisted in the manifest)
