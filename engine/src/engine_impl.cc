@@ -177,13 +177,9 @@ Status EngineImpl::FindEntry(const Version& v, std::string_view ikey, uint64_t m
                              LeafEntry* entry, ReadFinger* finger) {
   *found = false;
   uint64_t now = finger ? ++finger->clock : 0;
-  const int roles[2] = {v.active_memtable, v.immutable_memtable};
-  for (int role = 0; role < 2; role++) {
-    if (roles[role] < 0) continue;
-    MemTable memtable = memtables_.Get(roles[role]);
-    const MemNode* node = finger ? memtable.FindFrom(ikey, max_lsn, finger->memtables[role],
-                                                     ReadFinger::kFingers, now)
-                                 : memtable.Find(ikey, max_lsn);
+  for (int m : {v.active_memtable, v.immutable_memtable}) {
+    if (m < 0) continue;
+    const MemNode* node = memtables_.Get(m).Find(ikey, max_lsn);
     if (node == nullptr) continue;
     *found = true;
     return MemNodeEntry(node, entry);

@@ -52,16 +52,15 @@ struct WriteOp {
 };
 
 // What a PointReader remembers between reads: the version it read (valid while the level set's
-// sequence number is unchanged) and, in it, where recent reads ended in each memtable role and
-// each level. Several fingers each, because reads alternate between regions: an index scan
-// fetches its rows in order, but a row's newer versions live elsewhere, and a join reads two
-// tables in turn. Memtable fingers serve only keys the memtable's hash index cannot answer.
+// sequence number is unchanged) and, in it, the leaves where recent reads ended in each level.
+// Two per level, because reads alternate between regions: an index scan fetches its rows in
+// order, but a row's newer versions live elsewhere, and a join reads two tables in turn.
+// (Memtables need none: their hash index answers a key in a probe or two.)
 struct ReadFinger {
   static constexpr int kFingers = 2;
   uint64_t version_seq = 1;  // odd: nothing remembered
   uint64_t clock = 0;        // counts reads, for the fingers' last_used
   Version version{};
-  MemFinger memtables[2][kFingers];  // the active memtable, the immutable one
   LeafFinger levels[kMaxLevels + 1][kFingers];
 };
 
@@ -135,8 +134,8 @@ class EngineImpl final : public Engine {
   // --- reads (engine_impl.cc) ---
   // Newest entry for ikey across memtables and levels of `v`, newer than nothing above
   // `max_lsn` in memtables. Views point into shared memory or the device mapping. With a
-  // finger (filled by earlier reads of the same version), each memtable and level is searched
-  // from where the last read ended.
+  // finger (filled by earlier reads of the same version), a level whose remembered leaf spans
+  // the key is searched in that leaf alone.
   Status FindEntry(const Version& v, std::string_view ikey, uint64_t max_lsn, bool* found,
                    LeafEntry* entry, ReadFinger* finger = nullptr);
 

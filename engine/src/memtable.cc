@@ -1,7 +1,6 @@
 // Skiplist operations on the shared memtable.
 #include "memtable.h"
 
-#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -53,15 +52,8 @@ bool MemTable::Before(const MemNode* n, std::string_view ikey, uint64_t lsn) {
 // reload the link, which a concurrent insert may by then point at a newer node in between.
 MemNode* MemTable::FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** prev,
                                 MemNode** successor) const {
+  MemNode* x = Head();
   int level = int(header_->max_height.load(std::memory_order_acquire)) - 1;
-  return DescendFrom(Head(), level, ikey, lsn, const_cast<const MemNode**>(prev), successor);
-}
-
-// Walks each level forward while the next node still orders before the key, then drops a
-// level. Correct from any start that orders before the key, since every level is a sorted
-// sublist of level 0 and nodes are never unlinked before a reset.
-MemNode* MemTable::DescendFrom(MemNode* x, int level, std::string_view ikey, uint64_t lsn,
-                               const MemNode** prev, MemNode** successor) const {
   while (true) {
     MemNode* next = Node(x->next[level].load(std::memory_order_acquire));
     if (next && Before(next, ikey, lsn)) {
@@ -75,75 +67,6 @@ MemNode* MemTable::DescendFrom(MemNode* x, int level, std::string_view ikey, uin
       level--;
     }
   }
-}
-
-// Climbs the finger from level 0 to the lowest level whose remembered node orders before the
-// key while its successor there does not (the key lies in that node's span), and descends
-// from it. A key right after the last one is found at level 0 in a step or two; a distant one
-// climbs to the top and costs about an ordinary descent.
-const MemNode* MemTable::FindNear(std::string_view ikey, uint64_t max_lsn,
-                                  MemFinger* finger) const {
-  int top = int(header_->max_height.load(std::memory_order_acquire)) - 1;
-  MemNode* start = Head();
-  int level = top;
-  int limit = std::min(finger->height, top + 1);
-  for (int i = 0; i < limit; i++) {
-    auto* x = const_cast<MemNode*>(finger->prev[i]);
-    if (!Before(x, ikey, max_lsn)) continue;  // the key is behind it: look higher
-    MemNode* next = Node(x->next[i].load(std::memory_order_acquire));
-    if (next == nullptr || !Before(next, ikey, max_lsn) || i == top) {
-      start = x;
-      level = i;
-      break;
-    }
-  }
-  MemNode* found = nullptr;
-  DescendFrom(start, level, ikey, max_lsn, finger->prev, &found);
-  // The levels above the start keep their older nodes: each is used only after the check
-  // above that it orders before the key.
-  finger->height = std::max(finger->height, level + 1);
-  if (found && found->key() == ikey) {
-    // The found node itself orders before every later key: the next key of an ascending scan
-    // is then found at level 0 in one step, past nothing but this key's older versions.
-    finger->prev[0] = found;
-    return found;
-  }
-  return nullptr;
-}
-
-// The index comes first because a key's entry there never goes back to an older version,
-// while the skiplist shows a new version a moment before the index does: a reader mixing the
-// two could read a version and then its predecessor.
-const MemNode* MemTable::FindFrom(std::string_view ikey, uint64_t max_lsn, MemFinger* fingers,
-                                  int count, uint64_t now) const {
-  bool answered;
-  const MemNode* node = FindIndexed(ikey, max_lsn, &answered);
-  if (answered) return node;
-  MemFinger* finger = nullptr;
-  for (int i = 0; i < count && finger == nullptr; i++) {
-    if (IsNear(fingers[i], ikey, max_lsn)) finger = &fingers[i];
-  }
-  if (finger == nullptr) {
-    MemFinger* newest = &fingers[0];
-    finger = &fingers[0];
-    for (int i = 1; i < count; i++) {
-      if (fingers[i].last_used > newest->last_used) newest = &fingers[i];
-      if (fingers[i].last_used < finger->last_used) finger = &fingers[i];
-    }
-    if (finger != newest) *finger = *newest;
-  }
-  finger->last_used = now;
-  return FindNear(ikey, max_lsn, finger);
-}
-
-bool MemTable::IsNear(const MemFinger& finger, std::string_view ikey, uint64_t max_lsn) const {
-  for (int i = 0; i < std::min(finger.height, 2); i++) {
-    const MemNode* x = finger.prev[i];
-    if (!Before(x, ikey, max_lsn)) continue;
-    const MemNode* next = Node(x->next[i].load(std::memory_order_acquire));
-    if (next == nullptr || !Before(next, ikey, max_lsn)) return true;
-  }
-  return false;
 }
 
 // Geometric heights with p = 1/4; the generator is per thread.

@@ -43,15 +43,6 @@ struct MemNode {
   ValueKind value_kind() const { return static_cast<ValueKind>(kind); }
 };
 
-// Where a search of one memtable passed at each level, so that the next search of a nearby key
-// starts there rather than at the head. Process-local pointers, valid while the memtable is not
-// reset (its owner forgets it when the engine's version changes).
-struct MemFinger {
-  int height = 0;          // levels filled; 0: nothing remembered
-  uint64_t last_used = 0;  // its owner's clock, for choosing which finger to move
-  const MemNode* prev[kMemMaxHeight];
-};
-
 // Views a memtable node as a leaf entry; Corruption if its pointer has the wrong size.
 Status MemNodeEntry(const MemNode* node, LeafEntry* entry);
 
@@ -68,9 +59,6 @@ class MemTable {
   bool IndexComplete() const {
     return header_->index_slots != 0 && header_->index_complete.load(std::memory_order_acquire);
   }
-  // Find by the hash index alone; *answered false if it cannot say (no index, or a key absent
-  // from an incomplete one), and then the skiplist must.
-  const MemNode* FindIndexed(std::string_view ikey, uint64_t max_lsn, bool* answered) const;
 
   // Bytes an entry takes in the data area (upper bound).
   static uint64_t EntrySpace(size_t key_size, size_t value_size) {
@@ -81,17 +69,12 @@ class MemTable {
   // Inserts an entry (the caller holds the write mutex and has checked HasRoom).
   void Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::string_view value);
 
-  // Newest entry for `ikey` with lsn <= max_lsn, or nullptr.
+  // Newest entry for `ikey` with lsn <= max_lsn, or nullptr: by the hash index whenever it
+  // can answer, else by the skiplist. Never both for one key: a key's entry in the index never
+  // goes back to an older version, while the skiplist shows a new version a moment before the
+  // index does, so a reader answered by each in turn could read a version, then its
+  // predecessor.
   const MemNode* Find(std::string_view ikey, uint64_t max_lsn) const;
-
-  // Find, starting from where the search that filled `finger` passed: a key a few entries away
-  // from that search's costs a few steps instead of a descent from the head. Updates `finger`.
-  const MemNode* FindNear(std::string_view ikey, uint64_t max_lsn, MemFinger* finger) const;
-  // Find for a reader that keeps `count` fingers (stamped with its clock `now`): by the hash
-  // index whenever it can answer, else from a finger the key is near, else by a climb from
-  // the most recently used finger's place into the least recently used one.
-  const MemNode* FindFrom(std::string_view ikey, uint64_t max_lsn, MemFinger* fingers, int count,
-                          uint64_t now) const;
 
   // First node with key >= ikey (any version), or nullptr.
   const MemNode* Seek(std::string_view ikey) const;
@@ -119,16 +102,12 @@ class MemTable {
   // and, in *successor, the level-0 node the descent stopped at.
   MemNode* FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** prev,
                         MemNode** successor) const;
-  // The descent of FindPrevious from node x (which orders before (ikey, lsn)) at `level`.
-  MemNode* DescendFrom(MemNode* x, int level, std::string_view ikey, uint64_t lsn,
-                       const MemNode** prev, MemNode** successor) const;
   int RandomHeight() const;
-  // Whether the key lies within a step or two of the finger's level-0 or level-1 node, where
-  // FindNear costs next to nothing.
-  bool IsNear(const MemFinger& finger, std::string_view ikey, uint64_t max_lsn) const;
   // The newest node of `ikey` by the index; *answered false if the index cannot say (no index,
   // or the key is absent from an incomplete one).
   const MemNode* IndexFind(std::string_view ikey, bool* answered) const;
+  // IndexFind, walked on to the newest version at or below max_lsn.
+  const MemNode* FindIndexed(std::string_view ikey, uint64_t max_lsn, bool* answered) const;
   // Makes `off` (a node of `ikey` at `lsn`, just linked) the key's entry in the index.
   void IndexPublish(std::string_view ikey, uint64_t lsn, uint32_t off);
 

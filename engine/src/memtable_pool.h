@@ -19,9 +19,10 @@ class MemtablePool {
     return options.l0_size + options.segment_size + (64u << 10);
   }
   // Slots of one slot's hash index: a power of two, at least one per 48 bytes of data area
-  // (an eighth to a sixteenth of it). An entry takes 56 bytes at least (node, tower, a row id
-  // key and a value pointer), so at the 7/10 cap the index fills only with entries below 48
-  // bytes on average, and then answers the keys it could not take by the skiplist.
+  // (an eighth to a sixteenth of it). At the 7/10 cap it fills only with entries below about
+  // 48 bytes on average: a table row's entry takes 56 or more (node, tower, row id key, a
+  // tuple or a 16-byte value pointer), a deletion's tombstone 40. A memtable of mostly
+  // tombstones can fill it; the keys it could not take are then found by the skiplist.
   static uint64_t IndexSlots(const Options& options) {
     uint64_t slots = 1024;
     while (slots * 48 < DataCapacity(options)) slots *= 2;

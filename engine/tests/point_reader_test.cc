@@ -178,9 +178,7 @@ TEST(PointReader, ConcurrentInsertsAndCompactions) {
 }
 
 // While a writer overwrites a few keys with ever higher version numbers, a reader that mixes
-// ascending runs (a step from its fingers) with jumps (by the memtable's hash index) never
-// reads a version older than one it read before: the skiplist shows a new node a moment before
-// the index does, so a reader that answered some reads from one and some from the other could.
+// ascending runs with jumps never reads a version older than one it read before.
 TEST(PointReader, NeverGoesBackToAnOlderVersion) {
   TestEngine t;
   KeyspaceId ks;
