@@ -14,6 +14,7 @@
 // asynchronously too.
 #include "slipstream/rdma/channel.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -49,6 +50,98 @@ struct PackageHeader {
 };
 static_assert(sizeof(PackageHeader) == 40);
 constexpr uint32_t kHeaderSize = 48;  // header padded so payloads start 16-byte aligned
+
+// Where a message's payload comes from. Each package asks for its next bytes as gather
+// entries appended after the package header's entry; what the source copies goes into
+// `staging`, the Send Buffer part right after the header.
+class PayloadSource {
+ public:
+  virtual ~PayloadSource() = default;
+  // Appends the next `length` payload bytes to *sges, which may hold max_sges entries.
+  virtual void Gather(uint64_t length, char* staging, uint32_t staging_lkey, std::vector<Sge>* sges,
+                      uint32_t max_sges) = 0;
+};
+
+// Adds `length` bytes copied to `at` in the staging part: they extend the last entry when it
+// ends right there (the header's entry, or earlier copied bytes).
+void AppendStaged(std::vector<Sge>* sges, char* at, uint64_t length, uint32_t lkey) {
+  Sge& last = sges->back();
+  if (last.lkey == lkey && static_cast<const char*>(last.addr) + last.length == at) {
+    last.length += uint32_t(length);
+  } else {
+    sges->push_back(Sge{at, uint32_t(length), lkey});
+  }
+}
+
+// A payload copied from memory the transport cannot reach (Send).
+class CopiedPayload : public PayloadSource {
+ public:
+  explicit CopiedPayload(std::string_view data) : data_(data) {}
+  // Copies the bytes beside the header.
+  void Gather(uint64_t length, char* staging, uint32_t staging_lkey, std::vector<Sge>* sges,
+              uint32_t) override {
+    std::memcpy(staging, data_.data() + offset_, length);
+    AppendStaged(sges, staging, length, staging_lkey);
+    offset_ += length;
+  }
+
+ private:
+  std::string_view data_;
+  uint64_t offset_ = 0;
+};
+
+// A contiguous payload written straight from a region (SendRegion).
+class RegionPayload : public PayloadSource {
+ public:
+  RegionPayload(const LocalRegion& region, uint64_t offset) : region_(region), offset_(offset) {}
+  // Points one entry at the region.
+  void Gather(uint64_t length, char*, uint32_t, std::vector<Sge>* sges, uint32_t) override {
+    sges->push_back(Sge{region_.addr + offset_, uint32_t(length), region_.lkey});
+    offset_ += length;
+  }
+
+ private:
+  const LocalRegion& region_;
+  uint64_t offset_;
+};
+
+// A declarative region's wire image (SendLayout): packed boxes are copied beside the header,
+// in-place boxes become entries pointing into the source. When the entries run out, the rest
+// of the package is copied too; one entry is always kept free for that.
+class LayoutPayload : public PayloadSource {
+ public:
+  LayoutPayload(const LocalRegion& source, const Schedule& schedule)
+      : source_(source), runs_(schedule.runs) {}
+  // Walks the runs that cover the package's bytes.
+  void Gather(uint64_t length, char* staging, uint32_t staging_lkey, std::vector<Sge>* sges,
+              uint32_t max_sges) override {
+    uint64_t staged = 0;
+    while (length > 0) {
+      const Run& run = runs_[run_];
+      const uint64_t take = std::min(length, run.length - in_run_);
+      const char* from = source_.addr + run.source + in_run_;
+      if (run.packed || sges->size() + 1 >= max_sges) {
+        std::memcpy(staging + staged, from, take);
+        AppendStaged(sges, staging + staged, take, staging_lkey);
+        staged += take;
+      } else {
+        sges->push_back(Sge{from, uint32_t(take), source_.lkey});
+      }
+      length -= take;
+      in_run_ += take;
+      if (in_run_ == run.length) {
+        run_++;
+        in_run_ = 0;
+      }
+    }
+  }
+
+ private:
+  const LocalRegion& source_;
+  const std::vector<Run>& runs_;
+  size_t run_ = 0;
+  uint64_t in_run_ = 0;
+};
 
 struct SetupMessage {
   uint32_t magic;
@@ -92,6 +185,8 @@ class ChannelImpl : public Channel {
   Status Send(uint32_t opcode, std::string_view data, uint32_t sender, int timeout_ms) override;
   Status SendRegion(uint32_t opcode, const LocalRegion& region, size_t offset, size_t length,
                     uint32_t sender, int timeout_ms) override;
+  Status SendLayout(uint32_t opcode, const LocalRegion& source, const RegionLayout& layout,
+                    const Schedule& schedule, uint32_t sender, int timeout_ms) override;
   Status Receive(Message* message, int timeout_ms) override;
   Status ReceivePackage(PackageView* package, int timeout_ms) override;
   Status Release(const PackageView& package) override;
@@ -123,9 +218,9 @@ class ChannelImpl : public Channel {
   bool SlotBusyLocked(uint32_t sender) const;
   // Whether any part of any slot is still in flight (mu_ held).
   bool AnyPartBusyLocked() const;
-  // Sends one message whose payload comes from `source` (a copy) or `region` (zero-copy).
-  Status SendMessage(uint32_t opcode, std::string_view source, const LocalRegion* region,
-                     size_t region_offset, size_t length, uint32_t sender, int timeout_ms);
+  // Sends one message of `length` bytes whose packages gather their payload from `payload`.
+  Status SendMessage(uint32_t opcode, PayloadSource& payload, size_t length, uint32_t sender,
+                     int timeout_ms);
   // Waits for a free peer buffer and reserves it with the next sequence number.
   Status ReserveBuffer(uint32_t* buffer, uint64_t* sequence, Clock::time_point deadline,
                        bool may_wait);
@@ -357,7 +452,8 @@ Status ChannelImpl::ReserveBuffer(uint32_t* buffer, uint64_t* sequence, Clock::t
 }
 
 Status ChannelImpl::Send(uint32_t opcode, std::string_view data, uint32_t sender, int timeout_ms) {
-  return SendMessage(opcode, data, nullptr, 0, data.size(), sender, timeout_ms);
+  CopiedPayload payload(data);
+  return SendMessage(opcode, payload, data.size(), sender, timeout_ms);
 }
 
 Status ChannelImpl::SendRegion(uint32_t opcode, const LocalRegion& region, size_t offset,
@@ -365,7 +461,8 @@ Status ChannelImpl::SendRegion(uint32_t opcode, const LocalRegion& region, size_
   if (offset > region.length || length > region.length - offset) {
     return Status::InvalidArgument("SendRegion range outside the region");
   }
-  Status s = SendMessage(opcode, {}, &region, offset, length, sender, timeout_ms);
+  RegionPayload payload(region, offset);
+  Status s = SendMessage(opcode, payload, length, sender, timeout_ms);
   if (!s.ok()) return s;
   // The transport gathers the payload from the region until the writes complete. No deadline:
   // everything is posted, so only the transport is left, and it either completes the writes
@@ -374,12 +471,24 @@ Status ChannelImpl::SendRegion(uint32_t opcode, const LocalRegion& region, size_
                     /*may_time_out=*/false);
 }
 
+Status ChannelImpl::SendLayout(uint32_t opcode, const LocalRegion& source,
+                               const RegionLayout& layout, const Schedule& schedule,
+                               uint32_t sender, int timeout_ms) {
+  Status s = CheckSchedule(layout, schedule, source.addr == nullptr ? 0 : source.length);
+  if (!s.ok()) return s;
+  LayoutPayload payload(source, schedule);
+  s = SendMessage(opcode, payload, schedule.wire_bytes, sender, timeout_ms);
+  if (!s.ok()) return s;
+  // As SendRegion: in-place boxes are read by the transport until the writes complete.
+  return AwaitParts([&] { return !SlotBusyLocked(sender); }, Clock::time_point::max(),
+                    /*may_time_out=*/false);
+}
+
 // Each package: wait for the slot's next Send Buffer part, reserve a peer buffer, write header
 // (and payload), then the READY word with a fence so it lands after the package. The package
 // stays in flight while the slot goes on with the next one in another part.
-Status ChannelImpl::SendMessage(uint32_t opcode, std::string_view source, const LocalRegion* region,
-                                size_t region_offset, size_t length, uint32_t sender,
-                                int timeout_ms) {
+Status ChannelImpl::SendMessage(uint32_t opcode, PayloadSource& payload, size_t length,
+                                uint32_t sender, int timeout_ms) {
   if (sender >= options_.sender_threads) return Status::InvalidArgument("sender slot out of range");
   Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   size_t max_payload = std::min<size_t>(peer_buffer_size_, send_part_size_) - kHeaderSize;
@@ -409,15 +518,10 @@ Status ChannelImpl::SendMessage(uint32_t opcode, std::string_view source, const 
     PackageHeader h{kPackageMagic, opcode, sequence, length, offset, uint32_t(chunk), sender};
     std::memset(staging, 0, kHeaderSize);
     std::memcpy(staging, &h, sizeof(h));
-    Sge sges[2];
-    uint32_t nsge = 1;
-    if (region) {
-      sges[0] = Sge{staging, kHeaderSize, send_.lkey};
-      if (chunk > 0)
-        sges[nsge++] = Sge{region->addr + region_offset + offset, uint32_t(chunk), region->lkey};
-    } else {
-      if (chunk > 0) std::memcpy(staging + kHeaderSize, source.data() + offset, chunk);
-      sges[0] = Sge{staging, uint32_t(kHeaderSize + chunk), send_.lkey};
+    std::vector<Sge> sges{Sge{staging, kHeaderSize, send_.lkey}};
+    if (chunk > 0) {
+      payload.Gather(chunk, staging + kHeaderSize, send_.lkey, &sges,
+                     std::max<uint32_t>(2, conn_->max_sge()));
     }
     uint64_t* word = ReadyWord(part);
     *word = Word(kReady, sequence);
@@ -425,8 +529,8 @@ Status ChannelImpl::SendMessage(uint32_t opcode, std::string_view source, const 
     WorkRequest wr[2];
     wr[0].wr_id = WrId(kWrData, part);
     wr[0].opcode = Opcode::kWrite;
-    wr[0].sg_list = sges;
-    wr[0].num_sge = nsge;
+    wr[0].sg_list = sges.data();
+    wr[0].num_sge = uint32_t(sges.size());
     wr[0].remote_addr = peer_receive_.addr + uint64_t(buffer) * peer_buffer_size_;
     wr[0].rkey = peer_receive_.rkey;
     wr[0].signaled = false;

@@ -258,6 +258,7 @@ class ShmConnection : public Connection, public FaultInjectable {
   // Remote regions come from the heap (so the peer can reach them), local-only ones from a
   // private mapping the peer never sees. Both count against region_capacity.
   Status AllocateRegion(size_t length, uint32_t access, LocalRegion* region) override;
+  Status RegisterLocal(void* addr, size_t length, LocalRegion* region) override;
 
   // Invalidates the table entry first (so the peer's next lookup fails), then gives the space
   // back with its pages released. A peer WRITE validated just before is not fenced (see the
@@ -291,6 +292,7 @@ class ShmConnection : public Connection, public FaultInjectable {
 
   // The backend's name.
   std::string backend() const override { return "shm"; }
+  uint32_t max_sge() const override { return kSoftwareMaxSge; }
 
  private:
   // A region of this side. slot < 0: local-only (a private mapping, not in the heap).
@@ -301,6 +303,7 @@ class ShmConnection : public Connection, public FaultInjectable {
     uint32_t access = kLocalOnly;
     int slot = -1;
     uint64_t heap_offset = 0;
+    bool owned = true;  // false: the caller's memory (RegisterLocal), not counted or unmapped
   };
 
   // Sizes, creates, seals and maps our heap, and lays out the header, table and ring.
@@ -432,7 +435,7 @@ ShmConnection::~ShmConnection() {
   ::close(fd_);
   if (peer_heap_ != nullptr) ::munmap(peer_heap_, peer_heap_size_);
   for (const auto& [lkey, entry] : by_lkey_) {
-    if (entry.slot < 0) ::munmap(entry.addr, entry.length);
+    if (entry.slot < 0 && entry.owned) ::munmap(entry.addr, entry.length);
   }
   if (own_heap_ != nullptr) ::munmap(own_heap_, own_heap_size_);
   if (own_memfd_ >= 0) ::close(own_memfd_);
@@ -543,6 +546,21 @@ Status ShmConnection::AllocateRegion(size_t length, uint32_t access, LocalRegion
   return Status::OK();
 }
 
+// A local-only region only needs an lkey here: the initiator copies from it itself.
+Status ShmConnection::RegisterLocal(void* addr, size_t length, LocalRegion* region) {
+  if (addr == nullptr || length == 0) return Status::InvalidArgument("empty local region");
+  std::lock_guard<std::mutex> lock(mu_);
+  LocalEntry entry;
+  entry.addr = static_cast<char*>(addr);
+  entry.length = length;
+  entry.owned = false;
+  uint32_t lkey = next_lkey_++;
+  if (next_lkey_ == 0) next_lkey_ = 1;
+  by_lkey_[lkey] = entry;
+  *region = LocalRegion{entry.addr, length, 0, lkey, kLocalOnly};
+  return Status::OK();
+}
+
 Status ShmConnection::FreeRegion(const LocalRegion& region) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = by_lkey_.find(region.lkey);
@@ -550,6 +568,10 @@ Status ShmConnection::FreeRegion(const LocalRegion& region) {
     return Status::InvalidArgument("not a region of this connection");
   }
   const LocalEntry& entry = it->second;
+  if (!entry.owned) {
+    by_lkey_.erase(it);
+    return Status::OK();
+  }
   if (entry.slot < 0) {
     ::munmap(entry.addr, entry.length);
   } else {

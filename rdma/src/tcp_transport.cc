@@ -64,9 +64,10 @@ constexpr uint64_t kInlineSendBytes = 64u << 10;
 struct Mapping {
   char* addr = nullptr;
   size_t length = 0;
-  // Unmaps the memory.
+  bool owned = true;  // false: the caller's memory (RegisterLocal)
+  // Unmaps the memory if it is ours.
   ~Mapping() {
-    if (addr != nullptr) ::munmap(addr, length);
+    if (addr != nullptr && owned) ::munmap(addr, length);
   }
 };
 using MappingRef = std::shared_ptr<Mapping>;
@@ -136,6 +137,7 @@ class TcpConnection : public Connection, public FaultInjectable {
 
   // mmap gives zeroed pages; remote rights get a random key in the region table.
   Status AllocateRegion(size_t length, uint32_t access, LocalRegion* region) override;
+  Status RegisterLocal(void* addr, size_t length, LocalRegion* region) override;
 
   // Removes the key first (the peer's later accesses fail); the memory goes when no transfer
   // holds it any more.
@@ -164,6 +166,7 @@ class TcpConnection : public Connection, public FaultInjectable {
   FaultInjection* faults() override { return &faults_; }
 
   std::string backend() const override { return "tcp"; }
+  uint32_t max_sge() const override { return kSoftwareMaxSge; }
 
  private:
   struct LocalEntry {
@@ -351,6 +354,21 @@ Status TcpConnection::AllocateRegion(size_t length, uint32_t access, LocalRegion
   return Status::OK();
 }
 
+// The sender gathers straight from the caller's memory; only the lkey is new.
+Status TcpConnection::RegisterLocal(void* addr, size_t length, LocalRegion* region) {
+  if (addr == nullptr || length == 0) return Status::InvalidArgument("empty local region");
+  auto mapping = std::make_shared<Mapping>();
+  mapping->addr = static_cast<char*>(addr);
+  mapping->length = length;
+  mapping->owned = false;
+  std::lock_guard<std::mutex> lock(regions_mu_);
+  uint32_t lkey = next_lkey_++;
+  if (next_lkey_ == 0) next_lkey_ = 1;
+  by_lkey_[lkey] = LocalEntry{mapping, 0};
+  *region = LocalRegion{mapping->addr, length, 0, lkey, kLocalOnly};
+  return Status::OK();
+}
+
 Status TcpConnection::FreeRegion(const LocalRegion& region) {
   std::lock_guard<std::mutex> lock(regions_mu_);
   auto it = by_lkey_.find(region.lkey);
@@ -361,7 +379,7 @@ Status TcpConnection::FreeRegion(const LocalRegion& region) {
     remote_table_.Remove(it->second.rkey);
     by_rkey_.erase(it->second.rkey);
   }
-  allocated_bytes_ -= it->second.mapping->length;
+  if (it->second.mapping->owned) allocated_bytes_ -= it->second.mapping->length;
   by_lkey_.erase(it);
   return Status::OK();
 }

@@ -190,6 +190,7 @@ class VerbsConnection : public Connection, public FaultInjectable {
   Status Setup();
 
   Status AllocateRegion(size_t length, uint32_t access, LocalRegion* region) override;
+  Status RegisterLocal(void* addr, size_t length, LocalRegion* region) override;
   Status FreeRegion(const LocalRegion& region) override;
   RemoteRegion Describe(const LocalRegion& region) const override;
   Status Post(const WorkRequest* requests, size_t count) override;
@@ -199,12 +200,14 @@ class VerbsConnection : public Connection, public FaultInjectable {
   void Disconnect() override;
   FaultInjection* faults() override { return &faults_; }
   std::string backend() const override { return "verbs"; }
+  uint32_t max_sge() const override { return max_sge_; }
 
  private:
   struct Region {
     char* addr;
     size_t length;
     ibv_mr* mr;
+    bool owned = true;  // false: the caller's memory (RegisterLocal)
   };
   // A posted request waiting for its completion.
   struct Slot {
@@ -279,7 +282,7 @@ VerbsConnection::~VerbsConnection() {
   if (cq_) api_.destroy_cq(cq_);
   for (auto& [lkey, region] : regions_) {
     api_.dereg_mr(region.mr);
-    std::free(region.addr);
+    if (region.owned) std::free(region.addr);
   }
   if (pd_) api_.dealloc_pd(pd_);
   if (context_) api_.close_device(context_);
@@ -469,6 +472,19 @@ Status VerbsConnection::AllocateRegion(size_t length, uint32_t access, LocalRegi
   return Status::OK();
 }
 
+// The NIC gathers from the caller's memory through a local-only memory registration.
+Status VerbsConnection::RegisterLocal(void* addr, size_t length, LocalRegion* region) {
+  if (region == nullptr || addr == nullptr || length == 0) {
+    return Status::InvalidArgument("RegisterLocal needs non-empty memory");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ibv_mr* mr = api_.reg_mr(pd_, addr, length, IBV_ACCESS_LOCAL_WRITE);
+  if (mr == nullptr) return ErrnoStatus("ibv_reg_mr", errno);
+  regions_[mr->lkey] = Region{static_cast<char*>(addr), length, mr, false};
+  *region = LocalRegion{static_cast<char*>(addr), length, 0, mr->lkey, kLocalOnly};
+  return Status::OK();
+}
+
 // Deregistration makes the HCA refuse the peer's later accesses before the memory is freed.
 Status VerbsConnection::FreeRegion(const LocalRegion& region) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -477,8 +493,10 @@ Status VerbsConnection::FreeRegion(const LocalRegion& region) {
     return Status::InvalidArgument("FreeRegion: not a region of this connection");
   }
   if (int rc = api_.dereg_mr(it->second.mr); rc != 0) return ErrnoStatus("ibv_dereg_mr", rc);
-  std::free(it->second.addr);
-  region_bytes_ -= it->second.length;
+  if (it->second.owned) {
+    std::free(it->second.addr);
+    region_bytes_ -= it->second.length;
+  }
   regions_.erase(it);
   return Status::OK();
 }

@@ -110,6 +110,10 @@ class Connection {
 
   // Allocates and registers a zeroed region with the given rights for this connection.
   virtual Status AllocateRegion(size_t length, uint32_t access, LocalRegion* region) = 0;
+  // Registers caller-owned memory as a local-only region of this connection (a gather source
+  // or scatter destination, e.g. one buffer scattered to several peers); the memory must
+  // outlive the registration, and FreeRegion deregisters it without freeing it.
+  virtual Status RegisterLocal(void* addr, size_t length, LocalRegion* region) = 0;
   // Deregisters (the peer's later accesses fail) and frees a region.
   virtual Status FreeRegion(const LocalRegion& region) = 0;
   // What to send to the peer so that it can access `region`.
@@ -126,6 +130,8 @@ class Connection {
   virtual Status state() const = 0;
   virtual void Disconnect() = 0;
   virtual std::string backend() const = 0;
+  // The most gather entries one work request may carry here.
+  virtual uint32_t max_sge() const = 0;
 };
 
 class Listener {

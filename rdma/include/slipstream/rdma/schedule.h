@@ -1,0 +1,151 @@
+// Gap analysis and the transfer optimizer: how a region's fragments travel.
+//
+// The optimizer walks a layout's fragments in payload order and groups them into boxes
+// (D-RDMA's bounding boxes). The wire image is the boxes one after another. A box shorter than
+// `min_in_place` is packed (copied into a staging buffer, where consecutive packed boxes form
+// one gather entry); a longer one is sent in place (a gather entry pointing into the source:
+// zero copy). A fragment joins the open box when it starts at or after the box's end and the
+// gap is small enough that moving the gap's bytes costs less than what a new box would:
+// `max_bridge_packed` bytes while the grown box would still be packed (the alternative is one
+// more copy), `max_bridge` bytes otherwise (the alternative is one more gather entry).
+//
+// Packing changes how bytes reach the wire, never the wire image itself, so the receiver
+// finds every fragment from the layout and the options alone (LandingCursor): it can read
+// the fragments where they landed (zero copy) or Unpack them.
+//
+// Both thresholds come from TransferCosts, per-transport constants that
+// `bench/region_bench --calibrate` measures (docs/benchmarks.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "slipstream/rdma/region.h"
+#include "slipstream/rdma/status.h"
+
+namespace slipstream::rdma {
+
+// What a transfer costs on one transport, in nanoseconds.
+struct TransferCosts {
+  double piece_ns = 0;      // one more gather entry (Sge) in a request
+  double wire_byte_ns = 0;  // one more byte moved by the transport
+  double copy_call_ns = 0;  // one more packing copy
+  double copy_byte_ns = 0;  // one more byte packed
+
+  // The constants measured on this machine type for "shm", "tcp" or "verbs" (docs/benchmarks.md,
+  // "Regions"); verbs has no measurement here and uses D-RDMA's published figures.
+  static TransferCosts Measured(std::string_view backend);
+};
+
+struct ScheduleOptions {
+  uint32_t max_bridge = 0;         // gaps up to this many bytes travel inside an in-place box
+  uint32_t max_bridge_packed = 0;  // ... inside a box that stays packed
+  uint32_t min_in_place = 0;       // boxes shorter than this are packed
+  // The thresholds that minimise `costs`: bridge a gap while its bytes cost less than a piece
+  // (or, in a packed box, than a copy), pack a box while copying it costs less than a piece.
+  static ScheduleOptions FromCosts(const TransferCosts& costs);
+};
+
+// The longest box: a gather entry's length is 32 bits.
+constexpr uint64_t kMaxBoxBytes = uint64_t{1} << 30;
+
+// A box: `length` bytes from `source` of the source buffer, at `wire` in the wire image.
+struct Run {
+  uint64_t source = 0;
+  uint64_t length = 0;
+  uint64_t wire = 0;
+  bool packed = false;
+};
+
+struct Schedule {
+  ScheduleOptions options;
+  std::vector<Run> runs;
+  uint64_t fragments = 0;
+  uint64_t payload_bytes = 0;  // the fragments' bytes
+  uint64_t wire_bytes = 0;     // payload plus bridged gaps
+  uint64_t bridged_bytes = 0;
+  uint64_t packed_bytes = 0;    // bytes copied into staging
+  uint64_t max_packed_run = 0;  // staging must hold at least this much
+};
+
+// Plans the transfer of `layout` under `options`.
+Schedule PlanSchedule(const RegionLayout& layout, const ScheduleOptions& options);
+
+// The box rule, fragment by fragment: PlanSchedule (sender) and LandingCursor (receiver) both
+// place fragments through it, so they agree on every fragment's wire offset.
+class BoxWalker {
+ public:
+  explicit BoxWalker(const ScheduleOptions& options) : options_(options) {}
+
+  // Puts `fragment` into the open box or a new one; returns true when it opened a box.
+  // *wire is where the fragment's first byte lands in the wire image.
+  bool Place(const Fragment& fragment, uint64_t* wire) {
+    if (open_) {
+      if (fragment.offset >= end_) {
+        const uint64_t gap = fragment.offset - end_;
+        const uint64_t grown = fragment.offset + fragment.length - source_;
+        const uint64_t limit =
+            grown < options_.min_in_place ? options_.max_bridge_packed : options_.max_bridge;
+        if (grown <= kMaxBoxBytes && gap <= limit) {
+          end_ = fragment.offset + fragment.length;
+          *wire = wire_ + (fragment.offset - source_);
+          return false;
+        }
+      }
+      wire_ += end_ - source_;
+    }
+    open_ = true;
+    source_ = fragment.offset;
+    end_ = fragment.offset + fragment.length;
+    *wire = wire_;
+    return true;
+  }
+
+  uint64_t box_source() const { return source_; }
+  uint64_t box_length() const { return end_ - source_; }
+  // The wire image's length so far (the open box included).
+  uint64_t wire_end() const { return open_ ? wire_ + (end_ - source_) : 0; }
+
+ private:
+  ScheduleOptions options_;
+  bool open_ = false;
+  uint64_t source_ = 0;  // the open box's first source byte
+  uint64_t end_ = 0;     // one past its last source byte
+  uint64_t wire_ = 0;    // where it starts in the wire image
+};
+
+// Checks that `schedule` fits `layout` and a source buffer of `source_length` bytes: it was
+// planned for a layout of the same shape, its runs lie inside the source and add up to its
+// wire image, and no packed run is longer than a box may be.
+Status CheckSchedule(const RegionLayout& layout, const Schedule& schedule, uint64_t source_length);
+
+// Walks where each fragment of a layout lands in the wire image of its schedule (the
+// receiver's view): the same fragments as FragmentCursor, with `offset` in the wire image.
+class LandingCursor {
+ public:
+  LandingCursor(const RegionLayout& layout, const ScheduleOptions& options)
+      : fragments_(layout), walker_(options) {}
+  bool Next(Fragment* landed) {
+    Fragment fragment;
+    if (!fragments_.Next(&fragment)) return false;
+    walker_.Place(fragment, &landed->offset);
+    landed->length = fragment.length;
+    return true;
+  }
+
+ private:
+  FragmentCursor fragments_;
+  BoxWalker walker_;
+};
+
+// Copies the payload of `layout` out of a received wire image into *payload. Fails when the
+// wire image is shorter than the schedule's.
+Status Unpack(const RegionLayout& layout, const ScheduleOptions& options, std::string_view wire,
+              std::string* payload);
+
+// The wire image's length for `layout` under `options`.
+uint64_t WireBytes(const RegionLayout& layout, const ScheduleOptions& options);
+
+}  // namespace slipstream::rdma

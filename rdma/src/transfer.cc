@@ -1,0 +1,209 @@
+// Executing schedules: gather lists built from a schedule's boxes, posted to every target
+// before any completion is awaited.
+#include "slipstream/rdma/transfer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+namespace slipstream::rdma {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Work requests one target has in flight at once; the last of each batch is signaled.
+constexpr size_t kBatchRequests = 16;
+// Bytes one work request carries at most (Completion::byte_len is 32 bits).
+constexpr uint64_t kMaxRequestBytes = uint64_t{1} << 30;
+
+// The progress of one target through its schedule.
+struct TargetState {
+  size_t next_run = 0;
+  uint64_t next_run_offset = 0;  // bytes of runs[next_run] already in earlier requests
+  bool waiting = false;          // a batch is posted and its signaled request not yet complete
+  bool done = false;
+  std::vector<Sge> sges;
+  std::vector<WorkRequest> requests;
+};
+
+// Checks one target before anything is posted anywhere.
+Status CheckTarget(const RegionTarget& t) {
+  if (t.connection == nullptr || t.layout == nullptr || t.schedule == nullptr) {
+    return Status::InvalidArgument("region target without a connection, layout or schedule");
+  }
+  const Schedule& schedule = *t.schedule;
+  Status s = CheckSchedule(*t.layout, schedule, t.source.addr == nullptr ? 0 : t.source.length);
+  if (!s.ok()) return s;
+  if (schedule.packed_bytes > 0 &&
+      (t.staging.addr == nullptr || t.staging.length < schedule.max_packed_run)) {
+    return Status::InvalidArgument("the staging buffer cannot hold the largest packed run");
+  }
+  if (t.remote_offset > t.remote.length ||
+      schedule.wire_bytes > t.remote.length - t.remote_offset) {
+    return Status::InvalidArgument("the remote region cannot hold the wire image");
+  }
+  return Status::OK();
+}
+
+// Builds and posts the target's next batch: up to kBatchRequests requests of up to max_sge
+// gather entries each, stopping early when the staging buffer is full. Packed runs are copied
+// into staging here; the batch's last request is signaled.
+Status PostBatch(RegionTarget& t, TargetState& state, uint64_t batch_id, TransferStats* stats) {
+  const std::vector<Run>& runs = t.schedule->runs;
+  const uint32_t max_sge = std::max<uint32_t>(1, t.connection->max_sge());
+  state.sges.clear();
+  state.requests.clear();
+  std::vector<std::pair<size_t, size_t>> spans;  // per request: first sge, count
+  uint64_t staged = 0;
+  uint64_t request_bytes = 0;
+  uint64_t request_wire = 0;
+  bool staging_full = false;
+  bool last_was_staging = false;
+  while (state.next_run < runs.size() && !staging_full) {
+    const Run& run = runs[state.next_run];
+    const uint64_t needs = run.packed ? run.length : 1;  // in-place runs may be split
+    const bool new_request =
+        spans.empty() || spans.back().second == max_sge || request_bytes + needs > kMaxRequestBytes;
+    if (new_request) {
+      if (spans.size() == kBatchRequests) break;
+      request_wire = run.wire + state.next_run_offset;
+      request_bytes = 0;
+      spans.emplace_back(state.sges.size(), 0);
+      WorkRequest wr;
+      wr.opcode = Opcode::kWrite;
+      wr.remote_addr = t.remote.addr + t.remote_offset + request_wire;
+      wr.rkey = t.remote.rkey;
+      wr.signaled = false;
+      state.requests.push_back(wr);
+      last_was_staging = false;
+    }
+    const uint64_t room = kMaxRequestBytes - request_bytes;
+    if (run.packed) {
+      if (run.length > t.staging.length - staged) {
+        staging_full = true;
+        break;
+      }
+      char* at = t.staging.addr + staged;
+      std::memcpy(at, t.source.addr + run.source, run.length);
+      staged += run.length;
+      Sge* previous = last_was_staging ? &state.sges.back() : nullptr;
+      if (previous != nullptr && previous->length + run.length <= kMaxBoxBytes) {
+        previous->length += uint32_t(run.length);
+      } else {
+        state.sges.push_back(Sge{at, uint32_t(run.length), t.staging.lkey});
+        spans.back().second++;
+      }
+      last_was_staging = true;
+      request_bytes += run.length;
+      state.next_run++;
+      if (stats) stats->packed_bytes += run.length;
+    } else {
+      // An in-place run goes as one entry, or several when it exceeds what a request holds.
+      const uint64_t piece =
+          std::min<uint64_t>({run.length - state.next_run_offset, room, kMaxBoxBytes});
+      state.sges.push_back(
+          Sge{t.source.addr + run.source + state.next_run_offset, uint32_t(piece), t.source.lkey});
+      spans.back().second++;
+      last_was_staging = false;
+      request_bytes += piece;
+      state.next_run_offset += piece;
+      if (state.next_run_offset == run.length) {
+        state.next_run++;
+        state.next_run_offset = 0;
+      }
+    }
+  }
+  // A request opened for a packed run that did not fit the staging buffer stays empty.
+  while (!spans.empty() && spans.back().second == 0) {
+    spans.pop_back();
+    state.requests.pop_back();
+  }
+  if (state.requests.empty()) {
+    if (state.next_run < runs.size()) {
+      return Status::InvalidArgument("a packed run does not fit the staging buffer");
+    }
+    state.done = true;
+    return Status::OK();
+  }
+  for (size_t i = 0; i < state.requests.size(); i++) {
+    state.requests[i].sg_list = &state.sges[spans[i].first];
+    state.requests[i].num_sge = uint32_t(spans[i].second);
+    if (stats) {
+      stats->pieces += spans[i].second;
+      for (size_t j = 0; j < spans[i].second; j++) {
+        stats->wire_bytes += state.sges[spans[i].first + j].length;
+      }
+    }
+  }
+  state.requests.back().signaled = true;
+  state.requests.back().wr_id = batch_id;
+  if (stats) stats->requests += state.requests.size();
+  Status s = t.connection->Post(state.requests.data(), state.requests.size());
+  if (!s.ok()) return s;
+  state.waiting = true;
+  return Status::OK();
+}
+
+// Applies the completions `connection` reports (waiting up to timeout_ms for the first);
+// true in *progressed when the target's batch completed.
+Status Reap(RegionTarget& t, TargetState& state, int timeout_ms, bool* progressed) {
+  Completion completions[4];
+  size_t count = 0;
+  Status s = t.connection->Poll(completions, 4, timeout_ms, &count);
+  for (size_t i = 0; i < count; i++) {
+    if (completions[i].status != WcStatus::kSuccess) {
+      return Status::RemoteAccess("a region write failed at the target");
+    }
+    state.waiting = false;
+    *progressed = true;
+  }
+  if (!s.ok() && count == 0) return s;
+  return Status::OK();
+}
+
+}  // namespace
+
+Status ScatterRegions(RegionTarget* targets, size_t count, int timeout_ms, TransferStats* stats) {
+  for (size_t i = 0; i < count; i++) {
+    Status s = CheckTarget(targets[i]);
+    if (!s.ok()) return s;
+  }
+  std::vector<TargetState> states(count);
+  uint64_t batch_id = 0;
+  Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    bool progressed = false;
+    bool all_done = true;
+    for (size_t i = 0; i < count; i++) {
+      TargetState& state = states[i];
+      if (state.waiting) {
+        Status s = Reap(targets[i], state, 0, &progressed);
+        if (!s.ok()) return s;
+      }
+      if (!state.waiting && !state.done) {
+        Status s = PostBatch(targets[i], state, ++batch_id, stats);
+        if (!s.ok()) return s;
+        progressed = true;
+      }
+      all_done = all_done && state.done;
+    }
+    if (all_done) return Status::OK();
+    if (progressed) {
+      deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+      continue;
+    }
+    if (Clock::now() >= deadline) return Status::Timeout("region writes did not complete");
+    // Nothing moved: sleep in the first waiting target's transport for a moment.
+    for (size_t i = 0; i < count; i++) {
+      if (states[i].waiting) {
+        Status s = Reap(targets[i], states[i], 1, &progressed);
+        if (!s.ok()) return s;
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace slipstream::rdma
