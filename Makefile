@@ -14,7 +14,7 @@ DEBIAN_PACKAGES = cmake g++ make pkg-config googletest libgtest-dev libgmock-dev
 
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build extension install demo demo-replication demo-engine bench test test-sanitize test-pg check check-format format clean bench-rdma bench-pg bench-replication
+.PHONY: all deps build extension install demo demo-replication demo-engine bench test test-sanitize test-pg check check-format format clean bench-rdma bench-regions bench-pg bench-replication
 
 all: build
 
@@ -136,6 +136,21 @@ bench-rdma: deps
 	$(BUILD)/bench/rdma_bench --csv-dir=$(RDMA_RESULTS)
 	$(BUILD)/bench/channel_bench --csv-dir=$(RDMA_RESULTS)
 	gnuplot -e "csv='$(RDMA_RESULTS)'; out='docs'" scripts/plot_rdma.gp
+
+# Declarative regions (D-RDMA) against per-fragment WRITEs and copy-out on shm and tcp
+# (bench/region_bench: calibration, the shuffle and projection scenarios), then the plot
+# docs/rdma_regions.png. About 3 minutes on 2 cores.
+REGION_RESULTS ?= results/regions
+bench-regions: deps
+	@command -v gnuplot >/dev/null || { \
+	  echo "installing: gnuplot-nox"; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gnuplot-nox; }
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(BUILD) -j$(JOBS) --target region_bench
+	mkdir -p $(REGION_RESULTS)
+	$(BUILD)/bench/region_bench --costs=library --csv=$(REGION_RESULTS)/region.csv
+	gnuplot -e "csv='$(REGION_RESULTS)/region.csv'; out='docs/rdma_regions.png'" scripts/plot_regions.gp
 
 # The PostgreSQL benchmarks of docs/benchmarks.md, heap against slipstream on one server in one
 # run: YCSB Load and A-F (bench/ycsb_pg.sh; YCSB_ARGS, e.g. --mixes=all) and pgbench TPC-B

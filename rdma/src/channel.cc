@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "small_copy.h"
+
 namespace slipstream::rdma {
 
 namespace {
@@ -121,7 +123,7 @@ class LayoutPayload : public PayloadSource {
       const uint64_t take = std::min(length, run.length - in_run_);
       const char* from = source_.addr + run.source + in_run_;
       if (run.packed || sges->size() + 1 >= max_sges) {
-        std::memcpy(staging + staged, from, take);
+        CopyFragment(staging + staged, from, take);
         AppendStaged(sges, staging + staged, take, staging_lkey);
         staged += take;
       } else {

@@ -205,6 +205,39 @@ bool RegionLayout::Summarize() {
   return false;
 }
 
+// FNV-1a over the parameters, 64 bits at a time: cheap, and any change of kind, shape, offset
+// or mask changes it (it guards against mistakes, not against an adversary).
+uint64_t RegionLayout::Fingerprint() const {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  auto mix = [&hash](uint64_t value) {
+    hash ^= value;
+    hash *= 0x100000001b3ull;
+    hash ^= hash >> 29;
+  };
+  mix(uint64_t(kind_));
+  mix(rows_);
+  mix(base_);
+  mix(stride_);
+  for (const Field& field : fields_) mix(uint64_t(field.offset) << 32 | field.length);
+  for (const Column& column : columns_) {
+    mix(column.base);
+    mix(column.width);
+  }
+  for (const Fragment& item : items_) {
+    mix(item.offset);
+    mix(item.length);
+  }
+  mix(masked_);
+  if (masked_) {
+    for (size_t i = 0; i < mask_.words().size(); i++) {
+      uint64_t word = mask_.words()[i];
+      if (i + 1 == mask_.words().size()) word &= TailBits(rows_);
+      mix(word);
+    }
+  }
+  return hash;
+}
+
 void RegionLayout::EncodeTo(std::string* out) const {
   out->push_back(static_cast<char>(kind_));
   out->push_back(static_cast<char>(masked_ ? kMaskedFlag : 0));

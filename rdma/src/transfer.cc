@@ -7,6 +7,8 @@
 #include <cstring>
 #include <vector>
 
+#include "small_copy.h"
+
 namespace slipstream::rdma {
 
 namespace {
@@ -24,8 +26,10 @@ struct TargetState {
   uint64_t next_run_offset = 0;  // bytes of runs[next_run] already in earlier requests
   bool waiting = false;          // a batch is posted and its signaled request not yet complete
   bool done = false;
+  uint64_t batch_id = 0;  // the wr_id of the batch's signaled request
   std::vector<Sge> sges;
   std::vector<WorkRequest> requests;
+  std::vector<std::pair<size_t, size_t>> spans;
 };
 
 // Checks one target before anything is posted anywhere.
@@ -55,7 +59,8 @@ Status PostBatch(RegionTarget& t, TargetState& state, uint64_t batch_id, Transfe
   const uint32_t max_sge = std::max<uint32_t>(1, t.connection->max_sge());
   state.sges.clear();
   state.requests.clear();
-  std::vector<std::pair<size_t, size_t>> spans;  // per request: first sge, count
+  std::vector<std::pair<size_t, size_t>>& spans = state.spans;  // per request: first, count
+  spans.clear();
   uint64_t staged = 0;
   uint64_t request_bytes = 0;
   uint64_t request_wire = 0;
@@ -81,24 +86,36 @@ Status PostBatch(RegionTarget& t, TargetState& state, uint64_t batch_id, Transfe
     }
     const uint64_t room = kMaxRequestBytes - request_bytes;
     if (run.packed) {
-      if (run.length > t.staging.length - staged) {
+      // A stretch of packed runs becomes one entry: copy them back to back while they fit.
+      const char* from = t.source.addr;
+      char* const first = t.staging.addr + staged;
+      char* at = first;
+      const uint64_t limit = std::min(t.staging.length - staged,
+                                      std::min(kMaxRequestBytes - request_bytes, kMaxBoxBytes));
+      char* const end = first + limit;
+      size_t next = state.next_run;
+      while (next < runs.size() && runs[next].packed && runs[next].length <= uint64_t(end - at)) {
+        CopyFragment(at, from + runs[next].source, runs[next].length);
+        at += runs[next].length;
+        next++;
+      }
+      const uint64_t copied = uint64_t(at - first);
+      if (copied == 0) {  // the next packed run does not fit what is left
         staging_full = true;
         break;
       }
-      char* at = t.staging.addr + staged;
-      std::memcpy(at, t.source.addr + run.source, run.length);
-      staged += run.length;
+      state.next_run = next;
+      staged += copied;
+      request_bytes += copied;
+      if (stats) stats->packed_bytes += copied;
       Sge* previous = last_was_staging ? &state.sges.back() : nullptr;
-      if (previous != nullptr && previous->length + run.length <= kMaxBoxBytes) {
-        previous->length += uint32_t(run.length);
+      if (previous != nullptr && previous->length + copied <= kMaxBoxBytes) {
+        previous->length += uint32_t(copied);
       } else {
-        state.sges.push_back(Sge{at, uint32_t(run.length), t.staging.lkey});
+        state.sges.push_back(Sge{first, uint32_t(copied), t.staging.lkey});
         spans.back().second++;
       }
       last_was_staging = true;
-      request_bytes += run.length;
-      state.next_run++;
-      if (stats) stats->packed_bytes += run.length;
     } else {
       // An in-place run goes as one entry, or several when it exceeds what a request holds.
       const uint64_t piece =
@@ -146,21 +163,43 @@ Status PostBatch(RegionTarget& t, TargetState& state, uint64_t batch_id, Transfe
   return Status::OK();
 }
 
-// Applies the completions `connection` reports (waiting up to timeout_ms for the first);
-// true in *progressed when the target's batch completed.
-Status Reap(RegionTarget& t, TargetState& state, int timeout_ms, bool* progressed) {
-  Completion completions[4];
+// Polls `connection` (waiting up to timeout_ms for the first completion) and ends the batch
+// of whichever target a completion names by its wr_id: targets may share a connection.
+Status Reap(Connection* connection, std::vector<TargetState>& states, int timeout_ms,
+            bool* progressed) {
+  Completion completions[8];
   size_t count = 0;
-  Status s = t.connection->Poll(completions, 4, timeout_ms, &count);
+  Status s = connection->Poll(completions, 8, timeout_ms, &count);
   for (size_t i = 0; i < count; i++) {
     if (completions[i].status != WcStatus::kSuccess) {
       return Status::RemoteAccess("a region write failed at the target");
     }
-    state.waiting = false;
-    *progressed = true;
+    for (TargetState& state : states) {
+      if (state.waiting && state.batch_id == completions[i].wr_id) {
+        state.waiting = false;
+        *progressed = true;
+      }
+    }
   }
   if (!s.ok() && count == 0) return s;
   return Status::OK();
+}
+
+// True when two targets would copy packed boxes into overlapping staging memory.
+bool StagingOverlaps(const RegionTarget* targets, size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    const RegionTarget& a = targets[i];
+    if (a.schedule->packed_bytes == 0) continue;
+    for (size_t j = i + 1; j < count; j++) {
+      const RegionTarget& b = targets[j];
+      if (b.schedule->packed_bytes == 0) continue;
+      if (a.staging.addr < b.staging.addr + b.staging.length &&
+          b.staging.addr < a.staging.addr + a.staging.length) {
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 }  // namespace
@@ -169,6 +208,9 @@ Status ScatterRegions(RegionTarget* targets, size_t count, int timeout_ms, Trans
   for (size_t i = 0; i < count; i++) {
     Status s = CheckTarget(targets[i]);
     if (!s.ok()) return s;
+  }
+  if (StagingOverlaps(targets, count)) {
+    return Status::InvalidArgument("targets share staging memory");
   }
   std::vector<TargetState> states(count);
   uint64_t batch_id = 0;
@@ -179,11 +221,12 @@ Status ScatterRegions(RegionTarget* targets, size_t count, int timeout_ms, Trans
     for (size_t i = 0; i < count; i++) {
       TargetState& state = states[i];
       if (state.waiting) {
-        Status s = Reap(targets[i], state, 0, &progressed);
+        Status s = Reap(targets[i].connection, states, 0, &progressed);
         if (!s.ok()) return s;
       }
       if (!state.waiting && !state.done) {
-        Status s = PostBatch(targets[i], state, ++batch_id, stats);
+        state.batch_id = ++batch_id;
+        Status s = PostBatch(targets[i], state, batch_id, stats);
         if (!s.ok()) return s;
         progressed = true;
       }
@@ -198,7 +241,7 @@ Status ScatterRegions(RegionTarget* targets, size_t count, int timeout_ms, Trans
     // Nothing moved: sleep in the first waiting target's transport for a moment.
     for (size_t i = 0; i < count; i++) {
       if (states[i].waiting) {
-        Status s = Reap(targets[i], states[i], 1, &progressed);
+        Status s = Reap(targets[i].connection, states, 1, &progressed);
         if (!s.ok()) return s;
         break;
       }

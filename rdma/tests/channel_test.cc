@@ -403,14 +403,16 @@ TEST_P(ChannelTest, LayoutsAcrossPackages) {
   RegionLayout small, other;
   ASSERT_TRUE(RegionLayout::Strided(0, 16, 10, {{0, 4}}, &small).ok());
   ASSERT_TRUE(RegionLayout::Strided(0, 16, 11, {{0, 4}}, &other).ok());
-  Schedule wrong = PlanSchedule(other, {});
+  Schedule wrong = PlanSchedule(other, ScheduleOptions{});
   EXPECT_EQ(c.sender->SendLayout(1, registered, small, wrong, 0, kTimeoutMs).code(),
             Status::Code::kInvalidArgument);
   LocalRegion short_source = registered;
   short_source.length = 100;
-  EXPECT_EQ(
-      c.sender->SendLayout(1, short_source, small, PlanSchedule(small, {}), 0, kTimeoutMs).code(),
-      Status::Code::kInvalidArgument);
+  EXPECT_EQ(c.sender
+                ->SendLayout(1, short_source, small, PlanSchedule(small, ScheduleOptions{}), 0,
+                             kTimeoutMs)
+                .code(),
+            Status::Code::kInvalidArgument);
   Message none;
   EXPECT_EQ(c.receiver->Receive(&none, 50).code(), Status::Code::kTimeout);
 }

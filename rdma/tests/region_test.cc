@@ -2,6 +2,8 @@
 // Encode/Decode, the transfer optimizer and the receiver's view against an independent
 // reference on random layouts, and real region transfers (one target, scatters to up to 8,
 // bad input, staging reuse, more pieces than max_sge) on the shm and tcp backends.
+#include "slipstream/rdma/region.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +16,6 @@
 #include <string_view>
 #include <vector>
 
-#include "slipstream/rdma/region.h"
 #include "slipstream/rdma/schedule.h"
 #include "slipstream/rdma/transfer.h"
 #include "slipstream/rdma/transport.h"
@@ -30,9 +31,9 @@ constexpr char kSecret[] = "region-test-secret";
 constexpr uint64_t kSeed = 0x5eed2024d8da0001ull;
 constexpr uint64_t kMax64 = UINT64_MAX;
 
-#define ASSERT_OK(expr)                                                 \
-  do {                                                                  \
-    Status assert_ok_status = (expr);                                   \
+#define ASSERT_OK(expr)                                                                 \
+  do {                                                                                  \
+    Status assert_ok_status = (expr);                                                   \
     ASSERT_TRUE(assert_ok_status.ok()) << #expr << ": " << assert_ok_status.ToString(); \
   } while (0)
 
@@ -59,6 +60,15 @@ class Rng {
   std::mt19937_64 engine_;
 };
 
+// ScheduleOptions with every threshold named.
+ScheduleOptions Options(uint32_t max_bridge, uint32_t max_bridge_packed, uint32_t min_in_place) {
+  ScheduleOptions options;
+  options.max_bridge = max_bridge;
+  options.max_bridge_packed = max_bridge_packed;
+  options.min_in_place = min_in_place;
+  return options;
+}
+
 // ---------------------------------------------------------------------------------------------
 // The reference: a layout's parameters as the test chose them, and the fragments, payload and
 // schedule computed from them by plain loops (never through FragmentCursor or PlanSchedule).
@@ -72,7 +82,10 @@ struct Spec {
   std::vector<Column> columns;
   std::vector<Fragment> items;
   bool masked = false;
-  std::vector<bool> mask;  // one per row (item) when masked
+  std::vector<bool> mask;  // one per row (item) when masked: the rows every layer selects
+  // When not empty, Build applies these masks one after another (WithMask on a masked layout
+  // selects the rows both select); `mask` is then their intersection.
+  std::vector<std::vector<bool>> layers;
 };
 
 // Rows of a strided or bitmapped spec, items of a pointer-mapped one.
@@ -81,7 +94,9 @@ uint64_t SpecRows(const Spec& spec) {
 }
 
 // Whether row (item) `row` of `spec` is selected.
-bool Selected(const Spec& spec, uint64_t row) { return !spec.masked || spec.mask[row]; }
+bool Selected(const Spec& spec, uint64_t row) {
+  return !spec.masked || spec.mask[row];
+}
 
 // The fragments of `spec` in payload order.
 std::vector<Fragment> ReferenceFragments(const Spec& spec) {
@@ -132,7 +147,8 @@ struct ReferencePlan {
 };
 
 // Groups `fragments` into boxes: one joins the open box when it starts at or after the box's
-// end, the gap is at most max_bridge and the box stays within kMaxBoxBytes.
+// end, the box stays within kMaxBoxBytes, and the gap is at most max_bridge_packed when the
+// grown box would still be packed (shorter than min_in_place), max_bridge otherwise.
 ReferencePlan PlanByHand(const std::vector<Fragment>& fragments, const ScheduleOptions& options) {
   ReferencePlan plan;
   for (const Fragment& f : fragments) {
@@ -140,8 +156,10 @@ ReferencePlan PlanByHand(const std::vector<Fragment>& fragments, const ScheduleO
     if (!plan.runs.empty()) {
       Run& box = plan.runs.back();
       uint64_t box_end = box.source + box.length;
-      if (f.offset >= box_end && f.offset - box_end <= options.max_bridge &&
-          f.offset + f.length - box.source <= kMaxBoxBytes) {
+      uint64_t grown = f.offset + f.length - box.source;
+      uint64_t limit =
+          grown < options.min_in_place ? options.max_bridge_packed : options.max_bridge;
+      if (f.offset >= box_end && f.offset - box_end <= limit && grown <= kMaxBoxBytes) {
         plan.bridged += f.offset - box_end;
         box.length = f.offset + f.length - box.source;
         continue;
@@ -203,7 +221,13 @@ Status Build(const Spec& spec, RegionLayout* out) {
     *out = std::move(plain);
     return s;
   }
-  return plain.WithMask(ToRowMask(spec.mask), out);
+  if (spec.layers.empty()) return plain.WithMask(ToRowMask(spec.mask), out);
+  for (const std::vector<bool>& layer : spec.layers) {
+    s = plain.WithMask(ToRowMask(layer), &plain);
+    if (!s.ok()) return s;
+  }
+  *out = std::move(plain);
+  return s;
 }
 
 // The parameters a layout reports through its accessors.
@@ -265,6 +289,7 @@ std::string Describe(const Spec& spec) {
 // "max_bridge=.. min_in_place=..".
 std::string Describe(const ScheduleOptions& options) {
   return "max_bridge=" + std::to_string(options.max_bridge) +
+         " max_bridge_packed=" + std::to_string(options.max_bridge_packed) +
          " min_in_place=" + std::to_string(options.min_in_place);
 }
 
@@ -387,6 +412,7 @@ std::string CheckPlan(const Spec& spec, const RegionLayout& layout, std::string_
 
   // The totals and every run, exactly.
   if (plan.options.max_bridge != options.max_bridge ||
+      plan.options.max_bridge_packed != options.max_bridge_packed ||
       plan.options.min_in_place != options.min_in_place) {
     err << "options not kept; ";
   }
@@ -426,7 +452,7 @@ std::string CheckPlan(const Spec& spec, const RegionLayout& layout, std::string_
   for (size_t i = 0; i < plan.runs.size(); i++) {
     const Run& r = plan.runs[i];
     if (r.wire != wire) err << "run " << i << " is not contiguous in the wire image; ";
-    if (r.length == 0 || r.length > kMaxBoxBytes) err << "run " << i << " has a bad length; ";
+    if (r.length == 0) err << "run " << i << " is empty; ";
     if (r.source + r.length > layout.extent() || r.source + r.length < r.source) {
       err << "run " << i << " reads outside the extent; ";
     }
@@ -443,14 +469,17 @@ std::string CheckPlan(const Spec& spec, const RegionLayout& layout, std::string_
   if (packed != plan.packed_bytes || max_packed != plan.max_packed_run) {
     err << "packed totals disagree with the runs; ";
   }
-  uint64_t wire_bytes = WireBytes(layout, options.max_bridge);
+  Status checked = CheckSchedule(layout, plan, layout.extent());
+  if (!checked.ok())
+    err << "CheckSchedule refuses PlanSchedule's own schedule: " << checked.ToString() << "; ";
+  uint64_t wire_bytes = WireBytes(layout, options);
   if (wire_bytes != want.wire) err << "WireBytes " << wire_bytes << " want " << want.wire << "; ";
   if (!err.str().empty()) return err.str();
 
   // The receiver's view: fragment k lands inside exactly the run that carries its bytes.
   std::string image = WireImage(want, source);
   std::string payload = ReferencePayload(fragments, source);
-  LandingCursor landing(layout, options.max_bridge);
+  LandingCursor landing(layout, options);
   Fragment landed;
   size_t k = 0;
   std::string gathered;
@@ -467,8 +496,7 @@ std::string CheckPlan(const Spec& spec, const RegionLayout& layout, std::string_
     if (landed.offset + landed.length > run->wire + run->length ||
         run->source + (landed.offset - run->wire) != f.offset) {
       return "fragment " + std::to_string(k) + " " + Describe(f) + " landed at " +
-             std::to_string(landed.offset) + ", not where its run " + Describe(*run) +
-             " puts it";
+             std::to_string(landed.offset) + ", not where its run " + Describe(*run) + " puts it";
     }
     gathered.append(image, landed.offset, landed.length);
     k++;
@@ -480,12 +508,12 @@ std::string CheckPlan(const Spec& spec, const RegionLayout& layout, std::string_
   if (gathered != payload) return "the landed bytes are not the payload";
 
   std::string unpacked = "garbage";
-  Status s = Unpack(layout, options.max_bridge, image, &unpacked);
+  Status s = Unpack(layout, options, image, &unpacked);
   if (!s.ok()) return "Unpack: " + s.ToString();
   if (unpacked != payload) return "Unpack's payload differs from the reference";
   if (!image.empty()) {
     std::string_view short_image(image.data(), image.size() - 1);
-    if (Unpack(layout, options.max_bridge, short_image, &unpacked).ok()) {
+    if (Unpack(layout, options, short_image, &unpacked).ok()) {
       return "Unpack accepted a wire image one byte short";
     }
   }
@@ -505,10 +533,18 @@ Spec RandomStrided(Rng& r, uint64_t limit) {
   Spec spec;
   spec.kind = RegionKind::kStrided;
   switch (r.Uniform(0, 3)) {
-    case 0: spec.stride = r.Uniform(1, 8); break;
-    case 1: spec.stride = r.Uniform(1, 64); break;
-    case 2: spec.stride = r.Uniform(1, 512); break;
-    default: spec.stride = r.Uniform(1024, 4096); break;
+    case 0:
+      spec.stride = r.Uniform(1, 8);
+      break;
+    case 1:
+      spec.stride = r.Uniform(1, 64);
+      break;
+    case 2:
+      spec.stride = r.Uniform(1, 512);
+      break;
+    default:
+      spec.stride = r.Uniform(1024, 4096);
+      break;
   }
   uint64_t want = r.Uniform(1, 6), pos = 0;
   while (spec.fields.size() < want && pos < spec.stride) {
@@ -521,7 +557,8 @@ Spec RandomStrided(Rng& r, uint64_t limit) {
   spec.base = r.Chance(0.5) ? 0 : r.Uniform(0, 200);
   uint64_t end = spec.fields.back().offset + spec.fields.back().length;
   uint64_t max_rows = (limit - spec.base - end) / spec.stride + 1;
-  spec.rows = r.Uniform(0, std::min<uint64_t>(max_rows, r.Chance(0.5) ? 8 : 120));
+  uint64_t most = r.Chance(0.5) ? 8 : r.Chance(0.85) ? 120 : 2000;
+  spec.rows = r.Uniform(0, std::min<uint64_t>(max_rows, most));
   return spec;
 }
 
@@ -537,7 +574,8 @@ Spec RandomBitmapped(Rng& r, uint64_t limit) {
     widths.push_back(uint32_t(width));
     widest = std::max(widest, width);
   }
-  spec.rows = r.Uniform(0, std::min<uint64_t>(limit / widest, r.Chance(0.5) ? 16 : 300));
+  uint64_t most = r.Chance(0.5) ? 16 : r.Chance(0.85) ? 300 : 3000;
+  spec.rows = r.Uniform(0, std::min<uint64_t>(limit / widest, most));
   uint64_t next = r.Uniform(0, 64);
   for (uint32_t width : widths) {
     uint64_t bytes = spec.rows * width;
@@ -570,11 +608,21 @@ Spec RandomPointerMapped(Rng& r, uint64_t limit) {
     uint64_t how = mode == 5 ? r.Uniform(0, 4) : mode;
     uint64_t offset = 0;
     switch (how) {
-      case 0: offset = pos; break;                                // adjacent
-      case 1: offset = pos + r.Uniform(0, 300); break;            // small gaps
-      case 2: offset = r.Uniform(0, limit - length); break;       // anywhere
-      case 3: offset = high >= length + 100 ? high - length - r.Uniform(0, 100) : 0; break;
-      default: offset = pos + r.Uniform(4000, limit / 4); break;  // huge gaps
+      case 0:
+        offset = pos;
+        break;  // adjacent
+      case 1:
+        offset = pos + r.Uniform(0, 300);
+        break;  // small gaps
+      case 2:
+        offset = r.Uniform(0, limit - length);
+        break;  // anywhere
+      case 3:
+        offset = high >= length + 100 ? high - length - r.Uniform(0, 100) : 0;
+        break;
+      default:
+        offset = pos + r.Uniform(4000, limit / 4);
+        break;  // huge gaps
     }
     if (offset + length > limit) offset = r.Uniform(0, limit - length);
     spec.items.push_back({offset, length});
@@ -584,22 +632,64 @@ Spec RandomPointerMapped(Rng& r, uint64_t limit) {
   return spec;
 }
 
-// A random mask over `rows`, of a random density, applied to `spec`.
-void RandomMask(Rng& r, Spec* spec) {
+// `rows` random mask bits: of a random density, or runs of set and unset bits of random
+// lengths (a few, about a word, up to a few words).
+std::vector<bool> RandomBits(Rng& r, uint64_t rows) {
   static const double kDensity[] = {0, 0.05, 0.5, 0.95, 1};
-  double density = kDensity[r.Uniform(0, 4)];
+  std::vector<bool> bits(rows);
+  if (r.Chance(0.6)) {
+    double density = kDensity[r.Uniform(0, 4)];
+    for (uint64_t i = 0; i < rows; i++) bits[i] = r.Chance(density);
+    return bits;
+  }
+  bool on = r.Chance(0.5);
+  for (uint64_t i = 0; i < rows; on = !on) {
+    uint64_t length;
+    switch (r.Uniform(0, 3)) {
+      case 0:
+        length = r.Uniform(1, 3);
+        break;
+      case 1:
+        length = r.Uniform(60, 70);
+        break;
+      case 2:
+        length = r.Uniform(120, 136);
+        break;
+      default:
+        length = r.Uniform(1, 200);
+        break;
+    }
+    for (uint64_t j = 0; j < length && i < rows; j++) bits[i++] = on;
+  }
+  return bits;
+}
+
+// A random mask over the rows of `spec`, applied to it; sometimes two, one after the other.
+void RandomMask(Rng& r, Spec* spec) {
+  uint64_t rows = SpecRows(*spec);
   spec->masked = true;
-  spec->mask.assign(SpecRows(*spec), false);
-  for (uint64_t i = 0; i < spec->mask.size(); i++) spec->mask[i] = r.Chance(density);
+  spec->mask.assign(rows, true);
+  int layers = r.Chance(0.25) ? 2 : 1;
+  for (int layer = 0; layer < layers; layer++) {
+    std::vector<bool> bits = RandomBits(r, rows);
+    for (uint64_t i = 0; i < rows; i++) spec->mask[i] = spec->mask[i] && bits[i];
+    if (layers > 1) spec->layers.push_back(std::move(bits));
+  }
 }
 
 // A random spec of any kind, masked half of the time.
 Spec RandomSpec(Rng& r, uint64_t limit) {
   Spec spec;
   switch (r.Uniform(0, 2)) {
-    case 0: spec = RandomStrided(r, limit); break;
-    case 1: spec = RandomBitmapped(r, limit); break;
-    default: spec = RandomPointerMapped(r, limit); break;
+    case 0:
+      spec = RandomStrided(r, limit);
+      break;
+    case 1:
+      spec = RandomBitmapped(r, limit);
+      break;
+    default:
+      spec = RandomPointerMapped(r, limit);
+      break;
   }
   if (r.Chance(0.5)) RandomMask(r, &spec);
   return spec;
@@ -608,13 +698,20 @@ Spec RandomSpec(Rng& r, uint64_t limit) {
 // A threshold for ScheduleOptions: 0, 1, small, 64, 256, 4096 or UINT32_MAX.
 uint32_t RandomThreshold(Rng& r) {
   switch (r.Uniform(0, 6)) {
-    case 0: return 0;
-    case 1: return 1;
-    case 2: return uint32_t(r.Uniform(2, 40));
-    case 3: return 64;
-    case 4: return 256;
-    case 5: return 4096;
-    default: return UINT32_MAX;
+    case 0:
+      return 0;
+    case 1:
+      return 1;
+    case 2:
+      return uint32_t(r.Uniform(2, 40));
+    case 3:
+      return 64;
+    case 4:
+      return 256;
+    case 5:
+      return 4096;
+    default:
+      return UINT32_MAX;
   }
 }
 
@@ -622,6 +719,7 @@ uint32_t RandomThreshold(Rng& r) {
 ScheduleOptions RandomOptions(Rng& r) {
   ScheduleOptions options;
   options.max_bridge = RandomThreshold(r);
+  options.max_bridge_packed = RandomThreshold(r);
   options.min_in_place = RandomThreshold(r);
   return options;
 }
@@ -648,7 +746,7 @@ void ExpectEmpty(const RegionLayout& layout) {
   EXPECT_EQ(layout.fragment_count(), 0u);
   EXPECT_EQ(layout.extent(), 0u);
   EXPECT_TRUE(CursorFragments(layout).empty());
-  Schedule plan = PlanSchedule(layout, ScheduleOptions{64, 64});
+  Schedule plan = PlanSchedule(layout, Options(64, 64, 64));
   EXPECT_TRUE(plan.runs.empty());
   EXPECT_EQ(plan.wire_bytes, 0u);
 }
@@ -670,10 +768,10 @@ TEST(RegionLayoutTest, StridedRefusesBadInput) {
   EXPECT_TRUE(IsInvalid(RegionLayout::Strided(0, 0, 2, {{0, 1}}, &layout)));
   EXPECT_TRUE(IsInvalid(RegionLayout::Strided(kMax64 - 10, 16, 2, {{0, 8}}, &layout)));
   EXPECT_TRUE(IsInvalid(RegionLayout::Strided(kMax64 - 4, 16, 1, {{0, 8}}, &layout)));
-  EXPECT_TRUE(IsInvalid(RegionLayout::Strided(0, uint64_t{1} << 40, uint64_t{1} << 30,
-                                              {{0, 1}}, &layout)));
-  EXPECT_TRUE(IsInvalid(RegionLayout::Strided(0, uint64_t{1} << 32, uint64_t{1} << 33,
-                                              {{0, UINT32_MAX}}, &layout)));
+  EXPECT_TRUE(
+      IsInvalid(RegionLayout::Strided(0, uint64_t{1} << 40, uint64_t{1} << 30, {{0, 1}}, &layout)));
+  EXPECT_TRUE(IsInvalid(
+      RegionLayout::Strided(0, uint64_t{1} << 32, uint64_t{1} << 33, {{0, UINT32_MAX}}, &layout)));
 
   // Adjacent fields, a field ending at the stride, and an extent of exactly UINT64_MAX are fine.
   ASSERT_OK(RegionLayout::Strided(100, 16, 3, {{0, 4}, {4, 4}, {12, 4}}, &layout));
@@ -761,7 +859,8 @@ TEST(RegionLayoutTest, MasksMustCoverTheRows) {
   ExpectEmpty(out);
 }
 
-// RowMask counts its bits, and MasksByOwner gives each target exactly the rows it owns.
+// RowMask counts its bits, and MasksByOwner gives each target exactly the rows it owns (a row
+// whose owner is not below the target count to none).
 TEST(RegionLayoutTest, MasksByOwnerPartitionsTheRows) {
   RowMask mask(130);
   EXPECT_EQ(mask.Count(), 0u);
@@ -772,7 +871,12 @@ TEST(RegionLayoutTest, MasksByOwnerPartitionsTheRows) {
   Rng r(kSeed);
   for (uint32_t targets = 1; targets <= 9; targets++) {
     std::vector<uint32_t> owner(r.Uniform(0, 300));
-    for (uint32_t& o : owner) o = uint32_t(r.Uniform(0, targets - 1));
+    uint64_t owned = 0;
+    for (uint32_t& o : owner) {
+      o = r.Chance(0.1) ? (r.Chance(0.5) ? targets : UINT32_MAX)
+                        : uint32_t(r.Uniform(0, targets - 1));
+      owned += o < targets;
+    }
     std::vector<RowMask> masks = MasksByOwner(owner, targets);
     ASSERT_EQ(masks.size(), targets);
     uint64_t total = 0;
@@ -786,7 +890,7 @@ TEST(RegionLayoutTest, MasksByOwnerPartitionsTheRows) {
       EXPECT_EQ(masks[t].Count(), count);
       total += masks[t].Count();
     }
-    EXPECT_EQ(total, owner.size());
+    EXPECT_EQ(total, owned);
   }
 }
 
@@ -810,7 +914,7 @@ TEST(RegionScheduleTest, BoxesStopAtMaxBoxBytes) {
   for (const Case& c : cases) {
     RegionLayout layout;
     ASSERT_OK(RegionLayout::PointerMapped(c.items, &layout));
-    Schedule plan = PlanSchedule(layout, ScheduleOptions{c.max_bridge, 0});
+    Schedule plan = PlanSchedule(layout, Options(c.max_bridge, c.max_bridge, 0));
     ASSERT_EQ(plan.runs.size(), c.run_lengths.size()) << c.items[1].offset;
     uint64_t wire = 0;
     for (size_t i = 0; i < plan.runs.size(); i++) {
@@ -819,7 +923,37 @@ TEST(RegionScheduleTest, BoxesStopAtMaxBoxBytes) {
       wire += plan.runs[i].length;
     }
     EXPECT_EQ(plan.wire_bytes, wire);
-    EXPECT_EQ(WireBytes(layout, c.max_bridge), wire);
+    EXPECT_EQ(WireBytes(layout, Options(c.max_bridge, c.max_bridge, 0)), wire);
+  }
+}
+
+// A fragment longer than kMaxBoxBytes (no memory behind it: planning only) gives a schedule
+// with the right wire image and landings that CheckSchedule (what WriteRegion checks) accepts,
+// whatever min_in_place is.
+TEST(RegionScheduleTest, FragmentsLongerThanABox) {
+  const uint64_t big = 3 * kMaxBoxBytes + 5;
+  RegionLayout layout;
+  ASSERT_OK(RegionLayout::PointerMapped({{0, 10}, {100, big}, {100 + big + 1, 7}}, &layout));
+  for (uint32_t min_in_place : {0u, 64u, UINT32_MAX}) {
+    SCOPED_TRACE("min_in_place " + std::to_string(min_in_place));
+    ScheduleOptions options = Options(0, 0, min_in_place);
+    Schedule plan = PlanSchedule(layout, options);
+    uint64_t wire = 0;
+    for (const rdma::Run& run : plan.runs) {
+      EXPECT_EQ(run.wire, wire);
+      wire += run.length;
+    }
+    EXPECT_EQ(wire, 17 + big);
+    EXPECT_EQ(plan.wire_bytes, wire);
+    EXPECT_EQ(WireBytes(layout, options), wire);
+    Status s = CheckSchedule(layout, plan, layout.extent());
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    // The receiver finds the three fragments one after another.
+    LandingCursor landing(layout, options);
+    Fragment landed;
+    std::vector<uint64_t> offsets;
+    while (landing.Next(&landed)) offsets.push_back(landed.offset);
+    EXPECT_EQ(offsets, (std::vector<uint64_t>{0, 10, 10 + big}));
   }
 }
 
@@ -940,6 +1074,20 @@ std::string CheckAccepted(const RegionLayout& decoded, uint64_t max_payload,
     return "mask of " + std::to_string(decoded.mask().rows()) + " rows over " +
            std::to_string(decoded.rows());
   }
+  // Count the fragments arithmetically first: enumerating a layout that lies about its size
+  // could take forever.
+  uint64_t selected = decoded.rows();
+  if (decoded.masked()) {
+    selected = 0;
+    for (uint64_t i = 0; i < decoded.rows(); i++) selected += decoded.mask().Test(i);
+  }
+  uint64_t parts = decoded.kind() == RegionKind::kStrided     ? decoded.fields().size()
+                   : decoded.kind() == RegionKind::kBitmapped ? decoded.columns().size()
+                                                              : 1;
+  if (parts != 0 && selected > max_fragments / parts) {
+    return "accepted " + std::to_string(selected) + " rows of " + std::to_string(parts) +
+           " fragments each over a limit of " + std::to_string(max_fragments);
+  }
   Spec spec = SpecOf(decoded);
   RegionLayout rebuilt;
   Status s = Build(spec, &rebuilt);
@@ -1046,7 +1194,7 @@ TEST(RegionScheduleTest, RandomLayoutsMatchTheReference) {
     ASSERT_EQ(CheckPlan(spec, layout, source, options, &expected), "") << context;
     fragments += expected.schedule.fragments;
     runs += expected.schedule.runs.size();
-    for (const Run& run : expected.schedule.runs) packed += run.packed;
+    for (const rdma::Run& run : expected.schedule.runs) packed += run.packed;
   }
   // The generator really produced work of every sort.
   EXPECT_GT(fragments, uint64_t{kCases} * 20);
@@ -1085,15 +1233,14 @@ std::string CheckTarget(const LocalRegion& target, uint64_t offset, const Region
   if (std::memcmp(bytes + offset, expected.wire.data(), wire) != 0) {
     size_t at = 0;
     while (bytes[offset + at] == expected.wire[at]) at++;
-    return "the wire image differs at byte " + std::to_string(at) + " of " +
-           std::to_string(wire);
+    return "the wire image differs at byte " + std::to_string(at) + " of " + std::to_string(wire);
   }
   if (!AllZero(bytes + offset + wire, target.length - offset - wire)) {
     return "bytes after the wire image were written";
   }
   std::string payload;
-  Status s = Unpack(layout, expected.schedule.options.max_bridge,
-                    std::string_view(bytes + offset, wire), &payload);
+  Status s =
+      Unpack(layout, expected.schedule.options, std::string_view(bytes + offset, wire), &payload);
   if (!s.ok()) return "Unpack: " + s.ToString();
   if (payload != expected.payload) return "the unpacked payload differs from the reference";
   return "";
@@ -1230,9 +1377,12 @@ Spec RandomNumberedSpec(Rng& r, uint64_t limit) {
 // Where the number of row (item) `row` of a numbered spec sits in the source.
 uint64_t NumberOffset(const Spec& spec, uint64_t row) {
   switch (spec.kind) {
-    case RegionKind::kStrided: return spec.base + row * spec.stride + spec.fields[0].offset;
-    case RegionKind::kBitmapped: return spec.columns[0].base + row * spec.columns[0].width;
-    default: return spec.items[row].offset;
+    case RegionKind::kStrided:
+      return spec.base + row * spec.stride + spec.fields[0].offset;
+    case RegionKind::kBitmapped:
+      return spec.columns[0].base + row * spec.columns[0].width;
+    default:
+      return spec.items[row].offset;
   }
 }
 
@@ -1248,9 +1398,15 @@ std::vector<uint32_t> NumbersInPayload(const Spec& spec, const std::string& payl
     std::memcpy(&number, payload.data() + at, 4);
     out.push_back(number);
     switch (spec.kind) {
-      case RegionKind::kStrided: at += row_bytes; break;
-      case RegionKind::kBitmapped: at += spec.columns[0].width; break;
-      default: at += spec.items[row].length; break;
+      case RegionKind::kStrided:
+        at += row_bytes;
+        break;
+      case RegionKind::kBitmapped:
+        at += spec.columns[0].width;
+        break;
+      default:
+        at += spec.items[row].length;
+        break;
     }
   }
   return out;
@@ -1260,7 +1416,7 @@ std::vector<uint32_t> NumbersInPayload(const Spec& spec, const std::string& payl
 // ScatterRegions call: each target receives exactly the reference for its rows, and every row
 // number arrives exactly once, at its owner.
 TEST_P(RegionTransferTest, ScatterByHashReachesEachOwnerOnce) {
-  constexpr uint64_t kSource = 16 << 10, kWireCap = 32 << 10, kSlack = 256;
+  constexpr uint64_t kSource = 16 << 10, kWireCap = 128 << 10, kSlack = 256;
   constexpr uint32_t kMaxTargets = 8;
   constexpr int kRounds = 120;
   ConnectPairs(kMaxTargets);
@@ -1316,7 +1472,7 @@ TEST_P(RegionTransferTest, ScatterByHashReachesEachOwnerOnce) {
         ASSERT_EQ(CheckPlan(specs[t], layouts[t], memory, options, &expected[t]), "")
             << context << " target " << t << " " << Describe(options);
         if (expected[t].wire.size() > kWireCap) {
-          options.max_bridge = 0;  // keep the image inside the target
+          options.max_bridge = options.max_bridge_packed = 0;  // keep the image in the target
           ASSERT_EQ(CheckPlan(specs[t], layouts[t], memory, options, &expected[t]), "");
         }
         ASSERT_LE(expected[t].wire.size(), kWireCap) << context;
@@ -1340,10 +1496,10 @@ TEST_P(RegionTransferTest, ScatterByHashReachesEachOwnerOnce) {
         ASSERT_EQ(CheckTarget(targets[t], request[t].remote_offset, layouts[t], expected[t]), "")
             << context << " target " << t;
         std::string payload;
-        ASSERT_OK(Unpack(layouts[t], expected[t].schedule.options.max_bridge,
-                         std::string_view(targets[t].addr + request[t].remote_offset,
-                                          expected[t].wire.size()),
-                         &payload));
+        ASSERT_OK(Unpack(
+            layouts[t], expected[t].schedule.options,
+            std::string_view(targets[t].addr + request[t].remote_offset, expected[t].wire.size()),
+            &payload));
         for (uint32_t number : NumbersInPayload(specs[t], payload)) {
           ASSERT_LT(number, rows) << context << " target " << t;
           ASSERT_EQ(owner[number], t) << context << " row " << number;
@@ -1358,6 +1514,71 @@ TEST_P(RegionTransferTest, ScatterByHashReachesEachOwnerOnce) {
     }
   }
   EXPECT_GT(rows_moved, uint64_t{kMaxTargets} * kRounds * 20);
+}
+
+// Several targets on one connection (different remote regions of one peer, each with its own
+// staging buffer) in one ScatterRegions call all arrive intact: single-batch layouts and ones
+// needing many batches (more pieces than a batch carries, packed runs beyond their staging).
+TEST_P(RegionTransferTest, ScatterToTargetsSharingAConnection) {
+  constexpr uint64_t kSource = 64 << 10, kWireCap = 128 << 10;
+  constexpr uint32_t kTargets = 4;
+  constexpr int kRounds = 150;
+  ConnectPairs(1);
+  ASSERT_FALSE(HasFailure());
+  Connection* client = pairs_[0].client.get();
+  Connection* server = pairs_[0].server.get();
+  std::string memory(kSource, '\0');
+  LocalRegion source = Register(client, &memory);
+  std::vector<LocalRegion> stagings, targets;
+  for (uint32_t t = 0; t < kTargets; t++) {
+    stagings.push_back(Allocate(client, kSource, kLocalOnly));
+    targets.push_back(Allocate(server, kWireCap, kRemoteWrite));
+  }
+  ASSERT_FALSE(HasFailure());
+  for (int round = 0; round < kRounds; round++) {
+    Rng r(CaseSeed(9, round));
+    FillPattern(memory.data(), memory.size(), uint32_t(round));
+    uint32_t count = uint32_t(r.Uniform(2, kTargets));
+    std::vector<Spec> specs(count);
+    std::vector<RegionLayout> layouts(count);
+    std::vector<Expected> expected(count);
+    std::vector<RegionTarget> request(count);
+    std::string context =
+        GetParam() + " seed " + std::to_string(kSeed) + " round " + std::to_string(round);
+    for (uint32_t t = 0; t < count; t++) {
+      ScheduleOptions options;
+      if (round % 3 == 0) {  // many batches: thousands of 1-byte runs, some packed
+        specs[t].kind = RegionKind::kPointerMapped;
+        uint64_t items = r.Uniform(3000, 6000);
+        for (uint64_t i = 0; i < items; i++) specs[t].items.push_back({i * 3, 1 + i % 2});
+        options = Options(0, 0, r.Chance(0.5) ? 0 : 2);
+      } else {
+        do {
+          specs[t] = RandomSpec(r, kSource);
+          options = RandomOptions(r);
+        } while (PlanByHand(ReferenceFragments(specs[t]), options).wire > kWireCap);
+      }
+      Status s = Build(specs[t], &layouts[t]);
+      ASSERT_TRUE(s.ok()) << context << ": " << s.ToString();
+      ASSERT_EQ(CheckPlan(specs[t], layouts[t], memory, options, &expected[t]), "") << context;
+      request[t].connection = client;
+      request[t].source = source;
+      request[t].layout = &layouts[t];
+      request[t].schedule = &expected[t].schedule;
+      // Staging of a few packed runs only, so that packed layouts need several batches.
+      uint64_t max_packed = expected[t].schedule.max_packed_run;
+      request[t].staging = Slice(stagings[t], 0, std::max<uint64_t>(max_packed, 64));
+      request[t].remote = server->Describe(targets[t]);
+    }
+    TransferStats stats;
+    Status s = ScatterRegions(request.data(), count, kTimeoutMs, &stats);
+    ASSERT_TRUE(s.ok()) << context << ": " << s.ToString();
+    for (uint32_t t = 0; t < count; t++) {
+      ASSERT_EQ(CheckTarget(targets[t], 0, layouts[t], expected[t]), "")
+          << context << " target " << t << ": " << Describe(specs[t]);
+      std::memset(targets[t].addr, 0, expected[t].wire.size());
+    }
+  }
 }
 
 // The fixtures of the bad-input tests: a pointer-mapped layout with packed and in-place runs.
@@ -1377,7 +1598,7 @@ void MakeBadInputCase(BadInputCase* c) {
   c->memory.assign(8192, '\0');
   FillPattern(c->memory.data(), c->memory.size(), 99);
   ASSERT_OK(Build(spec, &c->layout));
-  ASSERT_EQ(CheckPlan(spec, c->layout, c->memory, ScheduleOptions{0, 64}, &c->expected), "");
+  ASSERT_EQ(CheckPlan(spec, c->layout, c->memory, Options(0, 0, 64), &c->expected), "");
   ASSERT_EQ(c->expected.schedule.max_packed_run, 10u);
   ASSERT_EQ(c->expected.schedule.packed_bytes, 400u);
   ASSERT_EQ(c->expected.wire.size(), 700u);
@@ -1424,17 +1645,14 @@ TEST_P(RegionTransferTest, BadInputWritesNothing) {
     change(t);
     bad.emplace_back(what, t);
   };
-  add("source one byte short", [&](RegionTarget& t) {
-    t.source = Slice(source, 0, c.layout.extent() - 1);
-  });
-  add("staging below max_packed_run", [&](RegionTarget& t) {
-    t.staging = Slice(staging, 0, schedule.max_packed_run - 1);
-  });
+  add("source one byte short",
+      [&](RegionTarget& t) { t.source = Slice(source, 0, c.layout.extent() - 1); });
+  add("staging below max_packed_run",
+      [&](RegionTarget& t) { t.staging = Slice(staging, 0, schedule.max_packed_run - 1); });
   add("no staging", [&](RegionTarget& t) { t.staging = LocalRegion(); });
   add("remote region too small", [&](RegionTarget& t) { t.remote = server->Describe(small); });
-  add("remote offset past the image's room", [&](RegionTarget& t) {
-    t.remote_offset = target.length - schedule.wire_bytes + 1;
-  });
+  add("remote offset past the image's room",
+      [&](RegionTarget& t) { t.remote_offset = target.length - schedule.wire_bytes + 1; });
   add("remote offset overflowing", [&](RegionTarget& t) { t.remote_offset = kMax64 - 100; });
   add("schedule of another layout", [&](RegionTarget& t) { t.schedule = &other_schedule; });
   add("schedule of the unmasked layout", [&](RegionTarget& t) { t.layout = &masked; });
@@ -1498,7 +1716,7 @@ TEST_P(RegionTransferTest, NoPackedRunsNeedNoStaging) {
   RegionLayout layout;
   ASSERT_OK(Build(spec, &layout));
   Expected expected;
-  ASSERT_EQ(CheckPlan(spec, layout, memory, ScheduleOptions{0, 20}, &expected), "");
+  ASSERT_EQ(CheckPlan(spec, layout, memory, Options(0, 0, 20), &expected), "");
   ASSERT_EQ(expected.schedule.packed_bytes, 0u);
   RegionTarget t;
   t.connection = client;
@@ -1551,7 +1769,7 @@ TEST_P(RegionTransferTest, StagingIsReusedInChunks) {
     RegionLayout layout;
     ASSERT_OK(Build(spec, &layout));
     Expected expected;
-    ASSERT_EQ(CheckPlan(spec, layout, memory, ScheduleOptions{0, 64}, &expected), "");
+    ASSERT_EQ(CheckPlan(spec, layout, memory, Options(0, 0, 64), &expected), "");
     const Schedule& schedule = expected.schedule;
     ASSERT_GT(schedule.packed_bytes, 20 * schedule.max_packed_run);
     for (uint64_t staging_length : {schedule.max_packed_run, schedule.max_packed_run + 1,
@@ -1603,7 +1821,7 @@ TEST_P(RegionTransferTest, MorePiecesThanMaxSge) {
       RegionLayout layout;
       ASSERT_OK(Build(spec, &layout));
       Expected expected;
-      ASSERT_EQ(CheckPlan(spec, layout, memory, ScheduleOptions{0, min_in_place}, &expected), "");
+      ASSERT_EQ(CheckPlan(spec, layout, memory, Options(0, 0, min_in_place), &expected), "");
       ASSERT_EQ(expected.schedule.runs.size(), runs);
       RegionTarget t;
       t.connection = client;
@@ -1618,6 +1836,9 @@ TEST_P(RegionTransferTest, MorePiecesThanMaxSge) {
       if (min_in_place == 0) {
         EXPECT_GE(stats.pieces, runs);
         EXPECT_GE(stats.requests, (runs + max_sge - 1) / max_sge);
+        if (runs > 256 * max_sge) {
+          EXPECT_GT(stats.requests, TransportOptions().max_outstanding);
+        }
       }
       EXPECT_LE(stats.pieces, stats.requests * max_sge);
       std::memset(target.addr, 0, expected.wire.size());

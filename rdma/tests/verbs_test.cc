@@ -250,6 +250,32 @@ TEST_F(VerbsTest, RegionsAreRegisteredWithExactlyTheRequestedRights) {
   EXPECT_EQ(server_->AllocateRegion(64, 1u << 7, &r).code(), Status::Code::kInvalidArgument);
 }
 
+// Caller memory registers local-only (no remote rights, no rkey), is not zeroed, does not count
+// against the region capacity, and stays the caller's after deregistration.
+TEST_F(VerbsTest, CallerMemoryRegistersLocalOnly) {
+  options_.region_capacity = 4096;
+  Connect();
+  std::vector<char> memory(10000, 'x');
+  fabric_.registered_access.clear();
+  LocalRegion r;
+  ASSERT_TRUE(client_->RegisterLocal(memory.data(), memory.size(), &r).ok());
+  ASSERT_EQ(fabric_.registered_access.size(), 1u);
+  EXPECT_EQ(fabric_.registered_access[0], IBV_ACCESS_LOCAL_WRITE);
+  FakeMr* mr = fabric_.MrByLkey(r.lkey);
+  ASSERT_TRUE(mr);
+  EXPECT_EQ(mr->mr.addr, memory.data());
+  EXPECT_EQ(r.rkey, 0u);
+  EXPECT_EQ(r.access, uint32_t(kLocalOnly));
+  EXPECT_EQ(memory[9999], 'x');
+  LocalRegion inside = Allocate(client_.get(), 4096, kLocalOnly);  // capacity untouched
+  EXPECT_TRUE(client_->FreeRegion(r).ok());
+  EXPECT_EQ(fabric_.MrByLkey(r.lkey), nullptr);
+  EXPECT_EQ(memory[0], 'x');
+  EXPECT_TRUE(client_->FreeRegion(inside).ok());
+  EXPECT_EQ(client_->RegisterLocal(nullptr, 10, &r).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(client_->RegisterLocal(memory.data(), 0, &r).code(), Status::Code::kInvalidArgument);
+}
+
 TEST_F(VerbsTest, RegionCapacityIsEnforced) {
   options_.region_capacity = 8192;
   Connect();

@@ -92,6 +92,10 @@ class RegionLayout {
   const std::vector<Fragment>& items() const { return items_; }
   const RowMask& mask() const { return mask_; }
 
+  // A 64-bit hash of everything that decides the fragments: a schedule remembers the
+  // fingerprint of the layout it was planned for.
+  uint64_t Fingerprint() const;
+
   // Appends a self-delimiting encoding of the layout to *out.
   void EncodeTo(std::string* out) const;
   // Reads a layout Encode wrote from the front of *in and advances it; refuses malformed or

@@ -13,8 +13,8 @@
 // finds every fragment from the layout and the options alone (LandingCursor): it can read
 // the fragments where they landed (zero copy) or Unpack them.
 //
-// Both thresholds come from TransferCosts, per-transport constants that
-// `bench/region_bench --calibrate` measures (docs/benchmarks.md).
+// The thresholds come from TransferCosts, per-transport constants that
+// `bench/region_bench --calibrate-only` measures (docs/benchmarks.md).
 #pragma once
 
 #include <cstdint>
@@ -66,12 +66,26 @@ struct Schedule {
   uint64_t payload_bytes = 0;  // the fragments' bytes
   uint64_t wire_bytes = 0;     // payload plus bridged gaps
   uint64_t bridged_bytes = 0;
-  uint64_t packed_bytes = 0;    // bytes copied into staging
-  uint64_t max_packed_run = 0;  // staging must hold at least this much
+  uint64_t packed_bytes = 0;        // bytes copied into staging
+  uint64_t max_packed_run = 0;      // staging must hold at least this much
+  uint64_t layout_fingerprint = 0;  // RegionLayout::Fingerprint of the layout planned
 };
 
-// Plans the transfer of `layout` under `options`.
+// Plans the transfer of `layout` under `options`. Strided and bitmapped layouts skip over
+// fragments that provably join the open box (whole columns, whole rows), so planning costs
+// about a box, not a fragment, where gaps are bridged.
 Schedule PlanSchedule(const RegionLayout& layout, const ScheduleOptions& options);
+// Plans `layout` for a transport with `costs`: the greedy box rule sees one gap at a time, so
+// a box that would pay for itself only once it is large (bridging a whole table of short rows
+// and sending it in place) is never started by it. This tries the thresholds FromCosts gives,
+// the same with gaps bridged as in-place boxes even while small, and everything in place, and
+// returns the schedule ModelCost ranks cheapest; its `options` go to the receiver.
+Schedule PlanSchedule(const RegionLayout& layout, const TransferCosts& costs);
+// What a schedule costs under `costs`, in nanoseconds: a gather entry per in-place box and per
+// stretch of packed boxes, a copy per packed box, and every byte on the wire.
+double ModelCost(const Schedule& schedule, const TransferCosts& costs);
+// The same schedule, planned fragment by fragment: the rule's definition, for tests.
+Schedule PlanScheduleByFragments(const RegionLayout& layout, const ScheduleOptions& options);
 
 // The box rule, fragment by fragment: PlanSchedule (sender) and LandingCursor (receiver) both
 // place fragments through it, so they agree on every fragment's wire offset.
@@ -103,6 +117,13 @@ class BoxWalker {
     return true;
   }
 
+  // Grows the open box to end at `end` without looking at the fragments in between: for
+  // callers that proved Place would have taken each of them.
+  void ExtendTo(uint64_t end) { end_ = end; }
+  // Whether growing the open box is judged by max_bridge alone (it is at least min_in_place).
+  bool InPlaceRegime() const { return open_ && end_ - source_ >= options_.min_in_place; }
+  const ScheduleOptions& options() const { return options_; }
+
   uint64_t box_source() const { return source_; }
   uint64_t box_length() const { return end_ - source_; }
   // The wire image's length so far (the open box included).
@@ -117,8 +138,8 @@ class BoxWalker {
 };
 
 // Checks that `schedule` fits `layout` and a source buffer of `source_length` bytes: it was
-// planned for a layout of the same shape, its runs lie inside the source and add up to its
-// wire image, and no packed run is longer than a box may be.
+// planned for this layout (by its fingerprint), its runs lie inside the source and add up to
+// its wire image, and no packed run is longer than the schedule's largest or than a box.
 Status CheckSchedule(const RegionLayout& layout, const Schedule& schedule, uint64_t source_length);
 
 // Walks where each fragment of a layout lands in the wire image of its schedule (the

@@ -30,11 +30,13 @@ struct TransferStats {
   uint64_t packed_bytes = 0;
 };
 
-// Writes every target's wire image. Everything is checked before anything is posted (the
-// source holds the layout's extent, the staging buffer the largest packed run, the remote
-// region the wire image; the schedule belongs to the layout), so bad input writes nothing.
-// Returns once every write is placed; on a transport error or after timeout_ms without
-// progress, returns the error (some targets may then hold part of their image).
+// Writes every target's wire image. Targets may share a connection, not staging memory.
+// Everything this side can check is checked before anything is posted (the source holds the
+// layout's extent, the staging buffer the largest packed run, the remote region the wire
+// image; the schedule was planned for the layout), so such bad input writes nothing. Returns
+// once every write is placed; on a transport error (e.g. a region not registered on its
+// target's connection) or after timeout_ms without progress, returns the error, and targets
+// served before it may hold part of their image. Adds to *stats, which it does not reset.
 Status ScatterRegions(RegionTarget* targets, size_t count, int timeout_ms,
                       TransferStats* stats = nullptr);
 

@@ -1,0 +1,128 @@
+// The planner's fast paths (whole columns of bitmapped layouts, whole rows of strided ones)
+// against the rule's definition, fragment by fragment, on random layouts and options.
+#include "slipstream/rdma/schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace slipstream::rdma {
+namespace {
+
+// Two schedules are the same when every box and every total is.
+void ExpectSameSchedule(const Schedule& fast, const Schedule& slow, const std::string& what) {
+  ASSERT_EQ(fast.runs.size(), slow.runs.size()) << what;
+  for (size_t i = 0; i < fast.runs.size(); i++) {
+    ASSERT_EQ(fast.runs[i].source, slow.runs[i].source) << what << " run " << i;
+    ASSERT_EQ(fast.runs[i].length, slow.runs[i].length) << what << " run " << i;
+    ASSERT_EQ(fast.runs[i].wire, slow.runs[i].wire) << what << " run " << i;
+    ASSERT_EQ(fast.runs[i].packed, slow.runs[i].packed) << what << " run " << i;
+  }
+  EXPECT_EQ(fast.wire_bytes, slow.wire_bytes) << what;
+  EXPECT_EQ(fast.packed_bytes, slow.packed_bytes) << what;
+  EXPECT_EQ(fast.max_packed_run, slow.max_packed_run) << what;
+  EXPECT_EQ(fast.bridged_bytes, slow.bridged_bytes) << what;
+}
+
+// A mask with clusters and holes of random lengths, so zero runs straddle word boundaries
+// and some exceed any bridge.
+RowMask ClusteredMask(std::mt19937_64& rng, uint64_t rows) {
+  RowMask mask(rows);
+  bool set = rng() % 2 == 0;
+  for (uint64_t row = 0; row < rows;) {
+    const uint64_t length = 1 + rng() % (rng() % 4 == 0 ? 300 : 20);
+    for (uint64_t i = row; i < std::min(rows, row + length); i++) {
+      if (set || rng() % 16 == 0) mask.Set(i);
+    }
+    row += length;
+    set = !set;
+  }
+  return mask;
+}
+
+// Random options around the thresholds that matter for small widths and gaps.
+ScheduleOptions RandomOptions(std::mt19937_64& rng) {
+  const uint32_t picks[] = {0, 1, 3, 4, 8, 12, 31, 64, 100, 256, 320, 1000, 4096, UINT32_MAX};
+  ScheduleOptions o;
+  o.max_bridge = picks[rng() % 14];
+  o.max_bridge_packed = picks[rng() % 14];
+  o.min_in_place = picks[rng() % 14];
+  return o;
+}
+
+// Bitmapped layouts (masked and not, contiguous and scattered columns): the column bulk path
+// and the word-at-a-time gap check give exactly the fragment-by-fragment schedule.
+TEST(SchedulePlanner, BitmappedFastPathMatchesTheRule) {
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 3000; round++) {
+    const uint64_t rows = rng() % 2000;
+    std::vector<Column> columns;
+    uint64_t at = rng() % 64;
+    for (uint64_t c = 0, n = 1 + rng() % 5; c < n; c++) {
+      const uint32_t width = 1 + uint32_t(rng() % (rng() % 3 == 0 ? 40 : 8));
+      columns.push_back(Column{at, width});
+      at += rows * width + (rng() % 2 ? 0 : rng() % 500);
+    }
+    RegionLayout layout;
+    ASSERT_TRUE(RegionLayout::Bitmapped(columns, rows, &layout).ok());
+    if (rng() % 4 != 0) ASSERT_TRUE(layout.WithMask(ClusteredMask(rng, rows), &layout).ok());
+    const ScheduleOptions options = RandomOptions(rng);
+    ExpectSameSchedule(PlanSchedule(layout, options), PlanScheduleByFragments(layout, options),
+                       "round " + std::to_string(round));
+  }
+}
+
+// Unmasked strided layouts: the whole-row bulk path gives the fragment-by-fragment schedule,
+// including where a box reaches kMaxBoxBytes in the middle of a row.
+TEST(SchedulePlanner, StridedFastPathMatchesTheRule) {
+  std::mt19937_64 rng(12);
+  for (int round = 0; round < 3000; round++) {
+    std::vector<Field> fields;
+    uint32_t at = uint32_t(rng() % 16);
+    for (int f = 0, n = 1 + int(rng() % 5); f < n; f++) {
+      const uint32_t length = 1 + uint32_t(rng() % 24);
+      fields.push_back(Field{at, length});
+      at += length + uint32_t(rng() % 2 ? 0 : rng() % 80);
+    }
+    const uint64_t stride = at + rng() % 200;
+    RegionLayout layout;
+    ASSERT_TRUE(RegionLayout::Strided(rng() % 100, stride, rng() % 3000, fields, &layout).ok());
+    const ScheduleOptions options = RandomOptions(rng);
+    ExpectSameSchedule(PlanSchedule(layout, options), PlanScheduleByFragments(layout, options),
+                       "round " + std::to_string(round));
+  }
+  // Rows of 1 MiB: boxes break at kMaxBoxBytes, inside a row when the row straddles it.
+  RegionLayout big;
+  ASSERT_TRUE(RegionLayout::Strided(7, 1 << 20, 3000, {{0, 1000}, {600000, 300000}}, &big).ok());
+  const ScheduleOptions options{UINT32_MAX, 0, 0};
+  Schedule fast = PlanSchedule(big, options);
+  ExpectSameSchedule(fast, PlanScheduleByFragments(big, options), "1 MiB rows");
+  EXPECT_GT(fast.runs.size(), 2u);
+  for (const rdma::Run& run : fast.runs) EXPECT_LE(run.length, kMaxBoxBytes);
+}
+
+// The word-at-a-time gap check on hand-made masks: runs inside a word, across words, at the
+// ends, and exactly at the limit.
+TEST(SchedulePlanner, GapCheckFindsTheLongRun) {
+  for (uint64_t hole : {1, 5, 62, 63, 64, 65, 130}) {
+    for (uint64_t where : {0, 3, 60, 63, 64, 100}) {
+      RowMask mask(400);
+      for (uint64_t row = 0; row < 400; row++) {
+        if (row < 10 + where || row >= 10 + where + hole) mask.Set(row);
+      }
+      RegionLayout layout;
+      ASSERT_TRUE(RegionLayout::Bitmapped({{0, 1}}, 400, &layout).ok());
+      ASSERT_TRUE(layout.WithMask(mask, &layout).ok());
+      for (uint32_t bridge : {uint32_t(hole - 1), uint32_t(hole), uint32_t(hole + 1)}) {
+        const ScheduleOptions options{bridge, 0, 0};
+        Schedule fast = PlanSchedule(layout, options);
+        ExpectSameSchedule(fast, PlanScheduleByFragments(layout, options),
+                           "hole " + std::to_string(hole) + " at " + std::to_string(where));
+        EXPECT_EQ(fast.runs.size(), bridge >= hole ? 1u : 2u);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace slipstream::rdma
