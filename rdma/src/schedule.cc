@@ -288,6 +288,10 @@ Schedule PlanSchedule(const RegionLayout& layout, const TransferCosts& costs) {
   ScheduleOptions in_place = greedy;
   in_place.min_in_place = 0;
   Schedule best = PlanSchedule(layout, greedy);
+  // The other sets decide differently only where a box still short of min_in_place meets a
+  // gap the greedy rule did not bridge, which leaves a packed box behind; without one they
+  // would plan the same schedule.
+  if (best.packed_bytes == 0) return best;
   double best_cost = ModelCost(best, costs);
   for (const ScheduleOptions& options : {bridged, in_place}) {
     Schedule candidate = PlanSchedule(layout, options);

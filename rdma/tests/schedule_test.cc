@@ -124,5 +124,46 @@ TEST(SchedulePlanner, GapCheckFindsTheLongRun) {
   }
 }
 
+// PlanSchedule(layout, costs) returns the cheapest of its three threshold sets, and when the
+// greedy set leaves no packed box the other two plan the very same schedule (the shortcut it
+// takes then), on random layouts of every kind and random costs.
+TEST(SchedulePlanner, CostBasedPlanningPicksTheCheapestSet) {
+  std::mt19937_64 rng(13);
+  int shortcuts = 0;
+  for (int round = 0; round < 2000; round++) {
+    RegionLayout layout;
+    if (round % 2 == 0) {
+      const uint64_t rows = rng() % 1500;
+      std::vector<Column> columns{{0, 4}, {rows * 4 + rng() % 300, 8}};
+      ASSERT_TRUE(RegionLayout::Bitmapped(columns, rows, &layout).ok());
+      if (rng() % 2) ASSERT_TRUE(layout.WithMask(ClusteredMask(rng, rows), &layout).ok());
+    } else {
+      std::vector<Field> fields{{0, uint32_t(1 + rng() % 16)}, {40, uint32_t(1 + rng() % 30)}};
+      ASSERT_TRUE(RegionLayout::Strided(0, 70 + rng() % 400, rng() % 2000, fields, &layout).ok());
+    }
+    TransferCosts costs{1.0 + double(rng() % 200), 0.01 + double(rng() % 100) / 200,
+                        1.0 + double(rng() % 5), 0.01 + double(rng() % 10) / 100};
+    const ScheduleOptions greedy = ScheduleOptions::FromCosts(costs);
+    ScheduleOptions bridged = greedy;
+    bridged.max_bridge_packed = std::max(greedy.max_bridge_packed, greedy.max_bridge);
+    ScheduleOptions in_place = greedy;
+    in_place.min_in_place = 0;
+    const Schedule a = PlanSchedule(layout, greedy);
+    const Schedule b = PlanSchedule(layout, bridged);
+    const Schedule c = PlanSchedule(layout, in_place);
+    const Schedule chosen = PlanSchedule(layout, costs);
+    const double cheapest =
+        std::min({ModelCost(a, costs), ModelCost(b, costs), ModelCost(c, costs)});
+    EXPECT_DOUBLE_EQ(ModelCost(chosen, costs), a.packed_bytes == 0 ? ModelCost(a, costs) : cheapest)
+        << "round " << round;
+    if (a.packed_bytes == 0) {
+      shortcuts++;
+      ExpectSameSchedule(b, a, "bridged, round " + std::to_string(round));
+      ExpectSameSchedule(c, a, "in place, round " + std::to_string(round));
+    }
+  }
+  EXPECT_GT(shortcuts, 50);
+}
+
 }  // namespace
 }  // namespace slipstream::rdma
