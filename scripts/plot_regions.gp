@@ -17,7 +17,7 @@ set style histogram clustered gap 1
 set style fill solid 0.8 border -1
 set boxwidth 0.9
 set grid ytics lc rgb "#dddddd"
-set key top right box opaque font ",8"
+set key below horizontal box font ",8"
 set logscale y 10
 set format y "%g"
 set xtics rotate by -15

@@ -112,12 +112,20 @@ class RegionPayload : public PayloadSource {
 // of the package is copied too; one entry is always kept free for that.
 class LayoutPayload : public PayloadSource {
  public:
-  LayoutPayload(const LocalRegion& source, const Schedule& schedule)
-      : source_(source), runs_(schedule.runs) {}
-  // Walks the runs that cover the package's bytes.
+  LayoutPayload(std::string_view prefix, const LocalRegion& source, const Schedule& schedule)
+      : prefix_(prefix), source_(source), runs_(schedule.runs) {}
+  // Copies what is left of the prefix, then walks the runs that cover the package's bytes.
   void Gather(uint64_t length, char* staging, uint32_t staging_lkey, std::vector<Sge>* sges,
               uint32_t max_sges) override {
     uint64_t staged = 0;
+    if (prefix_done_ < prefix_.size()) {
+      const uint64_t take = std::min<uint64_t>(length, prefix_.size() - prefix_done_);
+      std::memcpy(staging, prefix_.data() + prefix_done_, take);
+      AppendStaged(sges, staging, take, staging_lkey);
+      staged = take;
+      prefix_done_ += take;
+      length -= take;
+    }
     while (length > 0) {
       const Run& run = runs_[run_];
       const uint64_t take = std::min(length, run.length - in_run_);
@@ -139,6 +147,8 @@ class LayoutPayload : public PayloadSource {
   }
 
  private:
+  std::string_view prefix_;
+  uint64_t prefix_done_ = 0;
   const LocalRegion& source_;
   const std::vector<Run>& runs_;
   size_t run_ = 0;
@@ -187,8 +197,9 @@ class ChannelImpl : public Channel {
   Status Send(uint32_t opcode, std::string_view data, uint32_t sender, int timeout_ms) override;
   Status SendRegion(uint32_t opcode, const LocalRegion& region, size_t offset, size_t length,
                     uint32_t sender, int timeout_ms) override;
-  Status SendLayout(uint32_t opcode, const LocalRegion& source, const RegionLayout& layout,
-                    const Schedule& schedule, uint32_t sender, int timeout_ms) override;
+  Status SendLayout(uint32_t opcode, std::string_view prefix, const LocalRegion& source,
+                    const RegionLayout& layout, const Schedule& schedule, uint32_t sender,
+                    int timeout_ms) override;
   Status Receive(Message* message, int timeout_ms) override;
   Status ReceivePackage(PackageView* package, int timeout_ms) override;
   Status Release(const PackageView& package) override;
@@ -473,13 +484,13 @@ Status ChannelImpl::SendRegion(uint32_t opcode, const LocalRegion& region, size_
                     /*may_time_out=*/false);
 }
 
-Status ChannelImpl::SendLayout(uint32_t opcode, const LocalRegion& source,
+Status ChannelImpl::SendLayout(uint32_t opcode, std::string_view prefix, const LocalRegion& source,
                                const RegionLayout& layout, const Schedule& schedule,
                                uint32_t sender, int timeout_ms) {
   Status s = CheckSchedule(layout, schedule, source.addr == nullptr ? 0 : source.length);
   if (!s.ok()) return s;
-  LayoutPayload payload(source, schedule);
-  s = SendMessage(opcode, payload, schedule.wire_bytes, sender, timeout_ms);
+  LayoutPayload payload(prefix, source, schedule);
+  s = SendMessage(opcode, payload, prefix.size() + schedule.wire_bytes, sender, timeout_ms);
   if (!s.ok()) return s;
   // As SendRegion: in-place boxes are read by the transport until the writes complete.
   return AwaitParts([&] { return !SlotBusyLocked(sender); }, Clock::time_point::max(),

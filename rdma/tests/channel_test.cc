@@ -382,11 +382,13 @@ TEST_P(ChannelTest, LayoutsAcrossPackages) {
     Schedule schedule = PlanSchedule(layout, options);
     std::string wire;
     for (const rdma::Run& run : schedule.runs) wire.append(source.data() + run.source, run.length);
+    const std::string prefix = Pattern(rng() % 3 == 0 ? 0 : rng() % 9000, round);
     std::string payload;
     FragmentCursor cursor(layout);
     for (Fragment f; cursor.Next(&f);) payload.append(source.data() + f.offset, f.length);
     auto sent = std::async(std::launch::async, [&] {
-      return c.sender->SendLayout(uint32_t(round), registered, layout, schedule, 0, kTimeoutMs);
+      return c.sender->SendLayout(uint32_t(round), prefix, registered, layout, schedule, 0,
+                                  kTimeoutMs);
     });
     Message m;
     Status s = c.receiver->Receive(&m, kTimeoutMs);
@@ -394,9 +396,10 @@ TEST_P(ChannelTest, LayoutsAcrossPackages) {
     s = sent.get();
     ASSERT_TRUE(s.ok()) << s.ToString();
     ASSERT_EQ(m.opcode, uint32_t(round));
-    ASSERT_TRUE(m.data == wire) << "round " << round;
+    ASSERT_TRUE(m.data == prefix + wire) << "round " << round;
     std::string unpacked;
-    ASSERT_TRUE(Unpack(layout, options, m.data, &unpacked).ok());
+    ASSERT_TRUE(
+        Unpack(layout, options, std::string_view(m.data).substr(prefix.size()), &unpacked).ok());
     ASSERT_TRUE(unpacked == payload) << "round " << round;
   }
   // A schedule that does not belong to the layout, or a source too short, sends nothing.
@@ -404,12 +407,12 @@ TEST_P(ChannelTest, LayoutsAcrossPackages) {
   ASSERT_TRUE(RegionLayout::Strided(0, 16, 10, {{0, 4}}, &small).ok());
   ASSERT_TRUE(RegionLayout::Strided(0, 16, 11, {{0, 4}}, &other).ok());
   Schedule wrong = PlanSchedule(other, ScheduleOptions{});
-  EXPECT_EQ(c.sender->SendLayout(1, registered, small, wrong, 0, kTimeoutMs).code(),
+  EXPECT_EQ(c.sender->SendLayout(1, "", registered, small, wrong, 0, kTimeoutMs).code(),
             Status::Code::kInvalidArgument);
   LocalRegion short_source = registered;
   short_source.length = 100;
   EXPECT_EQ(c.sender
-                ->SendLayout(1, short_source, small, PlanSchedule(small, ScheduleOptions{}), 0,
+                ->SendLayout(1, "", short_source, small, PlanSchedule(small, ScheduleOptions{}), 0,
                              kTimeoutMs)
                 .code(),
             Status::Code::kInvalidArgument);

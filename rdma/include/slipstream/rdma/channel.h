@@ -70,13 +70,15 @@ class Channel {
   virtual Status SendRegion(uint32_t opcode, const LocalRegion& region, size_t offset,
                             size_t length, uint32_t sender, int timeout_ms) = 0;
 
-  // Sends a declarative region (region.h) as one message: its wire image under `schedule`.
-  // Packed boxes are copied into the Send Buffer beside each package header, the others are
-  // written straight from `source` (a region of this connection, or caller memory registered
-  // with RegisterLocal). The receiver finds the fragments in the message with LandingCursor or
-  // Unpack and the same layout and options. Returns once every package has been written.
-  virtual Status SendLayout(uint32_t opcode, const LocalRegion& source, const RegionLayout& layout,
-                            const Schedule& schedule, uint32_t sender, int timeout_ms) = 0;
+  // Sends a declarative region (region.h) as one message: `prefix` (copied; e.g. the encoded
+  // layout), then the region's wire image under `schedule`. Packed boxes are copied into the
+  // Send Buffer beside each package header, the others are written straight from `source` (a
+  // region of this connection, or caller memory registered with RegisterLocal). The receiver
+  // finds the fragments after the prefix with LandingCursor or Unpack and the same layout and
+  // options. Returns once every package has been written.
+  virtual Status SendLayout(uint32_t opcode, std::string_view prefix, const LocalRegion& source,
+                            const RegionLayout& layout, const Schedule& schedule, uint32_t sender,
+                            int timeout_ms) = 0;
 
   // Receives the next complete message (copy-out). Messages of one sender arrive in order.
   virtual Status Receive(Message* message, int timeout_ms) = 0;
