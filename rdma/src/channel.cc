@@ -200,6 +200,7 @@ class ChannelImpl : public Channel {
   Status SendLayout(uint32_t opcode, std::string_view prefix, const LocalRegion& source,
                     const RegionLayout& layout, const Schedule& schedule, uint32_t sender,
                     int timeout_ms) override;
+  Status Flush(int timeout_ms) override;
   Status Receive(Message* message, int timeout_ms) override;
   Status ReceivePackage(PackageView* package, int timeout_ms) override;
   Status Release(const PackageView& package) override;
@@ -364,8 +365,9 @@ Status ChannelImpl::Progress() {
   Completion wc[32];
   size_t n = 0;
   Status s = conn_->Poll(wc, 32, 0, &n);
+  Status applied = ApplyCompletions(wc, n);  // what completed before a failure still counts
   if (!s.ok()) return Broken(s);
-  return ApplyCompletions(wc, n);
+  return applied;
 }
 
 // Any failed completion (a flushed or refused write) ends the channel with the connection's error.
@@ -416,8 +418,8 @@ Status ChannelImpl::AwaitParts(const std::function<bool()>& done, Clock::time_po
     {
       std::lock_guard<std::mutex> lock(mu_);
       Status s = Progress();
+      if (done()) return Status::OK();  // placed before any failure
       if (!s.ok()) return s;
-      if (done()) return Status::OK();
     }
     if (may_time_out && Clock::now() >= deadline) return Status::Timeout("send buffer busy");
     Status s = AwaitCompletion(1);
@@ -497,6 +499,11 @@ Status ChannelImpl::SendLayout(uint32_t opcode, std::string_view prefix, const L
                     /*may_time_out=*/false);
 }
 
+Status ChannelImpl::Flush(int timeout_ms) {
+  return AwaitParts([this] { return !AnyPartBusyLocked(); },
+                    Clock::now() + std::chrono::milliseconds(timeout_ms), /*may_time_out=*/true);
+}
+
 // Each package: wait for the slot's next Send Buffer part, reserve a peer buffer, write header
 // (and payload), then the READY word with a fence so it lands after the package. The package
 // stays in flight while the slot goes on with the next one in another part.
@@ -571,8 +578,10 @@ Status ChannelImpl::NextReady(uint32_t* buffer, Clock::time_point deadline) {
   while (true) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      // A package whose READY word arrived was placed whole (READY is fenced behind it), so
+      // it is delivered even when the connection has failed since: a peer that sends its
+      // last message and leaves does not lose it. The failure shows once nothing is left.
       Status s = Progress();
-      if (!s.ok()) return s;
       for (uint32_t j = 0; j < options_.receive_buffers; j++) {
         uint64_t word = Info(j)->load(std::memory_order_acquire);
         if (StateOf(word) == kReady && SequenceOf(word) == next_receive_sequence_) {
@@ -580,6 +589,7 @@ Status ChannelImpl::NextReady(uint32_t* buffer, Clock::time_point deadline) {
           return Status::OK();
         }
       }
+      if (!s.ok()) return s;
     }
     if (Clock::now() >= deadline) return Status::Timeout("no message");
     std::this_thread::yield();
@@ -607,12 +617,12 @@ Status ChannelImpl::ReceivePackage(PackageView* package, int timeout_ms) {
   return Status::OK();
 }
 
-// Marks the buffer free here and tells the sender with a remote write.
+// Marks the buffer free here and tells the sender with a remote write (unless it is gone).
 Status ChannelImpl::Release(const PackageView& package) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!broken_.ok()) return broken_;
   uint32_t j = package.buffer;
   Info(j)->store(Word(kFree, package.sequence), std::memory_order_release);
+  if (!broken_.ok()) return Status::OK();  // nobody to tell; the package was delivered
   uint64_t* word = WordSlot(j);
   *word = Word(kFree, package.sequence);
   Sge sge{word, 8, words_.lkey};

@@ -420,6 +420,34 @@ TEST_P(ChannelTest, LayoutsAcrossPackages) {
   EXPECT_EQ(c.receiver->Receive(&none, 50).code(), Status::Code::kTimeout);
 }
 
+// Messages placed whole before the sender disconnects are still delivered, in order; only
+// then does the receiver see the failure.
+TEST_P(ChannelTest, PlacedMessagesOutliveTheSender) {
+  ChannelOptions o;
+  o.receive_buffers = 4;
+  o.receive_buffer_size = 8192;
+  Channels c = Open(GetParam(), o, o);
+  ASSERT_TRUE(c.sender && c.receiver);
+  LocalRegion region;
+  ASSERT_TRUE(c.pair.client->AllocateRegion(20000, kLocalOnly, &region).ok());
+  std::string data = Pattern(20000, 5);
+  std::memcpy(region.addr, data.data(), data.size());
+  // SendRegion returns once its writes completed, i.e. once the bytes are placed.
+  ASSERT_TRUE(c.sender->SendRegion(1, region, 0, 3000, 0, kTimeoutMs).ok());
+  ASSERT_TRUE(c.sender->SendRegion(2, region, 3000, 9000, 0, kTimeoutMs).ok());
+  c.pair.client->Disconnect();
+  Message m;
+  ASSERT_TRUE(c.receiver->Receive(&m, kTimeoutMs).ok());
+  EXPECT_EQ(m.opcode, 1u);
+  EXPECT_TRUE(m.data == data.substr(0, 3000));
+  ASSERT_TRUE(c.receiver->Receive(&m, kTimeoutMs).ok());
+  EXPECT_EQ(m.opcode, 2u);
+  EXPECT_TRUE(m.data == data.substr(3000, 9000));
+  Status s = c.receiver->Receive(&m, kTimeoutMs);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.code(), Status::Code::kTimeout) << s.ToString();
+}
+
 // A peer that goes away in the middle of a message: both sides get an error, nobody hangs.
 TEST_P(ChannelTest, DisconnectMidMessage) {
   ChannelOptions o;

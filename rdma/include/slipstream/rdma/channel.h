@@ -80,7 +80,11 @@ class Channel {
                             const RegionLayout& layout, const Schedule& schedule, uint32_t sender,
                             int timeout_ms) = 0;
 
+  // Waits up to timeout_ms until every package this side sent has been placed at the peer.
+  virtual Status Flush(int timeout_ms) = 0;
+
   // Receives the next complete message (copy-out). Messages of one sender arrive in order.
+  // Messages placed whole before the peer disconnected are still delivered.
   virtual Status Receive(Message* message, int timeout_ms) = 0;
   // Zero-copy: the next package in place; Release() it when done.
   virtual Status ReceivePackage(PackageView* package, int timeout_ms) = 0;
