@@ -139,3 +139,69 @@ END
 $$;
 REVOKE ALL ON replication, backup_buffers, backup, index_import FROM PUBLIC;
 GRANT SELECT ON replication, backup_buffers, backup, index_import TO slipstream_admin;
+
+-- ---- the query shuffle (docs/shuffle.md) ----
+
+-- Peer groups; REVOKEd from PUBLIC: it holds secrets and conninfo strings (passwords).
+CREATE TABLE peer_group_config (
+  name text PRIMARY KEY,
+  nodes text[] NOT NULL,
+  self integer NOT NULL,
+  secret text NOT NULL,
+  transport text NOT NULL,
+  receive_buffers integer NOT NULL,
+  buffer_size integer NOT NULL
+);
+REVOKE ALL ON peer_group_config FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('peer_group_config', '');
+
+CREATE FUNCTION create_peer_group(name text, nodes text[], self integer, secret text,
+                                  transport text DEFAULT 'auto', receive_buffers integer DEFAULT 4,
+                                  buffer_size text DEFAULT '1MB')
+RETURNS void
+AS 'MODULE_PATHNAME', 'slipstream_create_peer_group' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION create_peer_group(text, text[], integer, text, text, integer, text) IS 'defines a peer group on this node: every node''s libpq conninfo by index, this node''s index, the shared secret, the transport and the channels'' receive buffers';
+
+CREATE FUNCTION drop_peer_group(name text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'slipstream_drop_peer_group' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION drop_peer_group(text) IS 'forgets a peer group on this node';
+
+CREATE VIEW peer_groups AS
+  SELECT name, nodes, self, transport, receive_buffers, pg_size_pretty(buffer_size::bigint) AS buffer_size
+  FROM peer_group_config;
+
+CREATE FUNCTION shuffle(query text, key text, peer_group text, shuffle_id bigint DEFAULT NULL)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'slipstream_shuffle' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION shuffle(text, text, text, bigint) IS 'run on every node of a peer group at once: runs the query, sends each row to the node owning the hash of its key, returns the rows this node owns';
+
+CREATE FUNCTION shuffle_on_group(peer_group text, statement text, timeout_seconds integer DEFAULT 300)
+RETURNS TABLE(node integer, command text, rows bigint)
+AS 'MODULE_PATHNAME', 'slipstream_shuffle_on_group' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION shuffle_on_group(text, text, integer) IS 'runs a statement on every node of a peer group at once, with slipstream.shuffle_id set to a fresh id';
+
+CREATE FUNCTION shuffle_port(shuffle_id bigint, wait_seconds integer DEFAULT 30)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'slipstream_shuffle_port' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION shuffle_port(bigint, integer) IS 'internal: the port this node''s participant of a shuffle listens on (asked by its peers)';
+
+CREATE FUNCTION shuffle_progress_status()
+RETURNS TABLE(pid integer, shuffle_id bigint, peer_group text, state text, self integer,
+              peer integer, rows_sent bigint, bytes_sent bigint, rows_received bigint,
+              bytes_received bigint, port integer)
+AS 'MODULE_PATHNAME', 'slipstream_shuffle_progress' LANGUAGE C VOLATILE;
+CREATE VIEW shuffle_progress AS SELECT * FROM shuffle_progress_status();
+
+DO $$
+DECLARE f text;
+BEGIN
+  FOREACH f IN ARRAY ARRAY['create_peer_group(text, text[], integer, text, text, integer, text)',
+                           'drop_peer_group(text)', 'shuffle_on_group(text, text, integer)'] LOOP
+    EXECUTE format('REVOKE ALL ON FUNCTION slipstream.%s FROM PUBLIC', f);
+    EXECUTE format('GRANT EXECUTE ON FUNCTION slipstream.%s TO slipstream_admin', f);
+  END LOOP;
+END
+$$;
+REVOKE ALL ON peer_groups FROM PUBLIC;
+GRANT SELECT ON peer_groups TO slipstream_admin;

@@ -5,6 +5,7 @@
  */
 #include "slipstream.h"
 #include "replication/repl.h"
+#include "shuffle/shuffle.h"
 
 #include "access/xact.h"
 #include "access/xlog.h"
@@ -28,6 +29,7 @@ request_shmem(void)
 		prev_shmem_request_hook();
 	ss_shmem_request();
 	ss_repl_shmem_request();
+	ss_shuffle_shmem_request();
 }
 
 /* shmem_startup_hook: create or attach our shared structures. */
@@ -39,6 +41,7 @@ startup_shmem(void)
 	ss_shmem_startup();
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	ss_repl_shmem_startup();
+	ss_shuffle_shmem_startup();
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -82,6 +85,7 @@ _PG_init(void)
 						 "replication slot; set wal_level = replica.")));
 
 	ss_define_settings();
+	ss_shuffle_define_settings();
 
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = request_shmem;

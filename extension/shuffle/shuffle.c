@@ -1,0 +1,601 @@
+/*
+ * shuffle/shuffle.c: slipstream.shuffle(query, key, peer_group, shuffle_id), run on every node
+ * of a peer group at once (docs/shuffle.md). Each node opens its listener and registers it,
+ * learns the others' ports through libpq (slipstream.shuffle_port), joins the exchange, runs
+ * its query, encodes each row into an arena and marks it for the node that owns the hash of
+ * its key. A full arena is one batch: each peer is sent the rows it owns as a region of the
+ * arena (zero copy where it pays), this node's own rows are decoded straight from it, and
+ * whatever arrives meanwhile goes into the result. At the end each node ends its streams,
+ * drains the others' and returns its rows.
+ *
+ * A send that finds the peer's buffers full returns at once; this node then drains what
+ * arrived and tries again, so two nodes sending to each other never wait on each other. Any
+ * error (a lost peer, a cancel, a bad row) ends the exchange, which disconnects every peer, so
+ * every node fails within the transport's timeouts.
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "libpq-fe.h"
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+#include "utils/typcache.h"
+#include "utils/wait_event.h"
+
+#include "bridge/shuffle_bridge.h"
+#include "shuffle/shuffle.h"
+
+PG_FUNCTION_INFO_V1(slipstream_shuffle);
+
+/* How long a node may wait for its peers to join, and for a stuck peer to take a batch. */
+#define SS_SHUFFLE_JOIN_MS 30000
+#define SS_SHUFFLE_STALL_MS 60000
+#define SS_SHUFFLE_FETCH 1000
+
+typedef struct ShuffleRun
+{
+	int64		id;
+	SsPeerGroup *group;
+	SsShuffle  *shuffle;
+	int			slot;
+	SsRowCodec *encoder;		/* the query's rows */
+	SsRowCodec *decoder;		/* the result's rows */
+	Tuplestorestate *store;
+	TupleDesc	result_desc;
+	MemoryContext batch_context;
+	char	   *arena;
+	uint64		arena_size;
+	uint64		used;
+	uint64	   *offsets;
+	uint32	   *lengths;
+	uint32	   *owners;
+	uint32		rows;
+	uint32		max_rows;
+	uint64		rows_for[SS_SHUFFLE_MAX_NODES];
+	TimestampTz last_progress;
+	char		error[SS_SHUFFLE_ERROR_SIZE];
+} ShuffleRun;
+
+/* Raises the transport's error (after `what` failed) as an ERROR every node understands. */
+static void
+raise_transport_error(ShuffleRun *run, const char *what, int code)
+{
+	ereport(ERROR,
+			(errcode(code == SS_SHUFFLE_AUTH_FAILED ? ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION
+					 : ERRCODE_CONNECTION_FAILURE),
+			 errmsg("shuffle %lld failed while %s: %s", (long long) run->id, what, run->error),
+			 code == SS_SHUFFLE_AUTH_FAILED
+			 ? errhint("Every node of peer group \"%s\" must be given the same secret.",
+					   run->group->name)
+			 : errhint("Another node of peer group \"%s\" failed, was cancelled or cannot be "
+					   "reached; its log says why.", run->group->name)));
+}
+
+/* Waits for `conn`'s pending query, interruptibly; its result (ERROR if it failed). */
+static PGresult *
+remote_result(PGconn *conn, int node)
+{
+	PGresult   *result = NULL;
+	PGresult   *next;
+
+	while (PQisBusy(conn))
+	{
+		int			events = WaitLatchOrSocket(MyLatch,
+											   WL_LATCH_SET | WL_SOCKET_READABLE | WL_TIMEOUT |
+											   WL_EXIT_ON_PM_DEATH,
+											   PQsocket(conn), 100, PG_WAIT_EXTENSION);
+
+		if (events & WL_LATCH_SET)
+			ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (!PQconsumeInput(conn))
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("lost node %d of the peer group: %s", node, PQerrorMessage(conn))));
+	}
+	while ((next = PQgetResult(conn)) != NULL)
+	{
+		if (result)
+			PQclear(result);
+		result = next;
+	}
+	return result;
+}
+
+/* The port node `node`'s participant of shuffle `id` listens on, asked through libpq. */
+static uint32
+rendezvous(ShuffleRun *run, int node)
+{
+	char	   *conninfo = psprintf("%s connect_timeout=10", run->group->conninfo[node]);
+	PGconn	   *volatile conn = PQconnectdb(conninfo);
+	uint32		port = 0;
+
+	PG_TRY();
+	{
+		char		id_text[32];
+		char		wait_text[16];
+		const char *params[2] = {id_text, wait_text};
+		PGresult   *result;
+
+		if (PQstatus(conn) != CONNECTION_OK)
+			ereport(ERROR,
+					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+					 errmsg("could not reach node %d of peer group \"%s\": %s", node,
+							run->group->name, PQerrorMessage(conn)),
+					 errhint("Check node %d's conninfo in slipstream.peer_groups, and that the "
+							 "node is up.", node)));
+		snprintf(id_text, sizeof(id_text), "%lld", (long long) run->id);
+		snprintf(wait_text, sizeof(wait_text), "%d", SS_SHUFFLE_JOIN_MS / 1000);
+		if (!PQsendQueryParams(conn, "SELECT slipstream.shuffle_port($1::bigint, $2::integer)", 2,
+							   NULL, params, NULL, NULL, 0))
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("could not ask node %d for its shuffle port: %s", node,
+							PQerrorMessage(conn))));
+		result = remote_result(conn, node);
+		if (result == NULL || PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
+		{
+			char	   *message = pstrdup(result ? PQresultErrorMessage(result) : "no result");
+
+			if (result)
+				PQclear(result);
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("node %d of peer group \"%s\" did not join shuffle %lld: %s", node,
+							run->group->name, (long long) run->id, message),
+					 errhint("Run the shuffle on every node of the group at once, with the same "
+							 "id; slipstream.shuffle_on_group does that.")));
+		}
+		port = (uint32) strtoul(PQgetvalue(result, 0, 0), NULL, 10);
+		PQclear(result);
+	}
+	PG_FINALLY();
+	{
+		PQfinish(conn);
+	}
+	PG_END_TRY();
+	return port;
+}
+
+/* Decodes one row from `from` into the result. */
+static void
+store_row(ShuffleRun *run, const char *data, uint32 length, int from)
+{
+	int			natts = run->result_desc->natts;
+	Datum	   *values = palloc(sizeof(Datum) * Max(natts, 1));
+	bool	   *nulls = palloc(sizeof(bool) * Max(natts, 1));
+
+	ss_codec_decode(run->decoder, data, length, from, values, nulls);
+	tuplestore_putvalues(run->store, run->result_desc, values, nulls);
+}
+
+/*
+ * Takes what has arrived (waiting up to timeout_ms for the first message): rows go into the
+ * result, ends are noted. Returns whether anything arrived.
+ */
+static bool
+drain(ShuffleRun *run, int timeout_ms)
+{
+	bool		any = false;
+
+	for (;;)
+	{
+		SsShuffleBatch *batch = NULL;
+		int			end_from = -1;
+		int			rc = ss_shuffle_receive(run->shuffle, any ? 0 : timeout_ms, &batch, &end_from,
+											run->error);
+
+		if (rc == SS_SHUFFLE_NOTHING)
+			return any;
+		if (rc != SS_SHUFFLE_OK)
+			raise_transport_error(run, "receiving", rc);
+		any = true;
+		run->last_progress = GetCurrentTimestamp();
+		if (batch == NULL)
+			continue;			/* a peer's end */
+		PG_TRY();
+		{
+			MemoryContext old = MemoryContextSwitchTo(run->batch_context);
+			const char *data;
+			uint32		length;
+			uint64		rows = 0;
+			uint64		bytes = 0;
+			int			from = (int) ss_shuffle_batch_from(batch);
+
+			while (ss_shuffle_batch_next(batch, &data, &length))
+			{
+				store_row(run, data, length, from);
+				rows++;
+				bytes += length;
+			}
+			MemoryContextSwitchTo(old);
+			MemoryContextReset(run->batch_context);
+			ss_registry_count(run->slot, from, 0, 0, rows, bytes);
+		}
+		PG_FINALLY();
+		{
+			ss_shuffle_batch_free(batch);
+		}
+		PG_END_TRY();
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/* Fails when a peer has taken nothing and sent nothing for too long. */
+static void
+check_stall(ShuffleRun *run, const char *what)
+{
+	if (TimestampDifferenceExceeds(run->last_progress, GetCurrentTimestamp(),
+								   SS_SHUFFLE_STALL_MS))
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("shuffle %lld made no progress for %d seconds while %s",
+						(long long) run->id, SS_SHUFFLE_STALL_MS / 1000, what),
+				 errhint("A node of peer group \"%s\" stopped taking rows; its log says why.",
+						 run->group->name)));
+}
+
+/* Sends the arena's rows to their owners and keeps this node's own. */
+static void
+send_batch(ShuffleRun *run)
+{
+	int			n = run->group->nodes;
+	int			self = run->group->self;
+	uint64		before[SS_SHUFFLE_MAX_NODES][6];
+
+	if (run->rows == 0)
+		return;
+	if (ss_shuffle_stage(run->shuffle, run->offsets, run->lengths, run->owners, run->rows,
+						 run->error) != SS_SHUFFLE_OK)
+		raise_transport_error(run, "staging a batch", SS_SHUFFLE_ERROR);
+	for (uint32 i = 0; i < run->rows; i++)
+	{
+		if ((int) run->owners[i] != self)
+			continue;
+		store_row(run, run->arena + run->offsets[i], run->lengths[i], self);
+	}
+	MemoryContextReset(run->batch_context);
+	ss_registry_count(run->slot, self, run->rows_for[self], 0, run->rows_for[self], 0);
+	for (int target = 0; target < n; target++)
+	{
+		int			rc;
+
+		if (target == self)
+			continue;
+		ss_shuffle_counters(run->shuffle, (uint32) target, before[target]);
+		while ((rc = ss_shuffle_try_send(run->shuffle, (uint32) target, run->error)) ==
+			   SS_SHUFFLE_WOULD_BLOCK)
+		{
+			if (!drain(run, 1))
+				check_stall(run, "sending");
+			CHECK_FOR_INTERRUPTS();
+		}
+		if (rc != SS_SHUFFLE_OK)
+			raise_transport_error(run, "sending", rc);
+		run->last_progress = GetCurrentTimestamp();
+		{
+			uint64		after[6];
+
+			ss_shuffle_counters(run->shuffle, (uint32) target, after);
+			ss_registry_count(run->slot, target, run->rows_for[target],
+							  after[1] - before[target][1], 0, 0);
+		}
+	}
+	run->used = 0;
+	run->rows = 0;
+	memset(run->rows_for, 0, sizeof(run->rows_for));
+}
+
+/* What a batch's encoded layout may take beside its rows (a few bytes a row, and the mask). */
+static uint64
+header_reserve(uint64 rows)
+{
+	return 64 + rows * 12 + rows / 8;
+}
+
+/* Adds one encoded row for `owner` to the arena, sending the batch first when it is full. */
+static void
+add_row(ShuffleRun *run, const StringInfo encoded, uint32 owner)
+{
+	if ((uint64) encoded->len + header_reserve(1) > run->arena_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a row of %d bytes does not fit a shuffle batch of peer group \"%s\" "
+						"(%llu bytes)", encoded->len, run->group->name,
+						(unsigned long long) run->arena_size),
+				 errhint("Raise the group's buffer_size (each receive buffer holds one batch).")));
+	if (run->used + encoded->len + header_reserve(run->rows + 1) > run->arena_size ||
+		run->rows == run->max_rows)
+		send_batch(run);
+	memcpy(run->arena + run->used, encoded->data, encoded->len);
+	run->offsets[run->rows] = run->used;
+	run->lengths[run->rows] = (uint32) encoded->len;
+	run->owners[run->rows] = owner;
+	run->rows++;
+	run->used += encoded->len;
+	run->rows_for[owner]++;
+}
+
+/* The id this shuffle runs under: the argument, else slipstream.shuffle_id. */
+static int64
+shuffle_id(FunctionCallInfo fcinfo)
+{
+	char	   *end;
+	long long	id;
+
+	if (!PG_ARGISNULL(3))
+		return PG_GETARG_INT64(3);
+	if (ss_shuffle_id_setting == NULL || ss_shuffle_id_setting[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("no shuffle id given"),
+				 errhint("Pass shuffle_id (the same on every node), or run the statement with "
+						 "slipstream.shuffle_on_group, which sets slipstream.shuffle_id.")));
+	errno = 0;
+	id = strtoll(ss_shuffle_id_setting, &end, 10);
+	if (errno != 0 || *end != '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("slipstream.shuffle_id \"%s\" is not a number", ss_shuffle_id_setting)));
+	return (int64) id;
+}
+
+/* Checks that the query's columns are the declared ones (names may differ, types may not). */
+static void
+check_columns(TupleDesc query, TupleDesc result)
+{
+	if (query->natts != result->natts)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("the shuffle's query returns %d columns, the call declares %d",
+						query->natts, result->natts),
+				 errhint("Declare the query's columns after AS, e.g. AS t(id int, name text).")));
+	for (int i = 0; i < query->natts; i++)
+		if (TupleDescAttr(query, i)->atttypid != TupleDescAttr(result, i)->atttypid)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATATYPE_MISMATCH),
+					 errmsg("column %d of the shuffle's query is of type %s, the call declares %s",
+							i + 1, format_type_be(TupleDescAttr(query, i)->atttypid),
+							format_type_be(TupleDescAttr(result, i)->atttypid)),
+					 errhint("Cast the query's column or fix the column definition list.")));
+}
+
+/* Runs the query and shuffles its rows (everything after the exchange is up). */
+static void
+run_query(ShuffleRun *run, const char *query, const char *key)
+{
+	SPIPlanPtr	plan;
+	Portal		portal;
+	TupleDesc	desc;
+	int			key_column = -1;
+	TypeCacheEntry *key_type;
+	Oid			key_collation;
+	StringInfoData encoded;
+	MemoryContext row_context;
+	int			n = run->group->nodes;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	plan = SPI_prepare(query, 0, NULL);
+	if (plan == NULL)
+		elog(ERROR, "could not prepare the shuffle's query: %s", SPI_result_code_string(SPI_result));
+	if (!SPI_is_cursor_plan(plan))
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("the shuffle's query must return rows"),
+				 errhint("Give one SELECT (or VALUES, or a statement with RETURNING).")));
+	portal = SPI_cursor_open(NULL, plan, NULL, NULL, false);
+	desc = portal->tupDesc;
+	check_columns(desc, run->result_desc);
+	for (int i = 0; i < desc->natts; i++)
+		if (strcmp(NameStr(TupleDescAttr(desc, i)->attname), key) == 0)
+			key_column = i;
+	if (key_column < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_COLUMN),
+				 errmsg("the shuffle's query has no column \"%s\"", key),
+				 errhint("key names a column of the query's result, as the query names it.")));
+	key_type = lookup_type_cache(TupleDescAttr(desc, key_column)->atttypid,
+								 TYPECACHE_HASH_PROC_FINFO);
+	if (!OidIsValid(key_type->hash_proc))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_FUNCTION),
+				 errmsg("the key column's type %s has no hash function",
+						format_type_be(TupleDescAttr(desc, key_column)->atttypid)),
+				 errhint("Shuffle by a column of a hashable type, or cast it.")));
+	key_collation = TupleDescAttr(desc, key_column)->attcollation;
+	{
+		MemoryContext old = MemoryContextSwitchTo(run->batch_context->parent);
+
+		run->encoder = ss_codec_create(desc);
+		row_context = AllocSetContextCreate(run->batch_context->parent,
+											"slipstream shuffle row", ALLOCSET_DEFAULT_SIZES);
+		MemoryContextSwitchTo(old);
+	}
+	initStringInfo(&encoded);
+	ss_registry_state(run->slot, "sending");
+	for (;;)
+	{
+		SPI_cursor_fetch(portal, true, SS_SHUFFLE_FETCH);
+		if (SPI_processed == 0)
+			break;
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			HeapTuple	tuple = SPI_tuptable->vals[i];
+			MemoryContext outer = MemoryContextSwitchTo(row_context);
+			Datum	   *values = palloc(sizeof(Datum) * Max(desc->natts, 1));
+			bool	   *nulls = palloc(sizeof(bool) * Max(desc->natts, 1));
+			uint32		owner = 0;
+
+			/* Detoasting and the output functions allocate per row: all of it goes here. */
+			heap_deform_tuple(tuple, desc, values, nulls);
+			if (!nulls[key_column])
+				owner = DatumGetUInt32(FunctionCall1Coll(&key_type->hash_proc_finfo,
+														 key_collation, values[key_column])) %
+					(uint32) n;
+			MemoryContextSwitchTo(outer);
+			resetStringInfo(&encoded);
+			MemoryContextSwitchTo(row_context);
+			ss_codec_encode(run->encoder, values, nulls, &encoded);
+			MemoryContextSwitchTo(outer);
+			MemoryContextReset(row_context);
+			add_row(run, &encoded, owner);
+		}
+		SPI_freetuptable(SPI_tuptable);
+		CHECK_FOR_INTERRUPTS();
+		(void) drain(run, 0);
+	}
+	send_batch(run);
+	SPI_cursor_close(portal);
+	SPI_finish();
+}
+
+/* Ends this node's streams and takes every other node's rows until they all ended. */
+static void
+finish(ShuffleRun *run)
+{
+	int			n = run->group->nodes;
+
+	ss_registry_state(run->slot, "draining");
+	for (int target = 0; target < n; target++)
+	{
+		int			rc;
+
+		if (target == run->group->self)
+			continue;
+		while ((rc = ss_shuffle_try_end(run->shuffle, (uint32) target, run->error)) ==
+			   SS_SHUFFLE_WOULD_BLOCK)
+		{
+			if (!drain(run, 1))
+				check_stall(run, "ending");
+			CHECK_FOR_INTERRUPTS();
+		}
+		if (rc != SS_SHUFFLE_OK)
+			raise_transport_error(run, "ending its streams", rc);
+	}
+	while (!ss_shuffle_all_ended(run->shuffle))
+	{
+		if (!drain(run, 100))
+			check_stall(run, "waiting for the other nodes' rows");
+		CHECK_FOR_INTERRUPTS();
+	}
+	if (ss_shuffle_flush(run->shuffle, 10000, run->error) != SS_SHUFFLE_OK)
+		raise_transport_error(run, "finishing", SS_SHUFFLE_ERROR);
+}
+
+/*
+ * slipstream.shuffle(query text, key text, peer_group text, shuffle_id bigint) RETURNS SETOF
+ * record: this node's share of every node's rows.
+ */
+Datum
+slipstream_shuffle(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ShuffleRun *run;
+	char	   *query;
+	char	   *key;
+	char	   *group_name;
+	TupleDesc	result_desc;
+	MemoryContext per_query;
+	MemoryContext old;
+	uint32		port = 0;
+	SsShuffle  *volatile shuffle = NULL;
+	volatile int slot = -1;
+
+	for (int i = 0; i < 3; i++)
+		if (PG_ARGISNULL(i))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("%s must not be null", i == 0 ? "query" : i == 1 ? "key" : "peer_group")));
+	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
+		(rsinfo->allowedModes & SFRM_Materialize) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("slipstream.shuffle must be called in a FROM clause")));
+	if (get_call_result_type(fcinfo, NULL, &result_desc) != TYPEFUNC_COMPOSITE)
+		ereport(ERROR,
+				(errcode(ERRCODE_SYNTAX_ERROR),
+				 errmsg("slipstream.shuffle needs a column definition list"),
+				 errhint("Call it as SELECT * FROM slipstream.shuffle(...) AS t(id int, ...).")));
+	query = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	key = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	group_name = text_to_cstring(PG_GETARG_TEXT_PP(2));
+
+	per_query = rsinfo->econtext->ecxt_per_query_memory;
+	old = MemoryContextSwitchTo(per_query);
+	run = palloc0(sizeof(ShuffleRun));
+	run->id = shuffle_id(fcinfo);
+	run->group = ss_peer_group_load(group_name);
+	run->result_desc = CreateTupleDescCopy(result_desc);
+	run->decoder = ss_codec_create(run->result_desc);
+	run->store = tuplestore_begin_heap(true, false, work_mem);
+	run->batch_context = AllocSetContextCreate(per_query, "slipstream shuffle batch",
+											   ALLOCSET_DEFAULT_SIZES);
+	run->last_progress = GetCurrentTimestamp();
+	MemoryContextSwitchTo(old);
+
+	{
+		char	   *host = ss_peer_transport_host(run->group->conninfo[run->group->self]);
+
+		shuffle = ss_shuffle_listen(host, run->group->transport, run->group->secret, &port,
+									run->error);
+		if (shuffle == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("shuffle %lld could not listen on %s: %s", (long long) run->id, host,
+							run->error),
+					 errhint("The host comes from this node's conninfo in peer group \"%s\".",
+							 run->group->name)));
+	}
+	run->shuffle = shuffle;
+	PG_TRY();
+	{
+		int			n = run->group->nodes;
+		const char **addresses = palloc0(sizeof(char *) * n);
+		int			rc;
+
+		slot = ss_registry_enter(run->id, port, run->group->name, n, run->group->self);
+		run->slot = slot;
+		for (int node = 0; node < n; node++)
+			addresses[node] = node == run->group->self
+				? pstrdup("")
+				: psprintf("%s:%u", ss_peer_transport_host(run->group->conninfo[node]),
+						   rendezvous(run, node));
+		rc = ss_shuffle_connect(shuffle, (uint64) run->id, (uint32) run->group->self, addresses,
+								(uint32) n, (uint32) run->group->receive_buffers,
+								(uint32) run->group->buffer_size, SS_SHUFFLE_JOIN_MS, run->error);
+		if (rc != SS_SHUFFLE_OK)
+			raise_transport_error(run, "connecting to its peers", rc);
+
+		/* One batch fits one receive buffer; a single node ships nothing. */
+		run->arena_size = n > 1 ? ss_shuffle_max_batch(shuffle) : (uint64) run->group->buffer_size;
+		run->max_rows = (uint32) Min(run->arena_size / 8, (uint64) 1 << 20);
+		run->arena = MemoryContextAllocHuge(per_query, run->arena_size);
+		run->offsets = MemoryContextAlloc(per_query, sizeof(uint64) * run->max_rows);
+		run->lengths = MemoryContextAlloc(per_query, sizeof(uint32) * run->max_rows);
+		run->owners = MemoryContextAlloc(per_query, sizeof(uint32) * run->max_rows);
+		if (n > 1 && ss_shuffle_set_source(shuffle, run->arena, run->arena_size, run->error) !=
+			SS_SHUFFLE_OK)
+			raise_transport_error(run, "registering its batch buffer", SS_SHUFFLE_ERROR);
+		run_query(run, query, key);
+		finish(run);
+	}
+	PG_FINALLY();
+	{
+		ss_shuffle_close(shuffle);
+		run->shuffle = NULL;
+		ss_registry_leave(slot);
+	}
+	PG_END_TRY();
+
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = run->store;
+	rsinfo->setDesc = run->result_desc;
+	return (Datum) 0;
+}
