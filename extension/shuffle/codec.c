@@ -8,11 +8,21 @@
  * output. TOASTed values are detoasted by the output functions. The signature hashes the
  * column types (OIDs of built-ins, names of the rest), so rows of another shape are refused
  * rather than misread.
+ *
+ * When every column is of a built-in type, a row travels as its heap tuple instead (u32
+ * signature with the high bit set | the tuple header and data, TOASTed values flattened):
+ * nothing is converted on either side. Its bytes mean the same on every node of a group (one
+ * architecture, one major version, built-in types only). The receiver checks the header and
+ * walks every attribute within the bytes before it stores the tuple, so a malformed one is
+ * refused, never read out of bounds.
  */
 #include "postgres.h"
 
+#include "access/detoast.h"
+#include "access/heaptoast.h"
 #include "access/htup_details.h"
 #include "access/transam.h"
+#include "access/tupmacs.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
@@ -32,9 +42,13 @@ typedef struct SsColumnIO
 	FmgrInfo	input;			/* typreceive or typinput */
 } SsColumnIO;
 
+#define SS_RAW_ROW 0x80000000u
+
 struct SsRowCodec
 {
 	int			natts;
+	bool		raw;			/* rows travel as heap tuples */
+	TupleDesc	desc;
 	uint32		signature;
 	SsColumnIO *columns;
 	StringInfoData scratch;
@@ -65,6 +79,8 @@ ss_codec_create(TupleDesc desc)
 	uint32		signature = hash_bytes_uint32((uint32) desc->natts);
 
 	codec->natts = desc->natts;
+	codec->desc = desc;
+	codec->raw = true;
 	codec->columns = palloc0(sizeof(SsColumnIO) * Max(desc->natts, 1));
 	initStringInfo(&codec->scratch);
 	for (int i = 0; i < desc->natts; i++)
@@ -87,6 +103,7 @@ ss_codec_create(TupleDesc desc)
 		c->type = att->atttypid;
 		c->typmod = att->atttypmod;
 		c->binary = binary_type(att->atttypid);
+		codec->raw = codec->raw && att->atttypid < FirstNormalObjectId;
 		if (c->binary)
 		{
 			getTypeBinaryOutputInfo(att->atttypid, &function, &varlena);
@@ -107,7 +124,7 @@ ss_codec_create(TupleDesc desc)
 									 hash_bytes((const unsigned char *) name, strlen(name)));
 		}
 	}
-	codec->signature = signature;
+	codec->signature = signature & ~SS_RAW_ROW;
 	return codec;
 }
 
@@ -122,6 +139,31 @@ static void
 put_u32(StringInfo out, uint32 value)
 {
 	appendBinaryStringInfo(out, (const char *) &value, sizeof(value));
+}
+
+void
+ss_codec_encode_tuple(SsRowCodec *codec, HeapTuple tuple, StringInfo out)
+{
+	Datum	   *values;
+	bool	   *nulls;
+
+	if (codec->raw)
+	{
+		HeapTuple	flat = HeapTupleHasExternal(tuple)
+			? toast_flatten_tuple(tuple, codec->desc) : tuple;
+
+		put_u32(out, codec->signature | SS_RAW_ROW);
+		appendBinaryStringInfo(out, (const char *) flat->t_data, flat->t_len);
+		if (flat != tuple)
+			heap_freetuple(flat);
+		return;
+	}
+	values = palloc(sizeof(Datum) * Max(codec->natts, 1));
+	nulls = palloc(sizeof(bool) * Max(codec->natts, 1));
+	heap_deform_tuple(tuple, codec->desc, values, nulls);
+	ss_codec_encode(codec, values, nulls, out);
+	pfree(values);
+	pfree(nulls);
 }
 
 void
@@ -172,6 +214,110 @@ malformed(int from, const char *what)
 	ereport(ERROR,
 			(errcode(ERRCODE_PROTOCOL_VIOLATION),
 			 errmsg("malformed row from shuffle participant %d: %s", from, what)));
+}
+
+/*
+ * Checks a received heap tuple against the descriptor: header fields, then every attribute's
+ * alignment and length within the bytes; no TOAST pointers (the sender flattens them).
+ */
+static void
+check_raw_tuple(SsRowCodec *codec, HeapTupleHeader header, uint32 length, int from)
+{
+	TupleDesc	desc = codec->desc;
+	int			natts;
+	bool		hasnulls;
+	const char *data;
+	uint32		data_length;
+	uint32		offset = 0;
+
+	if (length < SizeofHeapTupleHeader)
+		malformed(from, "a tuple shorter than its header");
+	natts = HeapTupleHeaderGetNatts(header);
+	hasnulls = (header->t_infomask & HEAP_HASNULL) != 0;
+	if (natts > desc->natts || header->t_hoff > length || header->t_hoff < SizeofHeapTupleHeader ||
+		(hasnulls && header->t_hoff < SizeofHeapTupleHeader + BITMAPLEN(natts)) ||
+		(header->t_infomask & HEAP_HASEXTERNAL))
+		malformed(from, "a tuple header that does not fit its columns");
+	data = (const char *) header + header->t_hoff;
+	data_length = length - header->t_hoff;
+	for (int i = 0; i < natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		uint32		size;
+
+		if (hasnulls && att_isnull(i, header->t_bits))
+			continue;
+		if (att->attlen == -1)
+		{
+			/* a varlena starts aligned unless it is a short one (1-byte header) */
+			if (offset >= data_length)
+				malformed(from, "a value past the end of its tuple");
+			if (!VARATT_NOT_PAD_BYTE(data + offset))
+				offset = att_align_nominal(offset, att->attalign);
+			if (offset >= data_length)
+				malformed(from, "a value past the end of its tuple");
+			if (VARATT_IS_EXTERNAL(data + offset))
+				malformed(from, "a TOAST pointer in a tuple");
+			if (!VARATT_IS_1B(data + offset) && data_length - offset < VARHDRSZ)
+				malformed(from, "a value past the end of its tuple");
+			size = VARSIZE_ANY(data + offset);
+		}
+		else if (att->attlen == -2)
+		{
+			size = (uint32) strnlen(data + offset, data_length - offset) + 1;
+			if (offset + size > data_length)
+				malformed(from, "an unterminated string in a tuple");
+		}
+		else
+		{
+			offset = att_align_nominal(offset, att->attalign);
+			size = (uint32) att->attlen;
+		}
+		if (size == 0 || offset > data_length || size > data_length - offset)
+			malformed(from, "a value past the end of its tuple");
+		offset += size;
+	}
+}
+
+void
+ss_codec_store(SsRowCodec *codec, const char *data, uint32 length, int from,
+			   Tuplestorestate *store)
+{
+	uint32		signature;
+
+	if (length < sizeof(signature))
+		malformed(from, "too short");
+	memcpy(&signature, data, sizeof(signature));
+	if ((signature & ~SS_RAW_ROW) != codec->signature ||
+		((signature & SS_RAW_ROW) != 0) != codec->raw)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("shuffle participant %d sends rows of other column types", from),
+				 errhint("Every node's query must return the columns the call declares, of the "
+						 "same types (user-defined types created alike on every node).")));
+	if (codec->raw)
+	{
+		HeapTupleData tuple;
+		uint32		tuple_length = length - sizeof(signature);
+
+		/* The bytes sit anywhere in the message: copy them to an aligned place first. */
+		enlargeStringInfo(&codec->scratch, tuple_length + MAXIMUM_ALIGNOF);
+		tuple.t_data = (HeapTupleHeader) MAXALIGN(codec->scratch.data);
+		memcpy(tuple.t_data, data + sizeof(signature), tuple_length);
+		tuple.t_len = tuple_length;
+		ItemPointerSetInvalid(&tuple.t_self);
+		tuple.t_tableOid = InvalidOid;
+		check_raw_tuple(codec, tuple.t_data, tuple_length, from);
+		tuplestore_puttuple(store, &tuple);
+	}
+	else
+	{
+		Datum	   *values = palloc(sizeof(Datum) * Max(codec->natts, 1));
+		bool	   *nulls = palloc(sizeof(bool) * Max(codec->natts, 1));
+
+		ss_codec_decode(codec, data, length, from, values, nulls);
+		tuplestore_putvalues(store, codec->desc, values, nulls);
+	}
 }
 
 void

@@ -167,12 +167,7 @@ rendezvous(ShuffleRun *run, int node)
 static void
 store_row(ShuffleRun *run, const char *data, uint32 length, int from)
 {
-	int			natts = run->result_desc->natts;
-	Datum	   *values = palloc(sizeof(Datum) * Max(natts, 1));
-	bool	   *nulls = palloc(sizeof(bool) * Max(natts, 1));
-
-	ss_codec_decode(run->decoder, data, length, from, values, nulls);
-	tuplestore_putvalues(run->store, run->result_desc, values, nulls);
+	ss_codec_store(run->decoder, data, length, from, run->store);
 }
 
 /*
@@ -428,21 +423,19 @@ run_query(ShuffleRun *run, const char *query, const char *key)
 		for (uint64 i = 0; i < SPI_processed; i++)
 		{
 			HeapTuple	tuple = SPI_tuptable->vals[i];
-			MemoryContext outer = MemoryContextSwitchTo(row_context);
-			Datum	   *values = palloc(sizeof(Datum) * Max(desc->natts, 1));
-			bool	   *nulls = palloc(sizeof(bool) * Max(desc->natts, 1));
+			MemoryContext outer;
 			uint32		owner = 0;
+			bool		key_null;
+			Datum		key_value = heap_getattr(tuple, key_column + 1, desc, &key_null);
 
 			/* Detoasting and the output functions allocate per row: all of it goes here. */
-			heap_deform_tuple(tuple, desc, values, nulls);
-			if (!nulls[key_column])
-				owner = DatumGetUInt32(FunctionCall1Coll(&key_type->hash_proc_finfo,
-														 key_collation, values[key_column])) %
-					(uint32) n;
-			MemoryContextSwitchTo(outer);
 			resetStringInfo(&encoded);
-			MemoryContextSwitchTo(row_context);
-			ss_codec_encode(run->encoder, values, nulls, &encoded);
+			outer = MemoryContextSwitchTo(row_context);
+			if (!key_null)
+				owner = DatumGetUInt32(FunctionCall1Coll(&key_type->hash_proc_finfo,
+														 key_collation, key_value)) %
+					(uint32) n;
+			ss_codec_encode_tuple(run->encoder, tuple, &encoded);
 			MemoryContextSwitchTo(outer);
 			MemoryContextReset(row_context);
 			add_row(run, &encoded, owner);

@@ -11,7 +11,9 @@
 
 #include "postgres.h"
 
+#include "access/htup.h"
 #include "access/tupdesc.h"
+#include "utils/tuplestore.h"
 #include "lib/stringinfo.h"
 
 #define SS_SHUFFLE_MAX_NODES 64
@@ -67,6 +69,11 @@ extern SsRowCodec *ss_codec_create(TupleDesc desc);
 extern uint32 ss_codec_signature(const SsRowCodec *codec);
 /* Appends one row's encoding to `out`. */
 extern void ss_codec_encode(SsRowCodec *codec, Datum *values, bool *nulls, StringInfo out);
+/* Appends a tuple of the codec's descriptor: as its bytes when every column is built in. */
+extern void ss_codec_encode_tuple(SsRowCodec *codec, HeapTuple tuple, StringInfo out);
+/* Decodes one row (ERROR with `from` named if malformed or of another shape) into `store`. */
+extern void ss_codec_store(SsRowCodec *codec, const char *data, uint32 length, int from,
+						   Tuplestorestate *store);
 /* Decodes one row (ERROR with `from` named if malformed or of another signature). */
 extern void ss_codec_decode(SsRowCodec *codec, const char *data, uint32 length, int from,
 							Datum *values, bool *nulls);
