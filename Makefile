@@ -14,7 +14,7 @@ DEBIAN_PACKAGES = cmake g++ make pkg-config googletest libgtest-dev libgmock-dev
 
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build extension install demo demo-replication demo-engine bench test test-sanitize test-pg check check-format format clean bench-rdma bench-regions bench-pg bench-replication
+.PHONY: all deps build extension install demo demo-replication demo-engine bench test test-sanitize test-pg check check-format format clean bench-rdma bench-regions bench-shuffle bench-pg bench-replication
 
 all: build
 
@@ -40,9 +40,11 @@ install: extension
 	$(SUDO) $(MAKE) -C extension BUILD_DIR=$(abspath $(BUILD)) install
 
 # The main job: slipstream inside a local PostgreSQL cluster (scripts/demo.sh): load a
-# usertable, run YCSB workload A, print throughput and the engine's statistics.
+# usertable, run YCSB workload A, print throughput and the engine's statistics; then a
+# repartitioned join across three local nodes with slipstream.shuffle (scripts/demo_shuffle.sh).
 demo: install
 	scripts/demo.sh
+	scripts/demo_shuffle.sh
 
 # Replication on this machine: a primary and two backups, pgbench in remote_memory, the status
 # views, a hot-standby read, the primary killed and a backup taking over with nothing lost.
@@ -136,6 +138,12 @@ bench-rdma: deps
 	$(BUILD)/bench/rdma_bench --csv-dir=$(RDMA_RESULTS)
 	$(BUILD)/bench/channel_bench --csv-dir=$(RDMA_RESULTS)
 	gnuplot -e "csv='$(RDMA_RESULTS)'; out='docs'" scripts/plot_rdma.gp
+
+# The query shuffle across three local nodes against postgres_fdw (bench/shuffle_pg.sh;
+# SHUFFLE_ARGS, e.g. --rows=10000000 --rounds=2): docs/benchmarks.md, "The SQL shuffle".
+SHUFFLE_ARGS ?=
+bench-shuffle: install
+	bench/shuffle_pg.sh $(SHUFFLE_ARGS)
 
 # Declarative regions (D-RDMA) against per-fragment WRITEs and copy-out on shm and tcp
 # (bench/region_bench: calibration, the shuffle and projection scenarios), then the plot
