@@ -18,8 +18,7 @@ struct SsShuffle {
   std::string secret;
   std::unique_ptr<rdma::Listener> listener;
   std::unique_ptr<rdma::Exchange> exchange;
-  rdma::RegionLayout all_rows;               // the staged batch
-  std::vector<rdma::RegionLayout> per_peer;  // masked to each peer's rows
+  std::vector<rdma::RegionLayout> per_peer;  // the staged batch: each peer's rows
   std::vector<uint64_t> rows_per_peer;
 };
 
@@ -119,16 +118,17 @@ extern "C" int ss_shuffle_stage(SsShuffle* shuffle, const uint64_t* offsets,
                                 const uint32_t* lengths, const uint32_t* owners, uint32_t rows,
                                 char* error) {
   return Guard(error, [&] {
-    std::vector<rdma::Fragment> items(rows);
-    std::vector<uint32_t> owner(owners, owners + rows);
-    for (uint32_t i = 0; i < rows; i++) items[i] = rdma::Fragment{offsets[i], lengths[i]};
-    rdma::Status s = rdma::RegionLayout::PointerMapped(std::move(items), &shuffle->all_rows);
-    if (!s.ok()) return Fail(error, s);
+    // A peer's rows as a pointer-mapped layout of just its items: the same fragments as all
+    // rows under the peer's mask, at a cost per row of that peer rather than of the batch.
     const uint32_t n = uint32_t(shuffle->per_peer.size());
-    std::vector<rdma::RowMask> masks = rdma::MasksByOwner(owner, n);
+    std::vector<std::vector<rdma::Fragment>> items(n);
+    for (uint32_t i = 0; i < rows; i++) {
+      if (owners[i] < n) items[owners[i]].push_back(rdma::Fragment{offsets[i], lengths[i]});
+    }
     for (uint32_t peer = 0; peer < n; peer++) {
-      shuffle->rows_per_peer[peer] = masks[peer].Count();
-      s = shuffle->all_rows.WithMask(std::move(masks[peer]), &shuffle->per_peer[peer]);
+      shuffle->rows_per_peer[peer] = items[peer].size();
+      rdma::Status s =
+          rdma::RegionLayout::PointerMapped(std::move(items[peer]), &shuffle->per_peer[peer]);
       if (!s.ok()) return Fail(error, s);
     }
     return SS_SHUFFLE_OK;
@@ -182,9 +182,9 @@ extern "C" bool ss_shuffle_all_ended(const SsShuffle* shuffle) {
   return shuffle->exchange == nullptr || shuffle->exchange->AllEnded();
 }
 
-extern "C" int ss_shuffle_flush(SsShuffle* shuffle, int timeout_ms, char* error) {
+extern "C" int ss_shuffle_finish(SsShuffle* shuffle, int timeout_ms, char* error) {
   return Guard(error, [&] {
-    rdma::Status s = shuffle->exchange->Flush(timeout_ms);
+    rdma::Status s = shuffle->exchange->Close(timeout_ms);
     return s.ok() ? SS_SHUFFLE_OK : Fail(error, s);
   });
 }

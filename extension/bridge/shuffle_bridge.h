@@ -70,8 +70,8 @@ int			ss_shuffle_receive(SsShuffle *shuffle, int timeout_ms, SsShuffleBatch **ba
 /* Whether every peer has ended its stream. */
 bool		ss_shuffle_all_ended(const SsShuffle *shuffle);
 
-/* Waits until everything sent was placed at the peers. */
-int			ss_shuffle_flush(SsShuffle *shuffle, int timeout_ms, char *error);
+/* After every end both ways: confirms with every peer that everything arrived. */
+int			ss_shuffle_finish(SsShuffle *shuffle, int timeout_ms, char *error);
 
 /* The peer a batch came from. */
 uint32_t	ss_shuffle_batch_from(const SsShuffleBatch *batch);

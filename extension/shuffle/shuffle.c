@@ -478,7 +478,7 @@ finish(ShuffleRun *run)
 			check_stall(run, "waiting for the other nodes' rows");
 		CHECK_FOR_INTERRUPTS();
 	}
-	if (ss_shuffle_flush(run->shuffle, 10000, run->error) != SS_SHUFFLE_OK)
+	if (ss_shuffle_finish(run->shuffle, SS_SHUFFLE_JOIN_MS, run->error) != SS_SHUFFLE_OK)
 		raise_transport_error(run, "finishing", SS_SHUFFLE_ERROR);
 }
 

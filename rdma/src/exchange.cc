@@ -5,6 +5,7 @@
 //   kHello  {magic, from, participants, exchange id}: the connecting side's first message
 //   kBatch  encoded layout | max_bridge, max_bridge_packed, min_in_place (3 x u32) | wire image
 //   kEnd    empty: no more batches from this sender
+//   kDone   empty: the sender has every peer's end, i.e. everything (Close)
 #include "slipstream/rdma/exchange.h"
 
 #include <algorithm>
@@ -19,7 +20,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kHello = 1, kBatch = 2, kEnd = 3;
+constexpr uint32_t kHello = 1, kBatch = 2, kEnd = 3, kDone = 4;
+// What a batch message adds to the layout and the wire image: the three thresholds.
+constexpr uint64_t kBatchTrailer = 12;
 constexpr uint32_t kHelloMagic = 0x58454c53;  // "SLEX"
 
 struct Hello {
@@ -103,7 +106,7 @@ class ExchangeImpl : public Exchange {
   Status TryEnd(uint32_t target) override;
   Status Receive(ExchangeMessage* message, int timeout_ms) override;
   bool AllEnded() const override { return ended_ == peers_.size() - 1; }
-  Status Flush(int timeout_ms) override;
+  Status Close(int timeout_ms) override;
   uint64_t max_batch_bytes() const override { return max_batch_bytes_; }
   uint32_t participants() const override { return uint32_t(peers_.size()); }
   uint32_t self() const override { return options_.self; }
@@ -122,6 +125,8 @@ class ExchangeImpl : public Exchange {
     LocalRegion source{};  // the caller's source buffer, registered on this connection
     bool sent_end = false;
     bool received_end = false;
+    bool sent_done = false;
+    bool received_done = false;
     ExchangeCounters counters;
   };
 
@@ -143,12 +148,17 @@ class ExchangeImpl : public Exchange {
   size_t source_length_ = 0;
 };
 
+// Our last packages get a moment to be placed; then every connection goes down before any
+// channel frees its buffers, so no peer's late write meets a freed region.
 ExchangeImpl::~ExchangeImpl() {
-  DropSource();
   for (Peer& peer : peers_) {
-    peer.channel.reset();  // waits briefly for packages still on the wire
+    if (peer.channel) (void)peer.channel->Flush(1000);
+  }
+  for (Peer& peer : peers_) {
     if (peer.connection) peer.connection->Disconnect();
   }
+  DropSource();
+  for (Peer& peer : peers_) peer.channel.reset();
 }
 
 void ExchangeImpl::DropSource() {
@@ -222,7 +232,7 @@ Status ExchangeImpl::Connect(Listener* listener) {
     const Channel& ch = *peers_[j].channel;
     max_batch_bytes_ =
         std::min<uint64_t>(max_batch_bytes_, std::min<uint64_t>(ch.peer_buffer_size(), part) -
-                                                 ch.package_header_size());
+                                                 ch.package_header_size() - kBatchTrailer);
   }
   if (n == 1) max_batch_bytes_ = 0;
   return Status::OK();
@@ -269,7 +279,7 @@ Status ExchangeImpl::TrySend(uint32_t target, const RegionLayout& layout,
   PutU32(&header, schedule.options.max_bridge_packed);
   PutU32(&header, schedule.options.min_in_place);
   const uint64_t bytes = header.size() + schedule.wire_bytes;
-  if (bytes > max_batch_bytes_) {
+  if (bytes > max_batch_bytes_ + kBatchTrailer) {
     return Status::InvalidArgument("a batch of " + std::to_string(bytes) +
                                    " bytes exceeds the largest one message carries (" +
                                    std::to_string(max_batch_bytes_) + ")");
@@ -355,14 +365,54 @@ Status ExchangeImpl::Receive(ExchangeMessage* message, int timeout_ms) {
   }
 }
 
-Status ExchangeImpl::Flush(int timeout_ms) {
-  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+// Done goes to every peer and comes from every peer; a peer sends it only once it has our end,
+// so its Done means it holds everything we sent, and it leaves only once it has ours.
+Status ExchangeImpl::Close(int timeout_ms) {
   for (uint32_t j = 0; j < peers_.size(); j++) {
-    if (j == options_.self) continue;
-    Status s = peers_[j].channel->Flush(Left(deadline));
-    if (!s.ok()) return About(j, s);
+    if (j != options_.self && !peers_[j].sent_end) {
+      return Status::InvalidArgument("end the stream to participant " + std::to_string(j) +
+                                     " before closing");
+    }
   }
-  return Status::OK();
+  if (!AllEnded()) return Status::InvalidArgument("receive every peer's end before closing");
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (int round = 0;; round++) {
+    bool finished = true;
+    for (uint32_t j = 0; j < peers_.size(); j++) {
+      if (j == options_.self) continue;
+      Peer& peer = peers_[j];
+      if (!peer.sent_done) {
+        Status s = peer.channel->Send(kDone, {}, 0, 0);
+        if (s.ok()) {
+          peer.sent_done = true;
+        } else if (s.code() != Status::Code::kWouldBlock) {
+          return About(j, s);
+        }
+      }
+      if (!peer.received_done) {
+        Message m;
+        Status s = peer.channel->Receive(&m, 0);
+        if (s.ok() && m.opcode == kDone && m.data.empty()) {
+          peer.received_done = true;
+        } else if (s.ok()) {
+          peer.connection->Disconnect();
+          return About(j, Status::InvalidArgument("a message after its end"));
+        } else if (s.code() != Status::Code::kTimeout) {
+          return About(j, s);
+        }
+      }
+      finished = finished && peer.sent_done && peer.received_done;
+    }
+    if (finished) return Status::OK();
+    if (Clock::now() >= deadline) {
+      return Status::Timeout("the peers did not confirm the end of the exchange in time");
+    }
+    if (round < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
 }
 
 }  // namespace

@@ -153,6 +153,7 @@ Status RegionLayout::WithMask(RowMask mask, RegionLayout* out) const {
 
 // Every count is checked for overflow, so a layout that exists can be walked without any.
 bool RegionLayout::Summarize() {
+  fingerprint_ = ComputeFingerprint();
   selected_ = masked_ ? mask_.Count() : rows_;
   payload_bytes_ = fragments_ = extent_ = 0;
   if (selected_ == 0) return true;
@@ -207,7 +208,7 @@ bool RegionLayout::Summarize() {
 
 // FNV-1a over the parameters, 64 bits at a time: cheap, and any change of kind, shape, offset
 // or mask changes it (it guards against mistakes, not against an adversary).
-uint64_t RegionLayout::Fingerprint() const {
+uint64_t RegionLayout::ComputeFingerprint() const {
   uint64_t hash = 0xcbf29ce484222325ull;
   auto mix = [&hash](uint64_t value) {
     hash ^= value;

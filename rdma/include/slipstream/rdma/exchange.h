@@ -11,7 +11,8 @@
 // fit one of the peer's Receive Buffers (max_batch_bytes), so a send either goes out whole or
 // returns WouldBlock having sent nothing: the caller then drains what arrived (Receive) and
 // tries again, and two participants sending to each other never wait on each other. Each
-// participant ends its stream to every peer with End; Receive reports each peer's end once.
+// participant ends its stream to every peer with End; Receive reports each peer's end once, and
+// Close confirms the end both ways before the exchange is destroyed.
 //
 // Failures: a peer that disconnects before its end, a malformed message, or a transport error
 // fails the call that meets it with a status naming the participant; the caller then destroys
@@ -84,11 +85,14 @@ class Exchange {
   virtual Status Receive(ExchangeMessage* message, int timeout_ms) = 0;
   // Whether every peer has ended its stream (and every message was received).
   virtual bool AllEnded() const = 0;
-  // Waits up to timeout_ms until everything this participant sent has been placed at its
-  // peers, so that destroying the exchange loses nothing; call it after the last TryEnd.
-  virtual Status Flush(int timeout_ms) = 0;
+  // Finishes the exchange, once every stream was ended (TryEnd to every peer) and every peer's
+  // end received (AllEnded): tells every peer that everything it sent arrived here, and waits
+  // up to timeout_ms until every peer says the same. After it, destroying the exchange loses
+  // nothing and fails no peer. A peer lost before it confirmed fails it, naming the peer.
+  virtual Status Close(int timeout_ms) = 0;
 
-  // The largest batch, encoded layout and wire image together, that one message can carry.
+  // The largest batch, encoded layout and wire image together, that one message can carry
+  // (what the message adds, the planner's thresholds, is already taken off).
   virtual uint64_t max_batch_bytes() const = 0;
   virtual uint32_t participants() const = 0;
   virtual uint32_t self() const = 0;

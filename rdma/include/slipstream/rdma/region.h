@@ -93,8 +93,8 @@ class RegionLayout {
   const RowMask& mask() const { return mask_; }
 
   // A 64-bit hash of everything that decides the fragments: a schedule remembers the
-  // fingerprint of the layout it was planned for.
-  uint64_t Fingerprint() const;
+  // fingerprint of the layout it was planned for. Computed once, when the layout is built.
+  uint64_t Fingerprint() const { return fingerprint_; }
 
   // Appends a self-delimiting encoding of the layout to *out.
   void EncodeTo(std::string* out) const;
@@ -104,8 +104,11 @@ class RegionLayout {
                            RegionLayout* out);
 
  private:
-  // Counts selected rows, fragments, payload bytes and the extent; false on overflow.
+  // Counts selected rows, fragments, payload bytes and the extent, and takes the
+  // fingerprint; false on overflow.
   bool Summarize();
+  // The hash Fingerprint returns.
+  uint64_t ComputeFingerprint() const;
 
   RegionKind kind_ = RegionKind::kPointerMapped;
   uint64_t base_ = 0;
@@ -120,6 +123,7 @@ class RegionLayout {
   uint64_t payload_bytes_ = 0;
   uint64_t fragments_ = 0;
   uint64_t extent_ = 0;
+  uint64_t fingerprint_ = 0;
 };
 
 // Walks a layout's fragments in payload order. The layout must outlive the cursor.
