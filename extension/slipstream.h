@@ -26,6 +26,7 @@
 #include "access/htup_details.h"
 #include "access/multixact.h"
 #include "access/tableam.h"
+#include "fmgr.h"
 #include "port/atomics.h"
 #include "storage/itemptr.h"
 #include "storage/lwlock.h"
@@ -109,6 +110,7 @@ ss_tag(Oid dbid, Oid relfilenode)
 extern void ss_define_settings(void);
 /* ERROR unless the user is a superuser or a member of slipstream_admin (admin/functions.c). */
 extern void ss_require_admin(const char *what);
+extern char *ss_text_arg(FunctionCallInfo fcinfo, int n, const char *name);
 /* The engine options from the GUCs. */
 extern void ss_fill_options(SsOptions *options);
 

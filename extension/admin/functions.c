@@ -63,6 +63,17 @@ open_slipstream_table(Oid relid, LOCKMODE lockmode)
 	return rel;
 }
 
+/* The text argument `n`, refused if NULL. */
+char *
+ss_text_arg(FunctionCallInfo fcinfo, int n, const char *name)
+{
+	if (PG_ARGISNULL(n))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", name)));
+	return text_to_cstring(PG_GETARG_TEXT_PP(n));
+}
+
 /* Configuration needs superuser or membership in slipstream_admin. */
 void
 ss_require_admin(const char *what)

@@ -28,16 +28,6 @@ PG_FUNCTION_INFO_V1(slipstream_backup_status);
 PG_FUNCTION_INFO_V1(slipstream_promote);
 PG_FUNCTION_INFO_V1(slipstream_index_import_status);
 
-/* The text argument `n`, refused if NULL. */
-static char *
-text_arg(FunctionCallInfo fcinfo, int n, const char *name)
-{
-	if (PG_ARGISNULL(n))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", name)));
-	return text_to_cstring(PG_GETARG_TEXT_PP(n));
-}
 
 /* Checks "HOST:PORT" (a port from 1 to 65535, port 0 only where `any_port`). */
 static void
@@ -91,8 +81,8 @@ check_name(const char *name)
 Datum
 slipstream_serve_backup(PG_FUNCTION_ARGS)
 {
-	char	   *listen = text_arg(fcinfo, 0, "listen");
-	char	   *secret = text_arg(fcinfo, 1, "secret");
+	char	   *listen = ss_text_arg(fcinfo, 0, "listen");
+	char	   *secret = ss_text_arg(fcinfo, 1, "secret");
 	int32		buffers = PG_ARGISNULL(2) ? 16 : PG_GETARG_INT32(2);
 	char	   *size_text = PG_ARGISNULL(3) ? "8MB" : text_to_cstring(PG_GETARG_TEXT_PP(3));
 	int64		buffer_size;
@@ -241,11 +231,11 @@ slipstream_stop_serving(PG_FUNCTION_ARGS)
 Datum
 slipstream_add_backup(PG_FUNCTION_ARGS)
 {
-	char	   *name = text_arg(fcinfo, 0, "name");
-	char	   *address = text_arg(fcinfo, 1, "address");
-	char	   *transport = text_arg(fcinfo, 2, "transport");
-	char	   *secret = text_arg(fcinfo, 3, "secret");
-	char	   *shipping = PG_NARGS() > 4 ? text_arg(fcinfo, 4, "shipping") : "build_index";
+	char	   *name = ss_text_arg(fcinfo, 0, "name");
+	char	   *address = ss_text_arg(fcinfo, 1, "address");
+	char	   *transport = ss_text_arg(fcinfo, 2, "transport");
+	char	   *secret = ss_text_arg(fcinfo, 3, "secret");
+	char	   *shipping = PG_NARGS() > 4 ? ss_text_arg(fcinfo, 4, "shipping") : "build_index";
 	bool		lz4 = PG_NARGS() > 5 && !PG_ARGISNULL(5) && PG_GETARG_BOOL(5);
 	bool		send_index;
 	int			free_slot = -1;
@@ -339,7 +329,7 @@ slipstream_add_backup(PG_FUNCTION_ARGS)
 Datum
 slipstream_drop_backup(PG_FUNCTION_ARGS)
 {
-	char	   *name = text_arg(fcinfo, 0, "name");
+	char	   *name = ss_text_arg(fcinfo, 0, "name");
 	bool		found = false;
 
 	ss_require_admin("configure replication");

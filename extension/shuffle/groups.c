@@ -46,16 +46,6 @@ run_as_owner(const char *sql, int nargs, Oid *types, Datum *values, bool read_on
 	return result;
 }
 
-/* The text argument `n`, refused if NULL. */
-static char *
-text_arg(FunctionCallInfo fcinfo, int n, const char *name)
-{
-	if (PG_ARGISNULL(n))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", name)));
-	return text_to_cstring(PG_GETARG_TEXT_PP(n));
-}
 
 /* Checks a group name: 1 to 63 bytes of letters, digits, '_' and '-'. */
 static void
@@ -124,7 +114,7 @@ slipstream_create_peer_group(PG_FUNCTION_ARGS)
 	int			rc;
 
 	ss_require_admin("configure peer groups");
-	name = text_arg(fcinfo, 0, "name");
+	name = ss_text_arg(fcinfo, 0, "name");
 	check_group_name(name);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -177,13 +167,13 @@ slipstream_create_peer_group(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("self must be this node's index in nodes, from 0 to %d", n - 1)));
-	secret = text_arg(fcinfo, 3, "secret");
+	secret = ss_text_arg(fcinfo, 3, "secret");
 	if (secret[0] == '\0' || strlen(secret) > 255)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("the secret must be 1 to 255 bytes long"),
 				 errhint("Every node of the group must be given the same secret.")));
-	transport = text_arg(fcinfo, 4, "transport");
+	transport = ss_text_arg(fcinfo, 4, "transport");
 	if (strcmp(transport, "auto") != 0 && strcmp(transport, "tcp") != 0 &&
 		strcmp(transport, "shm") != 0 && strcmp(transport, "verbs") != 0)
 		ereport(ERROR,
@@ -195,7 +185,7 @@ slipstream_create_peer_group(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("receive_buffers must be from 1 to 7")));
-	buffer_size_text = text_arg(fcinfo, 6, "buffer_size");
+	buffer_size_text = ss_text_arg(fcinfo, 6, "buffer_size");
 	buffer_size = DatumGetInt64(DirectFunctionCall1(pg_size_bytes,
 													CStringGetTextDatum(buffer_size_text)));
 	if (buffer_size < 65536 || buffer_size > 256 * 1024 * 1024)
@@ -237,7 +227,7 @@ slipstream_drop_peer_group(PG_FUNCTION_ARGS)
 	int			rc;
 
 	ss_require_admin("configure peer groups");
-	name = text_arg(fcinfo, 0, "name");
+	name = ss_text_arg(fcinfo, 0, "name");
 	values[0] = CStringGetTextDatum(name);
 	SPI_connect();
 	rc = run_as_owner("DELETE FROM slipstream.peer_group_config WHERE name = $1", 1, types, values,

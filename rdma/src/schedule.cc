@@ -44,7 +44,7 @@ namespace {
 class RunBuilder {
  public:
   RunBuilder(const RegionLayout& layout, const ScheduleOptions& options, Schedule* schedule)
-      : walker(options), schedule_(schedule), fingerprint_(layout.Fingerprint()) {}
+      : walker(options), schedule_(schedule) {}
 
   // Places one fragment; true when it opened a box.
   bool Place(const Fragment& fragment) {
@@ -62,7 +62,6 @@ class RunBuilder {
   // Fills in the packed flags and the totals.
   void Finish() {
     Schedule& s = *schedule_;
-    s.layout_fingerprint = fingerprint_;
     for (Run& run : s.runs) {
       run.packed = run.length < s.options.min_in_place && run.length <= kMaxBoxBytes;
       if (run.packed) {
@@ -80,7 +79,6 @@ class RunBuilder {
 
  private:
   Schedule* schedule_;
-  uint64_t fingerprint_;
 };
 
 // True when `x` (bit 0 set) has more than `limit` zeros in a row below its highest set bit.
@@ -233,29 +231,20 @@ void PlanStrided(const RegionLayout& layout, RunBuilder& builder) {
 
 }  // namespace
 
-Schedule PlanScheduleByFragments(const RegionLayout& layout, const ScheduleOptions& options) {
-  Schedule schedule;
-  schedule.options = options;
-  schedule.fragments = layout.fragment_count();
-  schedule.payload_bytes = layout.payload_bytes();
-  RunBuilder builder(layout, options, &schedule);
-  FragmentCursor cursor(layout);
-  Fragment fragment;
-  while (cursor.Next(&fragment)) builder.Place(fragment);
-  builder.Finish();
-  return schedule;
-}
+namespace {
 
-Schedule PlanSchedule(const RegionLayout& layout, const ScheduleOptions& options) {
+// Plans `layout` fragment by fragment, or through the shortcuts where `shortcuts` allows.
+Schedule Plan(const RegionLayout& layout, const ScheduleOptions& options, bool shortcuts) {
   Schedule schedule;
   schedule.options = options;
   schedule.fragments = layout.fragment_count();
   schedule.payload_bytes = layout.payload_bytes();
+  schedule.layout_fingerprint = layout.Fingerprint();
   if (schedule.fragments == 0) return schedule;
   RunBuilder builder(layout, options, &schedule);
-  if (layout.kind() == RegionKind::kBitmapped) {
+  if (shortcuts && layout.kind() == RegionKind::kBitmapped) {
     PlanBitmapped(layout, builder);
-  } else if (layout.kind() == RegionKind::kStrided && !layout.masked()) {
+  } else if (shortcuts && layout.kind() == RegionKind::kStrided && !layout.masked()) {
     PlanStrided(layout, builder);
   } else {
     FragmentCursor cursor(layout);
@@ -264,6 +253,16 @@ Schedule PlanSchedule(const RegionLayout& layout, const ScheduleOptions& options
   }
   builder.Finish();
   return schedule;
+}
+
+}  // namespace
+
+Schedule PlanScheduleByFragments(const RegionLayout& layout, const ScheduleOptions& options) {
+  return Plan(layout, options, /*shortcuts=*/false);
+}
+
+Schedule PlanSchedule(const RegionLayout& layout, const ScheduleOptions& options) {
+  return Plan(layout, options, /*shortcuts=*/true);
 }
 
 double ModelCost(const Schedule& schedule, const TransferCosts& costs) {
