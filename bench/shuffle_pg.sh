@@ -6,15 +6,20 @@
 # and a checksum are checked after every run. A local INSERT ... SELECT of the same rows on
 # every node at once is the floor no method can beat.
 #
-#   bench/shuffle_pg.sh [--rows=N] [--rounds=R] [--scratch=DIR] [--port=P]
+#   bench/shuffle_pg.sh [--rows=N] [--rounds=R] [--scratch=DIR] [--port=P] [--plot=PNG|none]
+# The best round of each method goes to RESULTS/shuffle.csv and, with gnuplot, to the plot
+# (default docs/shuffle_bench.png).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rows=10000000
 rounds=2
 scratch=${SLIPSTREAM_SCRATCH:-/tmp/slipstream-shuffle}
 port=55890
+plot="$root/docs/shuffle_bench.png"
+results="$root/results/shuffle"
 for arg in "$@"; do
   case "$arg" in
+    --plot=*) plot=${arg#*=} ;;
     --rows=*) rows=${arg#*=} ;;
     --rounds=*) rounds=${arg#*=} ;;
     --scratch=*) scratch=${arg#*=} ;;
@@ -141,6 +146,17 @@ echo "== best of $rounds rounds"
 for m in "local insert" "slipstream tcp" "slipstream shm" "shuffle to agg" "postgres_fdw"; do
   printf '  %-16s %7.2f s  %10.0f rows/s\n' "$m" "${best[$m]}" "$(echo "$rows / ${best[$m]}" | bc -l)"
 done
+mkdir -p "$results"
+{
+  echo "method,seconds,rows_per_second"
+  for m in "local insert" "slipstream tcp" "slipstream shm" "shuffle to agg" "postgres_fdw"; do
+    echo "$m,${best[$m]},$(echo "$rows / ${best[$m]}" | bc -l)"
+  done
+} > "$results/shuffle.csv"
+if [ "$plot" != none ] && command -v gnuplot >/dev/null; then
+  gnuplot -e "csv='$results/shuffle.csv'; out='$plot'; rows=$rows" "$root/scripts/plot_shuffle.gp"
+  echo "plot: $plot"
+fi
 for t in "slipstream tcp" "slipstream shm" "shuffle to agg"; do
   printf '%s / postgres_fdw: %.2fx rows per second\n' "$t" \
     "$(echo "${best[postgres_fdw]} / ${best[$t]}" | bc -l)"
