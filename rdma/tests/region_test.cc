@@ -1170,12 +1170,12 @@ TEST(RegionEncodingTest, LimitsAreEnforced) {
 // ---------------------------------------------------------------------------------------------
 // The optimizer and the receiver's view on random layouts, in memory.
 
-// 30,000 random layouts of every kind, masked or not, under random options: the layout's
+// 12,000 random layouts of every kind, masked or not, under random options: the layout's
 // summary and fragments, the schedule's runs and totals, where each fragment lands and what
 // Unpack returns all agree with the reference.
 TEST(RegionScheduleTest, RandomLayoutsMatchTheReference) {
   constexpr uint64_t kLimit = 64 << 10;
-  constexpr int kCases = 30000;
+  constexpr int kCases = 12000;
   Rng fill(kSeed);
   std::string source = RandomBytes(fill, kLimit);
   uint64_t fragments = 0, runs = 0, packed = 0;
