@@ -22,6 +22,7 @@
 #include "libpq-fe.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
+#include "storage/pmsignal.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -163,6 +164,21 @@ rendezvous(ShuffleRun *run, int node)
 	return port;
 }
 
+/*
+ * Between waits in the transport (which sleeps outside PostgreSQL's latch): cancels and
+ * termination, and the postmaster's death, which would otherwise leave this backend
+ * shuffling for a node that is gone.
+ */
+static void
+check_interrupts(void)
+{
+	CHECK_FOR_INTERRUPTS();
+	if (!PostmasterIsAlive())
+		ereport(FATAL,
+				(errcode(ERRCODE_ADMIN_SHUTDOWN),
+				 errmsg("terminating the shuffle: the postmaster died")));
+}
+
 /* Decodes one row from `from` into the result. */
 static void
 store_row(ShuffleRun *run, const char *data, uint32 length, int from)
@@ -218,7 +234,7 @@ drain(ShuffleRun *run, int timeout_ms)
 			ss_shuffle_batch_free(batch);
 		}
 		PG_END_TRY();
-		CHECK_FOR_INTERRUPTS();
+		check_interrupts();
 	}
 }
 
@@ -269,7 +285,7 @@ send_batch(ShuffleRun *run)
 		{
 			if (!drain(run, 1))
 				check_stall(run, "sending");
-			CHECK_FOR_INTERRUPTS();
+			check_interrupts();
 		}
 		if (rc != SS_SHUFFLE_OK)
 			raise_transport_error(run, "sending", rc);
@@ -441,7 +457,7 @@ run_query(ShuffleRun *run, const char *query, const char *key)
 			add_row(run, &encoded, owner);
 		}
 		SPI_freetuptable(SPI_tuptable);
-		CHECK_FOR_INTERRUPTS();
+		check_interrupts();
 		(void) drain(run, 0);
 	}
 	send_batch(run);
@@ -467,7 +483,7 @@ finish(ShuffleRun *run)
 		{
 			if (!drain(run, 1))
 				check_stall(run, "ending");
-			CHECK_FOR_INTERRUPTS();
+			check_interrupts();
 		}
 		if (rc != SS_SHUFFLE_OK)
 			raise_transport_error(run, "ending its streams", rc);
@@ -476,7 +492,7 @@ finish(ShuffleRun *run)
 	{
 		if (!drain(run, 100))
 			check_stall(run, "waiting for the other nodes' rows");
-		CHECK_FOR_INTERRUPTS();
+		check_interrupts();
 	}
 	if (ss_shuffle_finish(run->shuffle, SS_SHUFFLE_JOIN_MS, run->error) != SS_SHUFFLE_OK)
 		raise_transport_error(run, "finishing", SS_SHUFFLE_ERROR);
