@@ -103,6 +103,7 @@ test-pg: install
 	tests/pg_takeover_test.sh /tmp/slipstream-send-index-shm 55800 20 shm remote_memory continuous send_index
 	tests/pg_takeover_test.sh /tmp/slipstream-send-index-flush 55840 4 tcp remote_flush continuous send_index
 	tests/pg_send_index_test.sh /tmp/slipstream-send-index 55820 tcp
+	tests/pg_shuffle_test.sh /tmp/slipstream-shuffle 55860
 	bench/ycsb_pg.sh --records=2000 --seconds=1 --mixes=SD --port=55471 --scratch=/tmp/slipstream-ycsb-smoke
 
 # Every test: formatting, the plain build, the sanitizer build and the PostgreSQL suites.

@@ -14,7 +14,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 rows=10000000
 rounds=2
 scratch=${SLIPSTREAM_SCRATCH:-/tmp/slipstream-shuffle}
-port=55890
+port=55940
 plot="$root/docs/shuffle_bench.png"
 results="$root/results/shuffle"
 for arg in "$@"; do

@@ -181,10 +181,11 @@ RETURNS TABLE(node integer, command text, rows bigint)
 AS 'MODULE_PATHNAME', 'slipstream_shuffle_on_group' LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION shuffle_on_group(text, text, integer) IS 'runs a statement on every node of a peer group at once, with slipstream.shuffle_id set to a fresh id';
 
-CREATE FUNCTION shuffle_port(shuffle_id bigint, wait_seconds integer DEFAULT 30)
+CREATE FUNCTION shuffle_port(shuffle_id bigint, wait_seconds integer DEFAULT 30,
+                             sequence integer DEFAULT 0)
 RETURNS integer
 AS 'MODULE_PATHNAME', 'slipstream_shuffle_port' LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION shuffle_port(bigint, integer) IS 'internal: the port this node''s participant of a shuffle listens on (asked by its peers)';
+COMMENT ON FUNCTION shuffle_port(bigint, integer, integer) IS 'internal: the port this node''s participant of a shuffle listens on (asked by its peers)';
 
 CREATE FUNCTION shuffle_progress_status()
 RETURNS TABLE(pid integer, shuffle_id bigint, peer_group text, state text, self integer,
@@ -205,3 +206,4 @@ END
 $$;
 REVOKE ALL ON peer_groups FROM PUBLIC;
 GRANT SELECT ON peer_groups TO slipstream_admin;
+GRANT SELECT ON shuffle_progress TO PUBLIC;

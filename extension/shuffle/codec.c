@@ -27,6 +27,7 @@
 #include "common/hashfn.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
@@ -73,14 +74,14 @@ binary_type(Oid type)
 }
 
 SsRowCodec *
-ss_codec_create(TupleDesc desc)
+ss_codec_create(TupleDesc desc, bool allow_raw)
 {
 	SsRowCodec *codec = palloc0(sizeof(SsRowCodec));
 	uint32		signature = hash_bytes_uint32((uint32) desc->natts);
 
 	codec->natts = desc->natts;
 	codec->desc = desc;
-	codec->raw = true;
+	codec->raw = allow_raw;
 	codec->columns = palloc0(sizeof(SsColumnIO) * Max(desc->natts, 1));
 	initStringInfo(&codec->scratch);
 	for (int i = 0; i < desc->natts; i++)
@@ -132,6 +133,62 @@ uint32
 ss_codec_signature(const SsRowCodec *codec)
 {
 	return codec->signature;
+}
+
+/*
+ * Text output and input depend on session settings (DateStyle, extra_float_digits, ...); the
+ * codec fixes the ones that do, as postgres_fdw does, so every node writes and reads the same
+ * text whatever its sessions say. Returns the GUC nest level to pop (-1: nothing set).
+ */
+int
+ss_codec_settings_push(const SsRowCodec *codec)
+{
+	int			level;
+
+	if (codec->raw)
+		return -1;
+	level = NewGUCNestLevel();
+	(void) set_config_option("datestyle", "ISO", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
+	(void) set_config_option("intervalstyle", "postgres", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("extra_float_digits", "3", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("bytea_output", "hex", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return level;
+}
+
+/* Restores what ss_codec_settings_push changed. */
+void
+ss_codec_settings_pop(int level)
+{
+	if (level >= 0)
+		AtEOXact_GUC(true, level);
+}
+
+uint32
+ss_codec_key_hash(SsRowCodec *codec, int column, Datum value, FmgrInfo *hash, Oid collation)
+{
+	SsColumnIO *c = &codec->columns[column];
+	char	   *text;
+	uint32		result;
+
+	/* Built-in types hash alike everywhere; others (enums hash their OIDs) by their text. */
+	if (c->type < FirstNormalObjectId)
+		return DatumGetUInt32(FunctionCall1Coll(hash, collation, value));
+	if (c->binary)
+	{
+		bytea	   *bytes = SendFunctionCall(&c->output, value);
+
+		result = hash_bytes((const unsigned char *) VARDATA(bytes), VARSIZE(bytes) - VARHDRSZ);
+		pfree(bytes);
+		return result;
+	}
+	text = OutputFunctionCall(&c->output, value);
+	result = hash_bytes((const unsigned char *) text, strlen(text));
+	pfree(text);
+	return result;
 }
 
 /* Appends `value` as 4 bytes, in this machine's order (a peer group is one architecture). */

@@ -64,6 +64,16 @@ check_group_name(const char *name)
 				 errhint("Use 1 to %d letters, digits, '_' or '-'.", NAMEDATALEN - 1)));
 }
 
+PGconn *
+ss_peer_connect(const char *conninfo, const char *user)
+{
+	const char *keywords[4] = {"dbname", "connect_timeout", user ? "user" : NULL, NULL};
+	const char *values[4] = {conninfo, "10", user, NULL};
+
+	/* The conninfo (a string or a URI) is expanded first; the later keywords override it. */
+	return PQconnectdbParams(keywords, values, 1);
+}
+
 char *
 ss_peer_transport_host(const char *conninfo)
 {

@@ -30,7 +30,29 @@ typedef struct NodeRun
 	int64		rows;
 	char	   *error;			/* NULL: no error */
 	char		sqlstate[6];
+	bool		cancelled;		/* a cancel was sent (its error is a consequence) */
 } NodeRun;
+
+/* Sends a cancel to every node whose statement still runs (once each). */
+static void
+cancel_running(NodeRun *nodes, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		PGcancel   *cancel;
+		char		buffer[256];
+
+		if (nodes[i].conn == NULL || nodes[i].done || nodes[i].cancelled)
+			continue;
+		cancel = PQgetCancel(nodes[i].conn);
+		if (cancel)
+		{
+			(void) PQcancel(cancel, buffer, sizeof(buffer));
+			PQfreeCancel(cancel);
+		}
+		nodes[i].cancelled = true;
+	}
+}
 
 /* Cancels whatever still runs and closes every session. */
 static void
@@ -128,6 +150,7 @@ slipstream_shuffle_on_group(PG_FUNCTION_ARGS)
 	int64		id;
 	TimestampTz deadline;
 	int			failed = -1;
+	bool		failed_is_consequence = false;
 
 	ss_require_admin("run statements on a peer group");
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
@@ -155,14 +178,18 @@ slipstream_shuffle_on_group(PG_FUNCTION_ARGS)
 
 		for (int i = 0; i < n; i++)
 		{
-			char	   *conninfo = psprintf("%s connect_timeout=10", group->conninfo[i]);
+			/*
+			 * A non-superuser's statement runs as that user on every node, whoever the
+			 * group's conninfo names: the group must not lend an admin more rights.
+			 */
+			char	   *user = superuser() ? NULL : GetUserNameFromId(GetUserId(), false);
 
-			nodes[i].conn = PQconnectdb(conninfo);
+			nodes[i].conn = ss_peer_connect(group->conninfo[i], user);
 			if (PQstatus(nodes[i].conn) != CONNECTION_OK)
 				ereport(ERROR,
 						(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 						 errmsg("could not reach node %d of peer group \"%s\": %s", i,
-								group->name, PQerrorMessage(nodes[i].conn)),
+								group->name, pchomp(PQerrorMessage(nodes[i].conn))),
 						 errhint("Check node %d's conninfo in slipstream.peer_groups, and that "
 								 "the node is up.", i)));
 		}
@@ -171,9 +198,11 @@ slipstream_shuffle_on_group(PG_FUNCTION_ARGS)
 				ereport(ERROR,
 						(errcode(ERRCODE_CONNECTION_FAILURE),
 						 errmsg("could not send the statement to node %d: %s", i,
-								PQerrorMessage(nodes[i].conn))));
+								pchomp(PQerrorMessage(nodes[i].conn)))));
 		while (running > 0)
 		{
+			bool		failure = false;
+
 			running = 0;
 			for (int i = 0; i < n; i++)
 			{
@@ -181,6 +210,13 @@ slipstream_shuffle_on_group(PG_FUNCTION_ARGS)
 					collect(&nodes[i]);
 				if (!nodes[i].done)
 					running++;
+				failure = failure || nodes[i].error != NULL;
+			}
+			/* One node failed: the others cannot finish; stop them now. */
+			if (failure && running > 0)
+			{
+				cancel_running(nodes, n);
+				failure = false;
 			}
 			if (running == 0)
 				break;
@@ -205,9 +241,17 @@ slipstream_shuffle_on_group(PG_FUNCTION_ARGS)
 
 	/* The cause: the first failure that is not a lost connection, else the first one. */
 	for (int i = 0; i < n; i++)
-		if (nodes[i].error && (failed < 0 || (strcmp(nodes[failed].sqlstate, "08006") == 0 &&
-											  strcmp(nodes[i].sqlstate, "08006") != 0)))
+	{
+		bool		consequence = nodes[i].cancelled || strcmp(nodes[i].sqlstate, "08006") == 0;
+
+		if (nodes[i].error == NULL)
+			continue;
+		if (failed < 0 || (failed_is_consequence && !consequence))
+		{
 			failed = i;
+			failed_is_consequence = consequence;
+		}
+	}
 	if (failed >= 0)
 	{
 		StringInfoData others;

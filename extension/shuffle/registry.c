@@ -36,6 +36,7 @@ typedef struct SsShuffleSlot
 	int			pid;			/* 0: free */
 	Oid			database;
 	int64		id;
+	int32		sequence;		/* the how-manieth shuffle with this id in its statement */
 	uint32		port;
 	int			nodes;
 	int			self;
@@ -54,6 +55,7 @@ static SsShuffleShared *shared = NULL;
 static bool exit_callback_set = false;
 
 char	   *ss_shuffle_id_setting = NULL;
+int			ss_shuffle_stall_timeout = 600000;
 
 /* shmem_request_hook: the slots. */
 void
@@ -85,6 +87,12 @@ ss_shuffle_define_settings(void)
 							   "slipstream.shuffle_on_group sets it to a fresh random id in the "
 							   "session it opens on every node of the group.",
 							   &ss_shuffle_id_setting, "", PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("slipstream.shuffle_stall_timeout",
+							"How long a shuffle waits for a peer that takes no rows and sends none.",
+							"A peer that is gone fails the shuffle at once; this bounds one that is "
+							"alive but stuck. 0 waits as long as the statement may run.",
+							&ss_shuffle_stall_timeout, 600000, 0, INT_MAX, PGC_USERSET,
+							GUC_UNIT_MS, NULL, NULL, NULL);
 }
 
 /* Frees every slot this process holds (at exit: an error path may not have run). */
@@ -101,7 +109,7 @@ leave_all(int code, Datum arg)
 }
 
 int
-ss_registry_enter(int64 id, uint32 port, const char *group, int nodes, int self)
+ss_registry_enter(int64 id, int32 sequence, uint32 port, const char *group, int nodes, int self)
 {
 	int			slot = -1;
 	bool		duplicate = false;
@@ -114,7 +122,8 @@ ss_registry_enter(int64 id, uint32 port, const char *group, int nodes, int self)
 	SpinLockAcquire(&shared->lock);
 	for (int i = 0; i < SS_SHUFFLE_SLOTS; i++)
 	{
-		if (shared->slots[i].pid != 0 && shared->slots[i].id == id)
+		if (shared->slots[i].pid != 0 && shared->slots[i].id == id &&
+			shared->slots[i].sequence == sequence)
 			duplicate = true;
 		if (shared->slots[i].pid == 0 && slot < 0)
 			slot = i;
@@ -127,6 +136,7 @@ ss_registry_enter(int64 id, uint32 port, const char *group, int nodes, int self)
 		s->pid = MyProcPid;
 		s->database = MyDatabaseId;
 		s->id = id;
+		s->sequence = sequence;
 		s->port = port;
 		s->nodes = nodes;
 		s->self = self;
@@ -194,6 +204,7 @@ slipstream_shuffle_port(PG_FUNCTION_ARGS)
 {
 	int64		id = PG_GETARG_INT64(0);
 	int			wait_seconds = PG_ARGISNULL(1) ? 30 : PG_GETARG_INT32(1);
+	int32		sequence = PG_ARGISNULL(2) ? 0 : PG_GETARG_INT32(2);
 	TimestampTz deadline;
 
 	if (wait_seconds < 0 || wait_seconds > 3600)
@@ -208,7 +219,7 @@ slipstream_shuffle_port(PG_FUNCTION_ARGS)
 		SpinLockAcquire(&shared->lock);
 		for (int i = 0; i < SS_SHUFFLE_SLOTS; i++)
 			if (shared->slots[i].pid != 0 && shared->slots[i].id == id &&
-				shared->slots[i].database == MyDatabaseId)
+				shared->slots[i].sequence == sequence && shared->slots[i].database == MyDatabaseId)
 				port = (int32) shared->slots[i].port;
 		SpinLockRelease(&shared->lock);
 		if (port >= 0)

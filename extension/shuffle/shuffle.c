@@ -27,6 +27,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/typcache.h"
+#include "access/xact.h"
 #include "utils/wait_event.h"
 
 #include "bridge/shuffle_bridge.h"
@@ -36,12 +37,12 @@ PG_FUNCTION_INFO_V1(slipstream_shuffle);
 
 /* How long a node may wait for its peers to join, and for a stuck peer to take a batch. */
 #define SS_SHUFFLE_JOIN_MS 30000
-#define SS_SHUFFLE_STALL_MS 60000
 #define SS_SHUFFLE_FETCH 1000
 
 typedef struct ShuffleRun
 {
 	int64		id;
+	int32		sequence;		/* shuffles with this id earlier in the statement */
 	SsPeerGroup *group;
 	SsShuffle  *shuffle;
 	int			slot;
@@ -73,6 +74,10 @@ raise_transport_error(ShuffleRun *run, const char *what, int code)
 			 errmsg("shuffle %lld failed while %s: %s", (long long) run->id, what, run->error),
 			 code == SS_SHUFFLE_AUTH_FAILED
 			 ? errhint("Every node of peer group \"%s\" must be given the same secret.",
+					   run->group->name)
+			 : strcmp(what, "connecting to its peers") == 0
+			 ? errhint("Every node of peer group \"%s\" must run the shuffle at the same time, "
+					   "with the same secret; a node that cannot says so in its log.",
 					   run->group->name)
 			 : errhint("Another node of peer group \"%s\" failed, was cancelled or cannot be "
 					   "reached; its log says why.", run->group->name)));
@@ -113,28 +118,30 @@ remote_result(PGconn *conn, int node)
 static uint32
 rendezvous(ShuffleRun *run, int node)
 {
-	char	   *conninfo = psprintf("%s connect_timeout=10", run->group->conninfo[node]);
-	PGconn	   *volatile conn = PQconnectdb(conninfo);
+	PGconn	   *volatile conn = ss_peer_connect(run->group->conninfo[node], NULL);
 	uint32		port = 0;
 
 	PG_TRY();
 	{
 		char		id_text[32];
 		char		wait_text[16];
-		const char *params[2] = {id_text, wait_text};
+		char		sequence_text[16];
+		const char *params[3] = {id_text, wait_text, sequence_text};
 		PGresult   *result;
 
 		if (PQstatus(conn) != CONNECTION_OK)
 			ereport(ERROR,
 					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 					 errmsg("could not reach node %d of peer group \"%s\": %s", node,
-							run->group->name, PQerrorMessage(conn)),
+							run->group->name, pchomp(PQerrorMessage(conn))),
 					 errhint("Check node %d's conninfo in slipstream.peer_groups, and that the "
 							 "node is up.", node)));
 		snprintf(id_text, sizeof(id_text), "%lld", (long long) run->id);
 		snprintf(wait_text, sizeof(wait_text), "%d", SS_SHUFFLE_JOIN_MS / 1000);
-		if (!PQsendQueryParams(conn, "SELECT slipstream.shuffle_port($1::bigint, $2::integer)", 2,
-							   NULL, params, NULL, NULL, 0))
+		snprintf(sequence_text, sizeof(sequence_text), "%d", run->sequence);
+		if (!PQsendQueryParams(conn,
+							   "SELECT slipstream.shuffle_port($1::bigint, $2::integer, $3::integer)",
+							   3, NULL, params, NULL, NULL, 0))
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),
 					 errmsg("could not ask node %d for its shuffle port: %s", node,
@@ -142,7 +149,8 @@ rendezvous(ShuffleRun *run, int node)
 		result = remote_result(conn, node);
 		if (result == NULL || PQresultStatus(result) != PGRES_TUPLES_OK || PQntuples(result) != 1)
 		{
-			char	   *message = pstrdup(result ? PQresultErrorMessage(result) : "no result");
+			const char *primary = result ? PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+			char	   *message = pstrdup(primary ? primary : "no result");
 
 			if (result)
 				PQclear(result);
@@ -213,6 +221,7 @@ drain(ShuffleRun *run, int timeout_ms)
 		PG_TRY();
 		{
 			MemoryContext old = MemoryContextSwitchTo(run->batch_context);
+			int			settings = ss_codec_settings_push(run->decoder);
 			const char *data;
 			uint32		length;
 			uint64		rows = 0;
@@ -225,6 +234,7 @@ drain(ShuffleRun *run, int timeout_ms)
 				rows++;
 				bytes += length;
 			}
+			ss_codec_settings_pop(settings);
 			MemoryContextSwitchTo(old);
 			MemoryContextReset(run->batch_context);
 			ss_registry_count(run->slot, from, 0, 0, rows, bytes);
@@ -242,13 +252,15 @@ drain(ShuffleRun *run, int timeout_ms)
 static void
 check_stall(ShuffleRun *run, const char *what)
 {
-	if (TimestampDifferenceExceeds(run->last_progress, GetCurrentTimestamp(),
-								   SS_SHUFFLE_STALL_MS))
+	if (ss_shuffle_stall_timeout > 0 &&
+		TimestampDifferenceExceeds(run->last_progress, GetCurrentTimestamp(),
+								   ss_shuffle_stall_timeout))
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("shuffle %lld made no progress for %d seconds while %s",
-						(long long) run->id, SS_SHUFFLE_STALL_MS / 1000, what),
-				 errhint("A node of peer group \"%s\" stopped taking rows; its log says why.",
+				 errmsg("shuffle %lld made no progress for %d ms while %s",
+						(long long) run->id, ss_shuffle_stall_timeout, what),
+				 errhint("A node of peer group \"%s\" stopped taking rows; its log says why. "
+						 "slipstream.shuffle_stall_timeout sets how long to wait.",
 						 run->group->name)));
 }
 
@@ -265,11 +277,16 @@ send_batch(ShuffleRun *run)
 	if (ss_shuffle_stage(run->shuffle, run->offsets, run->lengths, run->owners, run->rows,
 						 run->error) != SS_SHUFFLE_OK)
 		raise_transport_error(run, "staging a batch", SS_SHUFFLE_ERROR);
-	for (uint32 i = 0; i < run->rows; i++)
 	{
-		if ((int) run->owners[i] != self)
-			continue;
-		store_row(run, run->arena + run->offsets[i], run->lengths[i], self);
+		int			settings = ss_codec_settings_push(run->decoder);
+
+		for (uint32 i = 0; i < run->rows; i++)
+		{
+			if ((int) run->owners[i] != self)
+				continue;
+			store_row(run, run->arena + run->offsets[i], run->lengths[i], self);
+		}
+		ss_codec_settings_pop(settings);
 	}
 	MemoryContextReset(run->batch_context);
 	ss_registry_count(run->slot, self, run->rows_for[self], 0, run->rows_for[self], 0);
@@ -357,6 +374,26 @@ shuffle_id(FunctionCallInfo fcinfo)
 	return (int64) id;
 }
 
+/*
+ * The how-manieth shuffle with `id` this is in the current statement (0 for the first): every
+ * node runs the same statement, so the n-th shuffle of each meets the n-th of the others.
+ */
+static int32
+next_sequence(int64 id)
+{
+	static int64 last_id = 0;
+	static TimestampTz last_statement = 0;
+	static int32 sequence = 0;
+	TimestampTz statement = GetCurrentStatementStartTimestamp();
+
+	if (id == last_id && statement == last_statement)
+		return ++sequence;
+	last_id = id;
+	last_statement = statement;
+	sequence = 0;
+	return 0;
+}
+
 /* Checks that the query's columns are the declared ones (names may differ, types may not). */
 static void
 check_columns(TupleDesc query, TupleDesc result)
@@ -375,6 +412,23 @@ check_columns(TupleDesc query, TupleDesc result)
 							i + 1, format_type_be(TupleDescAttr(query, i)->atttypid),
 							format_type_be(TupleDescAttr(result, i)->atttypid)),
 					 errhint("Cast the query's column or fix the column definition list.")));
+}
+
+/*
+ * Whether rows may travel as heap tuples: only where the declared columns ask for no
+ * conversion (a typmod, e.g. numeric(5,2), that the query's column does not already have).
+ */
+static bool
+typmods_match(TupleDesc query, TupleDesc result)
+{
+	for (int i = 0; i < query->natts; i++)
+	{
+		int32		declared = TupleDescAttr(result, i)->atttypmod;
+
+		if (declared >= 0 && declared != TupleDescAttr(query, i)->atttypmod)
+			return false;
+	}
+	return true;
 }
 
 /* Runs the query and shuffles its rows (everything after the exchange is up). */
@@ -404,6 +458,16 @@ run_query(ShuffleRun *run, const char *query, const char *key)
 	portal = SPI_cursor_open(NULL, plan, NULL, NULL, false);
 	desc = portal->tupDesc;
 	check_columns(desc, run->result_desc);
+	{
+		MemoryContext old = MemoryContextSwitchTo(run->batch_context->parent);
+		bool		raw = typmods_match(desc, run->result_desc);
+
+		run->encoder = ss_codec_create(desc, raw);
+		run->decoder = ss_codec_create(run->result_desc, raw);
+		row_context = AllocSetContextCreate(run->batch_context->parent,
+											"slipstream shuffle row", ALLOCSET_DEFAULT_SIZES);
+		MemoryContextSwitchTo(old);
+	}
 	for (int i = 0; i < desc->natts; i++)
 		if (strcmp(NameStr(TupleDescAttr(desc, i)->attname), key) == 0)
 			key_column = i;
@@ -421,21 +485,16 @@ run_query(ShuffleRun *run, const char *query, const char *key)
 						format_type_be(TupleDescAttr(desc, key_column)->atttypid)),
 				 errhint("Shuffle by a column of a hashable type, or cast it.")));
 	key_collation = TupleDescAttr(desc, key_column)->attcollation;
-	{
-		MemoryContext old = MemoryContextSwitchTo(run->batch_context->parent);
-
-		run->encoder = ss_codec_create(desc);
-		row_context = AllocSetContextCreate(run->batch_context->parent,
-											"slipstream shuffle row", ALLOCSET_DEFAULT_SIZES);
-		MemoryContextSwitchTo(old);
-	}
 	initStringInfo(&encoded);
 	ss_registry_state(run->slot, "sending");
 	for (;;)
 	{
+		int			settings;
+
 		SPI_cursor_fetch(portal, true, SS_SHUFFLE_FETCH);
 		if (SPI_processed == 0)
 			break;
+		settings = ss_codec_settings_push(run->encoder);
 		for (uint64 i = 0; i < SPI_processed; i++)
 		{
 			HeapTuple	tuple = SPI_tuptable->vals[i];
@@ -448,14 +507,15 @@ run_query(ShuffleRun *run, const char *query, const char *key)
 			resetStringInfo(&encoded);
 			outer = MemoryContextSwitchTo(row_context);
 			if (!key_null)
-				owner = DatumGetUInt32(FunctionCall1Coll(&key_type->hash_proc_finfo,
-														 key_collation, key_value)) %
+				owner = ss_codec_key_hash(run->encoder, key_column, key_value,
+										  &key_type->hash_proc_finfo, key_collation) %
 					(uint32) n;
 			ss_codec_encode_tuple(run->encoder, tuple, &encoded);
 			MemoryContextSwitchTo(outer);
 			MemoryContextReset(row_context);
 			add_row(run, &encoded, owner);
 		}
+		ss_codec_settings_pop(settings);
 		SPI_freetuptable(SPI_tuptable);
 		check_interrupts();
 		(void) drain(run, 0);
@@ -540,9 +600,9 @@ slipstream_shuffle(PG_FUNCTION_ARGS)
 	old = MemoryContextSwitchTo(per_query);
 	run = palloc0(sizeof(ShuffleRun));
 	run->id = shuffle_id(fcinfo);
+	run->sequence = next_sequence(run->id);
 	run->group = ss_peer_group_load(group_name);
 	run->result_desc = CreateTupleDescCopy(result_desc);
-	run->decoder = ss_codec_create(run->result_desc);
 	run->store = tuplestore_begin_heap(true, false, work_mem);
 	run->batch_context = AllocSetContextCreate(per_query, "slipstream shuffle batch",
 											   ALLOCSET_DEFAULT_SIZES);
@@ -569,14 +629,16 @@ slipstream_shuffle(PG_FUNCTION_ARGS)
 		const char **addresses = palloc0(sizeof(char *) * n);
 		int			rc;
 
-		slot = ss_registry_enter(run->id, port, run->group->name, n, run->group->self);
+		slot = ss_registry_enter(run->id, run->sequence, port, run->group->name, n,
+								 run->group->self);
 		run->slot = slot;
 		for (int node = 0; node < n; node++)
 			addresses[node] = node == run->group->self
 				? pstrdup("")
 				: psprintf("%s:%u", ss_peer_transport_host(run->group->conninfo[node]),
 						   rendezvous(run, node));
-		rc = ss_shuffle_connect(shuffle, (uint64) run->id, (uint32) run->group->self, addresses,
+		rc = ss_shuffle_connect(shuffle, (uint64) run->id * 1000003 + (uint64) run->sequence,
+								(uint32) run->group->self, addresses,
 								(uint32) n, (uint32) run->group->receive_buffers,
 								(uint32) run->group->buffer_size, SS_SHUFFLE_JOIN_MS, run->error);
 		if (rc != SS_SHUFFLE_OK)

@@ -13,6 +13,8 @@
 
 #include "access/htup.h"
 #include "access/tupdesc.h"
+#include "fmgr.h"
+#include "libpq-fe.h"
 #include "utils/tuplestore.h"
 #include "lib/stringinfo.h"
 
@@ -36,6 +38,10 @@ typedef struct SsPeerGroup
 /* The group `name` (ERROR with a hint if there is none), whatever the caller's privileges. */
 extern SsPeerGroup *ss_peer_group_load(const char *name);
 
+/* A libpq session with a node (10 s to connect), as `user` when given, else as the conninfo
+ * says; the caller checks PQstatus. */
+extern PGconn *ss_peer_connect(const char *conninfo, const char *user);
+
 /* The host a node's transport listens on: its conninfo's hostaddr or host, or 127.0.0.1 for
  * a unix socket directory. */
 extern char *ss_peer_transport_host(const char *conninfo);
@@ -48,9 +54,16 @@ extern void ss_shuffle_define_settings(void);
 
 /* The GUC slipstream.shuffle_id: the id shuffle() uses when given none ("" if unset). */
 extern char *ss_shuffle_id_setting;
+/* The GUC slipstream.shuffle_stall_timeout (ms; 0: none). */
+extern int	ss_shuffle_stall_timeout;
 
-/* Takes a slot for shuffle `id` listening on `port`; returns its index (ERROR if none free). */
-extern int	ss_registry_enter(int64 id, uint32 port, const char *group, int nodes, int self);
+/*
+ * Takes a slot for shuffle (`id`, `sequence`) listening on `port`; returns its index (ERROR if
+ * none is free). `sequence` counts the shuffles with this id in one statement (a join shuffles
+ * twice under the id shuffle_on_group set), so each meets its own peers.
+ */
+extern int	ss_registry_enter(int64 id, int32 sequence, uint32 port, const char *group, int nodes,
+							  int self);
 /* Frees this backend's slot (safe to call twice, and at exit). */
 extern void ss_registry_leave(int slot);
 /* Sets a slot's state text ("connecting", "sending", "draining"). */
@@ -63,8 +76,18 @@ extern void ss_registry_count(int slot, int peer, uint64 rows_sent, uint64 bytes
 
 typedef struct SsRowCodec SsRowCodec;
 
-/* Prepares encoding or decoding rows of `desc`; ERROR for a column type that cannot travel. */
-extern SsRowCodec *ss_codec_create(TupleDesc desc);
+/*
+ * Prepares encoding or decoding rows of `desc`; ERROR for a column type that cannot travel.
+ * With allow_raw, rows of built-in types only travel as heap tuples (the caller allows it
+ * where no declared typmod asks for a conversion).
+ */
+extern SsRowCodec *ss_codec_create(TupleDesc desc, bool allow_raw);
+/* Fixes the settings text I/O depends on; returns what ss_codec_settings_pop takes. */
+extern int	ss_codec_settings_push(const SsRowCodec *codec);
+extern void ss_codec_settings_pop(int level);
+/* The owner hash of key column `column`: alike on every node of a group. */
+extern uint32 ss_codec_key_hash(SsRowCodec *codec, int column, Datum value, FmgrInfo *hash,
+								Oid collation);
 /* What identifies the column types: rows of another signature are refused. */
 extern uint32 ss_codec_signature(const SsRowCodec *codec);
 /* Appends one row's encoding to `out`. */
