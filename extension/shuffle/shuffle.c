@@ -17,6 +17,8 @@
 
 #include "access/htup_details.h"
 #include "executor/spi.h"
+#include "executor/tuptable.h"
+#include "tcop/pquery.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "libpq-fe.h"
@@ -431,6 +433,67 @@ typmods_match(TupleDesc query, TupleDesc result)
 	return true;
 }
 
+/*
+ * Where the query's rows go: straight from the executor's slots into the batch arena, without
+ * the copy SPI_cursor_fetch would make of every tuple.
+ */
+typedef struct ShuffleDest
+{
+	DestReceiver pub;
+	ShuffleRun *run;
+	int			key_column;
+	FmgrInfo   *hash;
+	Oid			collation;
+	StringInfoData encoded;
+	MemoryContext row_context;
+} ShuffleDest;
+
+/* Encodes one row of the query and adds it to the batch of the node that owns its key. */
+static bool
+shuffle_receive_slot(TupleTableSlot *slot, DestReceiver *self)
+{
+	ShuffleDest *dest = (ShuffleDest *) self;
+	ShuffleRun *run = dest->run;
+	bool		should_free;
+	HeapTuple	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
+	bool		key_null;
+	Datum		key_value = slot_getattr(slot, dest->key_column + 1, &key_null);
+	uint32		owner = 0;
+	MemoryContext outer;
+
+	/* Detoasting and the output functions allocate per row: all of it goes here. */
+	resetStringInfo(&dest->encoded);
+	outer = MemoryContextSwitchTo(dest->row_context);
+	if (!key_null)
+		owner = ss_codec_key_hash(run->encoder, dest->key_column, key_value, dest->hash,
+								  dest->collation) % (uint32) run->group->nodes;
+	ss_codec_encode_tuple(run->encoder, tuple, &dest->encoded);
+	MemoryContextSwitchTo(outer);
+	MemoryContextReset(dest->row_context);
+	if (should_free)
+		heap_freetuple(tuple);
+	add_row(run, &dest->encoded, owner);
+	return true;
+}
+
+/* Nothing to set up or tear down per fetch. */
+static void
+shuffle_dest_startup(DestReceiver *self, int operation, TupleDesc typeinfo)
+{
+}
+
+/* Nothing to tear down. */
+static void
+shuffle_dest_shutdown(DestReceiver *self)
+{
+}
+
+/* The receiver lives in the run's memory. */
+static void
+shuffle_dest_destroy(DestReceiver *self)
+{
+}
+
 /* Runs the query and shuffles its rows (everything after the exchange is up). */
 static void
 run_query(ShuffleRun *run, const char *query, const char *key)
@@ -441,9 +504,8 @@ run_query(ShuffleRun *run, const char *query, const char *key)
 	int			key_column = -1;
 	TypeCacheEntry *key_type;
 	Oid			key_collation;
-	StringInfoData encoded;
+	ShuffleDest *dest;
 	MemoryContext row_context;
-	int			n = run->group->nodes;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -485,38 +547,28 @@ run_query(ShuffleRun *run, const char *query, const char *key)
 						format_type_be(TupleDescAttr(desc, key_column)->atttypid)),
 				 errhint("Shuffle by a column of a hashable type, or cast it.")));
 	key_collation = TupleDescAttr(desc, key_column)->attcollation;
-	initStringInfo(&encoded);
+	dest = palloc0(sizeof(ShuffleDest));
+	dest->pub.receiveSlot = shuffle_receive_slot;
+	dest->pub.rStartup = shuffle_dest_startup;
+	dest->pub.rShutdown = shuffle_dest_shutdown;
+	dest->pub.rDestroy = shuffle_dest_destroy;
+	dest->pub.mydest = DestNone;
+	dest->run = run;
+	dest->key_column = key_column;
+	dest->hash = &key_type->hash_proc_finfo;
+	dest->collation = key_collation;
+	dest->row_context = row_context;
+	initStringInfo(&dest->encoded);
 	ss_registry_state(run->slot, "sending");
 	for (;;)
 	{
-		int			settings;
+		int			settings = ss_codec_settings_push(run->encoder);
+		uint64		fetched = PortalRunFetch(portal, FETCH_FORWARD, SS_SHUFFLE_FETCH,
+											 (DestReceiver *) dest);
 
-		SPI_cursor_fetch(portal, true, SS_SHUFFLE_FETCH);
-		if (SPI_processed == 0)
-			break;
-		settings = ss_codec_settings_push(run->encoder);
-		for (uint64 i = 0; i < SPI_processed; i++)
-		{
-			HeapTuple	tuple = SPI_tuptable->vals[i];
-			MemoryContext outer;
-			uint32		owner = 0;
-			bool		key_null;
-			Datum		key_value = heap_getattr(tuple, key_column + 1, desc, &key_null);
-
-			/* Detoasting and the output functions allocate per row: all of it goes here. */
-			resetStringInfo(&encoded);
-			outer = MemoryContextSwitchTo(row_context);
-			if (!key_null)
-				owner = ss_codec_key_hash(run->encoder, key_column, key_value,
-										  &key_type->hash_proc_finfo, key_collation) %
-					(uint32) n;
-			ss_codec_encode_tuple(run->encoder, tuple, &encoded);
-			MemoryContextSwitchTo(outer);
-			MemoryContextReset(row_context);
-			add_row(run, &encoded, owner);
-		}
 		ss_codec_settings_pop(settings);
-		SPI_freetuptable(SPI_tuptable);
+		if (fetched == 0)
+			break;
 		check_interrupts();
 		(void) drain(run, 0);
 	}
