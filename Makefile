@@ -144,6 +144,12 @@ bench-rdma: deps
 # SHUFFLE_ARGS, e.g. --rows=10000000 --rounds=2): docs/benchmarks.md, "The SQL shuffle".
 SHUFFLE_ARGS ?=
 bench-shuffle: install
+	@missing=$$(for p in bc gnuplot-nox; do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
 	bench/shuffle_pg.sh $(SHUFFLE_ARGS)
 
 # Declarative regions (D-RDMA) against per-fragment WRITEs and copy-out on shm and tcp

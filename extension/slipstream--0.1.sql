@@ -125,20 +125,6 @@ CREATE VIEW backup_buffers AS SELECT * FROM backup_buffer_status();
 CREATE VIEW backup AS SELECT * FROM backup_status();
 CREATE VIEW index_import AS SELECT * FROM index_import_status();
 
-DO $$
-DECLARE f text;
-BEGIN
-  FOREACH f IN ARRAY ARRAY['serve_backup(text, text, integer, text)', 'stop_serving()',
-                           'add_backup(text, text, text, text, text, boolean)', 'drop_backup(text)',
-                           'replication_status()', 'backup_buffer_status()', 'backup_status()', 'index_import_status()',
-                           'seed_snapshot()', 'promote(integer)'] LOOP
-    EXECUTE format('REVOKE ALL ON FUNCTION slipstream.%s FROM PUBLIC', f);
-    EXECUTE format('GRANT EXECUTE ON FUNCTION slipstream.%s TO slipstream_admin', f);
-  END LOOP;
-END
-$$;
-REVOKE ALL ON replication, backup_buffers, backup, index_import FROM PUBLIC;
-GRANT SELECT ON replication, backup_buffers, backup, index_import TO slipstream_admin;
 
 -- ---- the query shuffle (docs/shuffle.md) ----
 
@@ -184,7 +170,7 @@ COMMENT ON FUNCTION shuffle_on_group(text, text, integer) IS 'runs a statement o
 CREATE FUNCTION shuffle_port(shuffle_id bigint, wait_seconds integer DEFAULT 30,
                              sequence integer DEFAULT 0)
 RETURNS integer
-AS 'MODULE_PATHNAME', 'slipstream_shuffle_port' LANGUAGE C VOLATILE;
+AS 'MODULE_PATHNAME', 'slipstream_shuffle_port' LANGUAGE C VOLATILE STRICT;
 COMMENT ON FUNCTION shuffle_port(bigint, integer, integer) IS 'internal: the port this node''s participant of a shuffle listens on (asked by its peers)';
 
 CREATE FUNCTION shuffle_progress_status()
@@ -194,16 +180,22 @@ RETURNS TABLE(pid integer, shuffle_id bigint, peer_group text, state text, self 
 AS 'MODULE_PATHNAME', 'slipstream_shuffle_progress' LANGUAGE C VOLATILE;
 CREATE VIEW shuffle_progress AS SELECT * FROM shuffle_progress_status();
 
+-- ---- who may do what: configuring replication and peer groups is for admins ----
+
 DO $$
 DECLARE f text;
 BEGIN
-  FOREACH f IN ARRAY ARRAY['create_peer_group(text, text[], integer, text, text, integer, text)',
+  FOREACH f IN ARRAY ARRAY['serve_backup(text, text, integer, text)', 'stop_serving()',
+                           'add_backup(text, text, text, text, text, boolean)', 'drop_backup(text)',
+                           'replication_status()', 'backup_buffer_status()', 'backup_status()', 'index_import_status()',
+                           'seed_snapshot()', 'promote(integer)',
+                           'create_peer_group(text, text[], integer, text, text, integer, text)',
                            'drop_peer_group(text)', 'shuffle_on_group(text, text, integer)'] LOOP
     EXECUTE format('REVOKE ALL ON FUNCTION slipstream.%s FROM PUBLIC', f);
     EXECUTE format('GRANT EXECUTE ON FUNCTION slipstream.%s TO slipstream_admin', f);
   END LOOP;
 END
 $$;
-REVOKE ALL ON peer_groups FROM PUBLIC;
-GRANT SELECT ON peer_groups TO slipstream_admin;
+REVOKE ALL ON replication, backup_buffers, backup, index_import, peer_groups FROM PUBLIC;
+GRANT SELECT ON replication, backup_buffers, backup, index_import, peer_groups TO slipstream_admin;
 GRANT SELECT ON shuffle_progress TO PUBLIC;

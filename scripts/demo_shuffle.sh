@@ -61,7 +61,7 @@ done
 echo "== step 3: the per-node partial sums, gathered and added up"
 answer=$(for n in 0 1 2; do psql_node $n -c "SELECT region, orders, revenue FROM part"; done |
   awk -F'|' '{ o[$1] += $2; r[$1] += $3 } END { for (k in o) printf "%s|%d|%.2f\n", k, o[k], r[k] }' | sort)
-echo "$answer" | column -t -s'|'
+echo "$answer" | awk -F'|' '{ printf "%-6s %8s %14s\n", $1, $2, $3 }'
 
 echo "== check: the same query over all the rows on one node"
 for n in 1 2; do

@@ -45,6 +45,10 @@ typedef struct SsColumnIO
 
 #define SS_RAW_ROW 0x80000000u
 
+static void ss_codec_encode(SsRowCodec *codec, Datum *values, bool *nulls, StringInfo out);
+static void ss_codec_decode(SsRowCodec *codec, const char *data, uint32 length, int from,
+							Datum *values, bool *nulls);
+
 struct SsRowCodec
 {
 	int			natts;
@@ -127,12 +131,6 @@ ss_codec_create(TupleDesc desc, bool allow_raw)
 	}
 	codec->signature = signature & ~SS_RAW_ROW;
 	return codec;
-}
-
-uint32
-ss_codec_signature(const SsRowCodec *codec)
-{
-	return codec->signature;
 }
 
 /*
@@ -223,7 +221,8 @@ ss_codec_encode_tuple(SsRowCodec *codec, HeapTuple tuple, StringInfo out)
 	pfree(nulls);
 }
 
-void
+/* Appends one row's encoding, value by value. */
+static void
 ss_codec_encode(SsRowCodec *codec, Datum *values, bool *nulls, StringInfo out)
 {
 	uint16		natts = (uint16) codec->natts;
@@ -377,7 +376,8 @@ ss_codec_store(SsRowCodec *codec, const char *data, uint32 length, int from,
 	}
 }
 
-void
+/* Decodes one value-by-value row (ERROR with `from` named if malformed or of another shape). */
+static void
 ss_codec_decode(SsRowCodec *codec, const char *data, uint32 length, int from, Datum *values,
 				bool *nulls)
 {

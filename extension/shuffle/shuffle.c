@@ -77,10 +77,6 @@ raise_transport_error(ShuffleRun *run, const char *what, int code)
 			 code == SS_SHUFFLE_AUTH_FAILED
 			 ? errhint("Every node of peer group \"%s\" must be given the same secret.",
 					   run->group->name)
-			 : strcmp(what, "connecting to its peers") == 0
-			 ? errhint("Every node of peer group \"%s\" must run the shuffle at the same time, "
-					   "with the same secret; a node that cannot says so in its log.",
-					   run->group->name)
 			 : errhint("Another node of peer group \"%s\" failed, was cancelled or cannot be "
 					   "reached; its log says why.", run->group->name)));
 }
@@ -693,6 +689,14 @@ slipstream_shuffle(PG_FUNCTION_ARGS)
 								(uint32) run->group->self, addresses,
 								(uint32) n, (uint32) run->group->receive_buffers,
 								(uint32) run->group->buffer_size, SS_SHUFFLE_JOIN_MS, run->error);
+		if (rc == SS_SHUFFLE_ERROR)
+			ereport(ERROR,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("shuffle %lld could not connect to its peers: %s", (long long) run->id,
+							run->error),
+					 errhint("Every node of peer group \"%s\" must run the shuffle at the same "
+							 "time, with the same secret; a node that cannot says so in its log.",
+							 run->group->name)));
 		if (rc != SS_SHUFFLE_OK)
 			raise_transport_error(run, "connecting to its peers", rc);
 

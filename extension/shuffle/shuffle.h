@@ -88,17 +88,10 @@ extern void ss_codec_settings_pop(int level);
 /* The owner hash of key column `column`: alike on every node of a group. */
 extern uint32 ss_codec_key_hash(SsRowCodec *codec, int column, Datum value, FmgrInfo *hash,
 								Oid collation);
-/* What identifies the column types: rows of another signature are refused. */
-extern uint32 ss_codec_signature(const SsRowCodec *codec);
-/* Appends one row's encoding to `out`. */
-extern void ss_codec_encode(SsRowCodec *codec, Datum *values, bool *nulls, StringInfo out);
 /* Appends a tuple of the codec's descriptor: as its bytes when every column is built in. */
 extern void ss_codec_encode_tuple(SsRowCodec *codec, HeapTuple tuple, StringInfo out);
 /* Decodes one row (ERROR with `from` named if malformed or of another shape) into `store`. */
 extern void ss_codec_store(SsRowCodec *codec, const char *data, uint32 length, int from,
 						   Tuplestorestate *store);
-/* Decodes one row (ERROR with `from` named if malformed or of another signature). */
-extern void ss_codec_decode(SsRowCodec *codec, const char *data, uint32 length, int from,
-							Datum *values, bool *nulls);
 
 #endif

@@ -256,6 +256,7 @@ class ChannelImpl : public Channel {
   uint64_t next_receive_sequence_ = 1;
   std::vector<uint8_t> part_in_flight_;     // per Send Buffer part: its package is being written
   std::vector<uint32_t> next_part_;         // per sender slot: its part (round robin) to use next
+  std::vector<std::vector<Sge>> gather_;    // per sender slot: the gather list of its package
   std::map<uint32_t, Message> assembling_;  // per sender slot: a message being reassembled
 };
 
@@ -307,6 +308,7 @@ Status ChannelImpl::Setup(int timeout_ms) {
   if (!s.ok()) return s;
   part_in_flight_.assign(parts, 0);
   next_part_.assign(o.sender_threads, 0);
+  gather_.assign(o.sender_threads, {});
 
   SetupMessage mine{kSetupMagic, o.receive_buffers,         o.receive_buffer_size,
                     0,           conn_->Describe(receive_), conn_->Describe(info_)};
@@ -538,7 +540,9 @@ Status ChannelImpl::SendMessage(uint32_t opcode, PayloadSource& payload, size_t 
     PackageHeader h{kPackageMagic, opcode, sequence, length, offset, uint32_t(chunk), sender};
     std::memset(staging, 0, kHeaderSize);
     std::memcpy(staging, &h, sizeof(h));
-    std::vector<Sge> sges{Sge{staging, kHeaderSize, send_.lkey}};
+    // The slot's own gather list, reused: no allocation per package once it has grown.
+    std::vector<Sge>& sges = gather_[sender];
+    sges.assign(1, Sge{staging, kHeaderSize, send_.lkey});
     if (chunk > 0) {
       payload.Gather(chunk, staging + kHeaderSize, send_.lkey, &sges,
                      std::max<uint32_t>(2, conn_->max_sge()));

@@ -43,7 +43,7 @@ namespace {
 // Collects the runs of a schedule as a walker opens and grows boxes.
 class RunBuilder {
  public:
-  RunBuilder(const RegionLayout& layout, const ScheduleOptions& options, Schedule* schedule)
+  RunBuilder(const ScheduleOptions& options, Schedule* schedule)
       : walker(options), schedule_(schedule) {}
 
   // Places one fragment; true when it opened a box.
@@ -241,7 +241,7 @@ Schedule Plan(const RegionLayout& layout, const ScheduleOptions& options, bool s
   schedule.payload_bytes = layout.payload_bytes();
   schedule.layout_fingerprint = layout.Fingerprint();
   if (schedule.fragments == 0) return schedule;
-  RunBuilder builder(layout, options, &schedule);
+  RunBuilder builder(options, &schedule);
   if (shortcuts && layout.kind() == RegionKind::kBitmapped) {
     PlanBitmapped(layout, builder);
   } else if (shortcuts && layout.kind() == RegionKind::kStrided && !layout.masked()) {

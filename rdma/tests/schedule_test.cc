@@ -65,7 +65,9 @@ TEST(SchedulePlanner, BitmappedFastPathMatchesTheRule) {
     }
     RegionLayout layout;
     ASSERT_TRUE(RegionLayout::Bitmapped(columns, rows, &layout).ok());
-    if (rng() % 4 != 0) ASSERT_TRUE(layout.WithMask(ClusteredMask(rng, rows), &layout).ok());
+    if (rng() % 4 != 0) {
+      ASSERT_TRUE(layout.WithMask(ClusteredMask(rng, rows), &layout).ok());
+    }
     const ScheduleOptions options = RandomOptions(rng);
     ExpectSameSchedule(PlanSchedule(layout, options), PlanScheduleByFragments(layout, options),
                        "round " + std::to_string(round));
@@ -136,7 +138,9 @@ TEST(SchedulePlanner, CostBasedPlanningPicksTheCheapestSet) {
       const uint64_t rows = rng() % 1500;
       std::vector<Column> columns{{0, 4}, {rows * 4 + rng() % 300, 8}};
       ASSERT_TRUE(RegionLayout::Bitmapped(columns, rows, &layout).ok());
-      if (rng() % 2) ASSERT_TRUE(layout.WithMask(ClusteredMask(rng, rows), &layout).ok());
+      if (rng() % 2) {
+        ASSERT_TRUE(layout.WithMask(ClusteredMask(rng, rows), &layout).ok());
+      }
     } else {
       std::vector<Field> fields{{0, uint32_t(1 + rng() % 16)}, {40, uint32_t(1 + rng() % 30)}};
       ASSERT_TRUE(RegionLayout::Strided(0, 70 + rng() % 400, rng() % 2000, fields, &layout).ok());

@@ -49,7 +49,10 @@ class RowMask {
  public:
   RowMask() = default;
   explicit RowMask(uint64_t rows) : rows_(rows), words_((rows + 63) / 64, 0) {}
-  void Set(uint64_t row) { words_[row / 64] |= uint64_t{1} << (row % 64); }
+  // Selects `row`; a row past rows() is ignored (a mask never reaches outside its layout).
+  void Set(uint64_t row) {
+    if (row < rows_) words_[row / 64] |= uint64_t{1} << (row % 64);
+  }
   bool Test(uint64_t row) const { return (words_[row / 64] >> (row % 64)) & 1; }
   uint64_t rows() const { return rows_; }
   const std::vector<uint64_t>& words() const { return words_; }
