@@ -4,17 +4,19 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
+FUZZ_BUILD ?= build-fuzz
 BENCH_NUM  ?= 2000000
 DEMO_NUM   ?= 300000
 
 DEBIAN_PACKAGES = cmake g++ make pkg-config googletest libgtest-dev libgmock-dev \
   liburing-dev liblz4-dev libssl-dev libibverbs-dev librdmacm-dev rdma-core \
   postgresql-15 postgresql-server-dev-15 libpq-dev librocksdb-dev clang-format \
-  patroni etcd-server etcd-client curl jq procps
+  patroni etcd-server etcd-client curl jq procps clang-14 libfuzzer-14-dev
 
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all deps build extension install demo demo-replication demo-engine bench test test-sanitize test-pg check check-format format clean bench-rdma bench-regions bench-shuffle bench-pg bench-replication
+.PHONY: all deps build extension install demo demo-replication demo-engine bench test test-sanitize test-pg check \
+  sanitize-build test-pg-sanitize fuzz-build fuzz fuzz-smoke fuzz-seeds soak sqlsmith check-format format clean bench-rdma bench-regions bench-shuffle bench-pg bench-replication
 
 all: build
 
@@ -62,10 +64,13 @@ bench: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS)
 
-# The same suites under AddressSanitizer and UndefinedBehaviorSanitizer.
-test-sanitize: deps
+# The libraries, their tests and the module's bridge with AddressSanitizer and UBSan.
+sanitize-build: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSLIPSTREAM_SANITIZE=ON -DSLIPSTREAM_BENCH=OFF >/dev/null
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
+
+# The same suites under AddressSanitizer and UndefinedBehaviorSanitizer.
+test-sanitize: sanitize-build
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
 
 # pg_regress and isolation suites on a private cluster run by the postgres OS user, the
@@ -106,8 +111,46 @@ test-pg: install
 	tests/pg_shuffle_test.sh /tmp/slipstream-shuffle 55860
 	bench/ycsb_pg.sh --records=2000 --seconds=1 --mixes=SD --port=55471 --scratch=/tmp/slipstream-ycsb-smoke
 
-# Every test: formatting, the plain build, the sanitizer build and the PostgreSQL suites.
-check: check-format test test-sanitize test-pg
+# The pg_regress, isolation, contention, crash and pinned-stall suites with slipstream.so
+# built with ASan and UBSan and loaded by PostgreSQL (scripts/pg_sanitize.sh says how).
+# About 15 minutes; not in `make check` (its 30 minutes are spent), run before a release.
+test-pg-sanitize: sanitize-build
+	scripts/pg_sanitize.sh $(ASAN_BUILD)
+
+# libFuzzer targets, one per parser of outside input (tests/fuzz), with ASan and UBSan.
+fuzz-build: deps
+	CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DSLIPSTREAM_FUZZ=ON -DSLIPSTREAM_BENCH=OFF >/dev/null
+	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target fuzz_all
+
+# Every fuzz target for FUZZ_SECONDS (60) each; fails on a finding (scripts/fuzz.sh).
+FUZZ_SECONDS ?= 60
+fuzz: fuzz-build
+	scripts/fuzz.sh $(FUZZ_SECONDS) $(abspath $(FUZZ_BUILD))
+
+# Every fuzz target for 3 s, after its regression inputs: they keep building and running (CI).
+fuzz-smoke: fuzz-build
+	scripts/fuzz.sh 3 $(abspath $(FUZZ_BUILD))
+
+# Rewrites the checked-in seed corpus (tests/fuzz/corpus) from the real encoders.
+fuzz-seeds: fuzz-build
+	$(FUZZ_BUILD)/tests/fuzz/fuzz_seeds tests/fuzz/corpus
+
+# SOAK_MINUTES of TPC-B, YCSB and acknowledged inserts with random SIGKILLs (scripts/soak.sh).
+SOAK_MINUTES ?= 60
+soak: install
+	scripts/soak.sh $(SOAK_MINUTES)
+
+# sqlsmith's random queries against slipstream tables, errors compared with heap's.
+SQLSMITH_QUERIES ?= 20000
+sqlsmith: install
+	@dpkg -s sqlsmith >/dev/null 2>&1 || { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlsmith; }
+	scripts/sqlsmith.sh $(SQLSMITH_QUERIES)
+
+# Every test: formatting, the plain build, the sanitizer build, the fuzz targets briefly and
+# the PostgreSQL suites.
+check: check-format test test-sanitize fuzz-smoke test-pg
 
 # C++ sources follow .clang-format; the extension's C files (and its C headers) keep
 # PostgreSQL's style (pgindent) and are left alone.
@@ -121,7 +164,7 @@ format:
 	clang-format -i $$($(CXX_SOURCES))
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
 
 # The rdma benchmarks of docs/benchmarks.md: transport WRITE bandwidth/latency (rdma_bench,
 # beside memcpy, raw loopback TCP and UCX), the multi-buffer channel (channel_bench), then the

@@ -7,6 +7,9 @@
 #   scripts/pg_cluster.sh stop  DIR [mode]
 #   scripts/pg_cluster.sh kill  DIR          # SIGKILL the postmaster (crash tests)
 #   scripts/pg_cluster.sh psql  DIR [psql args...]
+# PGBIN picks another PostgreSQL 15 installation; SLIPSTREAM_SERVER_ENV (VAR=value words) is
+# the environment of the server alone (the sanitizer runtime, scripts/pg_sanitize.sh), and
+# SLIPSTREAM_EXTRA_CONF a postgresql.conf line added by init.
 set -euo pipefail
 
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
@@ -37,11 +40,20 @@ case "$cmd" in
       echo "slipstream.l0_size = 4MB"
       echo "max_prepared_transactions = 10"
       echo "log_min_messages = warning"
+      [ -n "${SLIPSTREAM_EXTRA_CONF:-}" ] && echo "$SLIPSTREAM_EXTRA_CONF"
       for line in "$@"; do echo "$line"; done
     } | as_postgres tee -a "$dir/data/postgresql.conf" >/dev/null
     ;;
   start)
-    as_postgres "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 120 start >/dev/null
+    # shellcheck disable=SC2086 # the words of SLIPSTREAM_SERVER_ENV are separate variables
+    if ! as_postgres env ${SLIPSTREAM_SERVER_ENV:-} "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 120 start >/dev/null; then
+      # CI keeps only this output: show why the server did not start, and what still runs.
+      echo "--- last lines of $dir/server.log:" >&2
+      tail -n 25 "$dir/server.log" >&2 || true
+      echo "--- processes of the postgres user:" >&2
+      ps -u postgres -o pid,ppid,stat,etime,args >&2 || true
+      exit 1
+    fi
     ;;
   stop)
     as_postgres "$PGBIN/pg_ctl" -D "$dir/data" -m "${3:-fast}" -w -t 120 stop >/dev/null
@@ -57,6 +69,12 @@ case "$cmd" in
       [ "$alive" = 0 ] && break
       sleep 0.1
     done
+    if [ "$alive" = 1 ]; then
+      echo "children of the killed postmaster still run after 30 s:" >&2
+      for c in $children; do
+        kill -0 "$c" 2>/dev/null && ps -o pid,stat,wchan:24,args -p "$c" | tail -n +2 >&2
+      done
+    fi
     ;;
   psql)
     shift 2

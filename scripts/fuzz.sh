@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# fuzz.sh: runs every libFuzzer target (tests/fuzz, built in build-fuzz with ASan and UBSan)
+# for SECONDS each, starting from its checked-in seeds (tests/fuzz/corpus/NAME) and first
+# replaying every input that once found a bug (tests/fuzz/regressions/NAME). Fails, and keeps
+# the input that did it under $FUZZ_WORK/findings, when a target crashes, leaks, hangs or
+# breaks one of its checks. Prints the executions of each target.
+#   scripts/fuzz.sh [seconds per target] [build dir]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+seconds=${1:-60}
+build=${2:-$root/build-fuzz}
+work=${FUZZ_WORK:-/tmp/slipstream-fuzz}
+findings="$work/findings"
+mkdir -p "$findings"
+
+shopt -s nullglob
+targets=("$build"/tests/fuzz/*_fuzz)
+if [ ${#targets[@]} = 0 ]; then
+  echo "no fuzz targets in $build/tests/fuzz (make fuzz builds them)" >&2
+  exit 1
+fi
+
+failed=()
+total=0
+printf "%-20s %12s %10s %8s\n" target executions "exec/s" corpus
+for exe in "${targets[@]}"; do
+  name=$(basename "$exe" _fuzz)
+  corpus="$work/corpus/$name"
+  mkdir -p "$corpus"
+  log="$work/$name.log"
+  regressions=("$root/tests/fuzz/regressions/$name"/*)
+  if [ ${#regressions[@]} -gt 0 ] && ! "$exe" "${regressions[@]}" >"$log" 2>&1; then
+    echo "$name: a regression input fails again:" >&2
+    tail -n 30 "$log" >&2
+    failed+=("$name")
+    continue
+  fi
+  # Not -jobs: two cores; -timeout catches hangs, -rss_limit_mb runaway allocation.
+  if "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$findings/$name-" "$corpus" "$root/tests/fuzz/corpus/$name" >"$log" 2>&1; then
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+    size=$(find "$corpus" -type f | wc -l)
+    printf "%-20s %12s %10s %8s\n" "$name" "${runs:-?}" "${rate:-?}" "$size"
+    total=$((total + ${runs:-0}))
+  else
+    echo "$name: FOUND A FAILURE (input kept in $findings):" >&2
+    grep -E "ERROR|SUMMARY|==[0-9]+==|#[0-9]+ 0x|runtime error|abort|Test unit written" "$log" | head -n 40 >&2
+    failed+=("$name")
+  fi
+done
+echo "executions in all: $total (${#targets[@]} targets, $seconds s each)"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzzing failed for: ${failed[*]}" >&2
+  echo "Reproduce with: $build/tests/fuzz/NAME_fuzz FILE; keep the file in tests/fuzz/regressions/NAME and add a test." >&2
+  exit 1
+fi
