@@ -35,6 +35,10 @@ constexpr uint32_t kMaxPackagesInFlight = 8;
 // sender_threads x packages_in_flight at most: every package in flight is two work requests,
 // and together with the FREE writes they stay well inside the transport's max_outstanding.
 constexpr uint32_t kMaxPartsInFlight = 64;
+// Receive reserves room for a message's claimed size when its first package arrives, but for
+// no more than this: the claim is the peer's word, and a claim alone (up to 2^64 bytes) must
+// not allocate gigabytes or throw. Beyond it the message grows as its bytes arrive.
+constexpr uint64_t kMaxUpfrontReserve = 64u << 20;
 constexpr uint32_t kInfoEntries = 16;
 constexpr uint32_t kPeerInfoBase = 8;
 constexpr uint64_t kFree = 0, kBusy = 1, kReady = 2;
@@ -659,7 +663,7 @@ Status ChannelImpl::Receive(Message* message, int timeout_ms) {
     if (p.offset == 0) {
       m.opcode = p.opcode;
       m.sender = p.sender;
-      m.data.reserve(p.message_size);
+      m.data.reserve(std::min<uint64_t>(p.message_size, kMaxUpfrontReserve));
     }
     m.data.append(p.data);
     s = Release(p);

@@ -236,12 +236,6 @@ struct PendingRequest : PreparedRequest {
   uint64_t ring_bytes = 0;  // room reserved in the peer's receive ring
 };
 
-// Bytes a ring record takes: header, then for a SEND the payload padded to 16 bytes.
-uint64_t RecordBytes(uint32_t kind, uint64_t length) {
-  if (kind != kShmRecordSend) return kShmRecordHeaderBytes;
-  return kShmRecordHeaderBytes + RoundUp(length, kShmRecordHeaderBytes);
-}
-
 // One side of a shm connection. All state is guarded by mu_; Poll drops it while it sleeps.
 class ShmConnection : public Connection, public FaultInjectable {
  public:
@@ -829,9 +823,9 @@ Status ShmConnection::PrepareLocked(const WorkRequest& wr, PendingRequest* pendi
     if (pending->length > kShmMaxSendBytes) {
       return Status::InvalidArgument("SEND larger than the shm receive ring");
     }
-    pending->ring_bytes = RecordBytes(kShmRecordSend, pending->length);
+    pending->ring_bytes = ShmRecordBytes(kShmRecordSend, pending->length);
   } else if (wr.opcode == Opcode::kWriteWithImm) {
-    pending->ring_bytes = RecordBytes(kShmRecordWriteWithImm, 0);
+    pending->ring_bytes = ShmRecordBytes(kShmRecordWriteWithImm, 0);
   }
   return Status::OK();
 }
@@ -970,30 +964,14 @@ bool ShmConnection::PeerRingFreeLocked(uint64_t* free_bytes) {
 
 bool ShmConnection::AppendRecordLocked(uint32_t kind, uint32_t length, uint32_t imm,
                                        const std::vector<Sge>* payload) {
-  const uint64_t size = RecordBytes(kind, length);
+  const uint64_t size = ShmRecordBytes(kind, length);
   uint64_t free_bytes = 0;
   if (!PeerRingFreeLocked(&free_bytes)) return false;
   if (size > free_bytes) {
     FailLocked(Status::IOError("the peer's receive ring lost reserved room"));
     return false;
   }
-  ShmRecordHeader header{kind, length, imm, 0};
-  uint64_t position = peer_ring_tail_ % kShmRingBytes;
-  CopyAscending(peer_ring_ + position, reinterpret_cast<const char*>(&header), sizeof(header));
-  position = (position + sizeof(header)) % kShmRingBytes;
-  if (payload != nullptr) {
-    for (const Sge& sge : *payload) {
-      const char* source = static_cast<const char*>(sge.addr);
-      uint64_t left = sge.length;
-      while (left > 0) {
-        const uint64_t piece = std::min<uint64_t>(left, kShmRingBytes - position);
-        CopyAscending(peer_ring_ + position, source, piece);
-        source += piece;
-        left -= piece;
-        position = (position + piece) % kShmRingBytes;
-      }
-    }
-  }
+  WriteShmRecord(peer_ring_, peer_ring_tail_, ShmRecordHeader{kind, length, imm, 0}, payload);
   peer_ring_tail_ += size;
   peer_header_->ring_tail.store(peer_ring_tail_, std::memory_order_release);
   WakePeer();
@@ -1092,44 +1070,26 @@ void ShmConnection::ConsumeRingLocked(Clock::time_point now) {
   while (state_.ok() && !posted_recvs_.empty()) {
     const uint64_t tail = own_header_->ring_tail.load(std::memory_order_acquire);
     if (tail == own_ring_head_) break;
-    const uint64_t available = tail - own_ring_head_;
-    if (tail < own_ring_head_ || available > kShmRingBytes ||
-        available % kShmRecordHeaderBytes != 0) {
-      FailLocked(Status::IOError("the peer corrupted our receive ring"));
-      break;
-    }
     ShmRecordHeader header;
-    uint64_t position = own_ring_head_ % kShmRingBytes;
-    std::memcpy(&header, own_ring_ + position, sizeof(header));
-    const bool is_send = header.kind == kShmRecordSend;
-    if ((!is_send && header.kind != kShmRecordWriteWithImm) || header.reserved != 0 ||
-        (is_send && header.length > kShmMaxSendBytes) ||
-        RecordBytes(header.kind, header.length) > available) {
-      FailLocked(Status::IOError("malformed record in our receive ring"));
+    Status checked = ReadShmRecordHeader(own_ring_, own_ring_head_, tail, &header);
+    if (!checked.ok()) {
+      FailLocked(checked);
       break;
     }
     const RecvRequest recv = posted_recvs_.front();
     posted_recvs_.pop_front();
-    if (!is_send) {
+    if (header.kind != kShmRecordSend) {
       PushCompletionLocked(
           RecvCompletion(recv, WcStatus::kSuccess, header.length, header.imm, true), now);
     } else if (header.length > recv.sge.length) {
       PushCompletionLocked(RecvCompletion(recv, WcStatus::kLocalLengthError, 0, 0, false), now);
     } else {
-      char* out = static_cast<char*>(const_cast<void*>(recv.sge.addr));
-      position = (position + sizeof(header)) % kShmRingBytes;
-      uint64_t left = header.length;
-      while (left > 0) {
-        const uint64_t piece = std::min<uint64_t>(left, kShmRingBytes - position);
-        std::memcpy(out, own_ring_ + position, piece);
-        out += piece;
-        left -= piece;
-        position = (position + piece) % kShmRingBytes;
-      }
+      CopyShmRecordPayload(own_ring_, own_ring_head_, header.length,
+                           static_cast<char*>(const_cast<void*>(recv.sge.addr)));
       PushCompletionLocked(RecvCompletion(recv, WcStatus::kSuccess, header.length, 0, false), now);
     }
     // Release: our copy out of the record happens before the peer may overwrite it.
-    own_ring_head_ += RecordBytes(header.kind, header.length);
+    own_ring_head_ += ShmRecordBytes(header.kind, header.length);
     own_header_->ring_head.store(own_ring_head_, std::memory_order_release);
     consumed = true;
   }
@@ -1146,6 +1106,64 @@ Status EstablishShm(const TransportOptions& options, int fd, std::unique_ptr<Con
 }
 
 }  // namespace
+
+// A SEND's payload is padded so that the next header starts 16-byte aligned.
+uint64_t ShmRecordBytes(uint32_t kind, uint64_t length) {
+  if (kind != kShmRecordSend) return kShmRecordHeaderBytes;
+  return kShmRecordHeaderBytes + RoundUp(length, kShmRecordHeaderBytes);
+}
+
+// Ascending stores, so a producer that dies mid-record leaves a prefix; the consumer only
+// looks at the record once the tail (published after this) covers it.
+void WriteShmRecord(char* ring, uint64_t tail, const ShmRecordHeader& header,
+                    const std::vector<Sge>* payload) {
+  uint64_t position = tail % kShmRingBytes;
+  CopyAscending(ring + position, reinterpret_cast<const char*>(&header), sizeof(header));
+  position = (position + sizeof(header)) % kShmRingBytes;
+  if (payload == nullptr) return;
+  for (const Sge& sge : *payload) {
+    const char* source = static_cast<const char*>(sge.addr);
+    uint64_t left = sge.length;
+    while (left > 0) {
+      const uint64_t piece = std::min<uint64_t>(left, kShmRingBytes - position);
+      CopyAscending(ring + position, source, piece);
+      source += piece;
+      left -= piece;
+      position = (position + piece) % kShmRingBytes;
+    }
+  }
+}
+
+// The tail must lie at most a ring ahead of the head on a record boundary, and the record must
+// fit in what the tail covers. The header is read once into *header, so a peer that rewrites
+// the ring meanwhile cannot change what was checked.
+Status ReadShmRecordHeader(const char* ring, uint64_t head, uint64_t tail,
+                           ShmRecordHeader* header) {
+  const uint64_t available = tail - head;
+  if (tail < head || available > kShmRingBytes || available % kShmRecordHeaderBytes != 0) {
+    return Status::IOError("the peer corrupted our receive ring");
+  }
+  std::memcpy(header, ring + head % kShmRingBytes, sizeof(*header));
+  const bool is_send = header->kind == kShmRecordSend;
+  if ((!is_send && header->kind != kShmRecordWriteWithImm) || header->reserved != 0 ||
+      (is_send && header->length > kShmMaxSendBytes) ||
+      ShmRecordBytes(header->kind, header->length) > available) {
+    return Status::IOError("malformed record in our receive ring");
+  }
+  return Status::OK();
+}
+
+// The payload starts right after the header and may wrap around the ring's end.
+void CopyShmRecordPayload(const char* ring, uint64_t head, uint64_t length, char* out) {
+  uint64_t position = (head % kShmRingBytes + kShmRecordHeaderBytes) % kShmRingBytes;
+  while (length > 0) {
+    const uint64_t piece = std::min<uint64_t>(length, kShmRingBytes - position);
+    std::memcpy(out, ring + position, piece);
+    out += piece;
+    length -= piece;
+    position = (position + piece) % kShmRingBytes;
+  }
+}
 
 // The listening side.
 Status AcceptShm(const TransportOptions& options, int fd, std::unique_ptr<Connection>* out) {

@@ -27,6 +27,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "backends.h"
 
@@ -117,5 +118,28 @@ struct ShmHeapDescription {
   uint64_t token[2];
 };
 static_assert(sizeof(ShmHeapDescription) == 64);
+
+// The receive ring's record format, used by the producer (the peer's Post) and the consumer
+// (our Poll), and fuzzed on its own (tests/fuzz/shm_ring_fuzz.cc): the peer writes the ring,
+// so the consumer checks every record before it copies anything out of it.
+
+// Bytes a ring record takes: the header, then for a SEND the payload padded to 16 bytes.
+uint64_t ShmRecordBytes(uint32_t kind, uint64_t length);
+
+// Writes a record at producer index `tail` of the ring at `ring` (kShmRingBytes long): the
+// header, then (SEND only, else nullptr) the `payload` bytes, wrapping around the ring's end,
+// each piece stored in ascending address order. The caller has checked that it fits.
+void WriteShmRecord(char* ring, uint64_t tail, const ShmRecordHeader& header,
+                    const std::vector<Sge>* payload);
+
+// Checks the record at consumer index `head` (our own index: a multiple of 16) of the ring at
+// `ring`, which the peer claims to have filled up to `tail` (its word: trusted for nothing;
+// the caller has seen tail != head). OK with the header, copied out of the shared ring once,
+// when the record is whole and well formed; IOError otherwise.
+Status ReadShmRecordHeader(const char* ring, uint64_t head, uint64_t tail, ShmRecordHeader* header);
+
+// Copies the first `length` payload bytes of the SEND record at consumer index `head` to `out`,
+// wrapping around the ring's end (length was checked by ReadShmRecordHeader).
+void CopyShmRecordPayload(const char* ring, uint64_t head, uint64_t length, char* out);
 
 }  // namespace slipstream::rdma
