@@ -1,11 +1,5 @@
 // The all-to-all exchange: a channel per pair, a hello naming the exchange on each, batches as
-// declarative regions, an end message per stream.
-//
-// Messages on a pair's channel (sender slot 0, so they arrive in order):
-//   kHello  {magic, from, participants, exchange id}: the connecting side's first message
-//   kBatch  encoded layout | max_bridge, max_bridge_packed, min_in_place (3 x u32) | wire image
-//   kEnd    empty: no more batches from this sender
-//   kDone   empty: the sender has every peer's end, i.e. everything (Close)
+// declarative regions, an end message per stream. The messages themselves: exchange_wire.h.
 #include "slipstream/rdma/exchange.h"
 
 #include <algorithm>
@@ -14,40 +8,14 @@
 #include <optional>
 #include <thread>
 
+#include "exchange_wire.h"
+
 namespace slipstream::rdma {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-constexpr uint32_t kHello = 1, kBatch = 2, kEnd = 3, kDone = 4;
-// What a batch message adds to the layout and the wire image: the three thresholds.
-constexpr uint64_t kBatchTrailer = 12;
-constexpr uint32_t kHelloMagic = 0x58454c53;  // "SLEX"
-
-struct Hello {
-  uint32_t magic;
-  uint32_t from;
-  uint32_t participants;
-  uint32_t pad;
-  uint64_t exchange_id;
-};
-
-// True when `m` is a hello of this exchange (`exchange_id`, `participants`) from a participant
-// (`expected`, when given); its index goes to *from.
-bool HelloFrom(const Message& m, std::optional<uint32_t> expected, uint32_t participants,
-               uint64_t exchange_id, uint32_t* from = nullptr) {
-  Hello theirs{};
-  if (m.opcode != kHello || m.data.size() != sizeof(theirs)) return false;
-  std::memcpy(&theirs, m.data.data(), sizeof(theirs));
-  if (theirs.magic != kHelloMagic || theirs.exchange_id != exchange_id ||
-      theirs.participants != participants || theirs.from >= participants ||
-      (expected && theirs.from != *expected)) {
-    return false;
-  }
-  if (from) *from = theirs.from;
-  return true;
-}
+using namespace exchange_wire;
 
 // Milliseconds left until `deadline`, at least 0.
 int Left(Clock::time_point deadline) {
@@ -76,20 +44,6 @@ Status About(uint32_t peer, const Status& s) {
     default:
       return Status::Disconnected(text);
   }
-}
-
-// Appends `value` little-endian.
-void PutU32(std::string* out, uint32_t value) {
-  for (int i = 0; i < 4; i++) out->push_back(char(value >> (8 * i)));
-}
-
-// Reads a little-endian u32 from the front of *in.
-bool GetU32(std::string_view* in, uint32_t* value) {
-  if (in->size() < 4) return false;
-  *value = 0;
-  for (int i = 0; i < 4; i++) *value |= uint32_t(uint8_t((*in)[i])) << (8 * i);
-  in->remove_prefix(4);
-  return true;
 }
 
 class ExchangeImpl : public Exchange {
@@ -179,8 +133,7 @@ Status ExchangeImpl::Connect(Listener* listener) {
   const uint32_t n = uint32_t(peers_.size());
   const uint32_t self = options_.self;
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
-  const Hello hello{kHelloMagic, self, n, 0, options_.exchange_id};
-  const std::string_view hello_bytes(reinterpret_cast<const char*>(&hello), sizeof(hello));
+  const std::string hello_bytes = EncodeHello(self, n, options_.exchange_id);
   for (uint32_t j = 0; j < self; j++) {
     Peer& peer = peers_[j];
     TransportOptions transport = options_.transport;
@@ -273,11 +226,7 @@ Status ExchangeImpl::TrySend(uint32_t target, const RegionLayout& layout,
     return Status::InvalidArgument("the batch's layout leaves the source buffer");
   }
   const Schedule schedule = PlanSchedule(layout, costs);
-  std::string header;
-  layout.EncodeTo(&header);
-  PutU32(&header, schedule.options.max_bridge);
-  PutU32(&header, schedule.options.max_bridge_packed);
-  PutU32(&header, schedule.options.min_in_place);
+  const std::string header = EncodeBatchHeader(layout, schedule.options);
   const uint64_t bytes = header.size() + schedule.wire_bytes;
   if (bytes > max_batch_bytes_ + kBatchTrailer) {
     return Status::InvalidArgument("a batch of " + std::to_string(bytes) +
@@ -305,19 +254,15 @@ Status ExchangeImpl::TryEnd(uint32_t target) {
 }
 
 Status ExchangeImpl::ParseBatch(uint32_t from, Message* raw, ExchangeMessage* message) {
-  std::string_view in = raw->data;
-  // Limits from the message's own size: no fragment is empty, so neither the payload nor the
-  // fragment count can exceed the bytes that arrived.
-  Status s = RegionLayout::DecodeFrom(&in, raw->data.size(), raw->data.size(), &message->layout);
   ScheduleOptions options;
-  if (!s.ok() || !GetU32(&in, &options.max_bridge) || !GetU32(&in, &options.max_bridge_packed) ||
-      !GetU32(&in, &options.min_in_place) || WireBytes(message->layout, options) != in.size()) {
+  uint64_t wire_offset = 0;
+  if (!exchange_wire::ParseBatch(raw->data, &message->layout, &options, &wire_offset)) {
     return About(from, Status::InvalidArgument("malformed batch"));
   }
   message->from = from;
   message->end = false;
   message->options = options;
-  message->wire_offset = raw->data.size() - in.size();
+  message->wire_offset = wire_offset;
   message->data = std::move(raw->data);
   Peer& peer = peers_[from];
   peer.counters.batches_received++;
@@ -338,7 +283,8 @@ Status ExchangeImpl::Receive(ExchangeMessage* message, int timeout_ms) {
       if (s.code() == Status::Code::kTimeout) continue;
       if (!s.ok()) return About(j, s);
       next_poll_ = j + 1;  // the others first next time
-      if (raw.opcode == kEnd && raw.data.empty()) {
+      const StreamMessage kind = Classify(raw);
+      if (kind == StreamMessage::kEnd) {
         peer.received_end = true;
         ended_++;
         *message = ExchangeMessage{};
@@ -346,7 +292,7 @@ Status ExchangeImpl::Receive(ExchangeMessage* message, int timeout_ms) {
         message->end = true;
         return Status::OK();
       }
-      if (raw.opcode != kBatch) {
+      if (kind != StreamMessage::kBatch) {
         peer.connection->Disconnect();
         return About(j, Status::InvalidArgument("unexpected message"));
       }
@@ -392,7 +338,7 @@ Status ExchangeImpl::Close(int timeout_ms) {
       if (!peer.received_done) {
         Message m;
         Status s = peer.channel->Receive(&m, 0);
-        if (s.ok() && m.opcode == kDone && m.data.empty()) {
+        if (s.ok() && IsDone(m)) {
           peer.received_done = true;
         } else if (s.ok()) {
           peer.connection->Disconnect();

@@ -33,7 +33,9 @@ void PutVarint(std::string* out, uint64_t value) {
   out->push_back(static_cast<char>(value));
 }
 
-// Reads a LEB128 varint from the front of *in; false when truncated or longer than 64 bits.
+// Reads a LEB128 varint from the front of *in; false when truncated, longer than 64 bits, or
+// overlong (a last byte of 0 after others): PutVarint writes each value one way only, so a
+// layout has one encoding and Decode accepts nothing else.
 bool GetVarint(std::string_view* in, uint64_t* value) {
   uint64_t result = 0;
   for (int shift = 0; shift < 64 && !in->empty(); shift += 7) {
@@ -42,6 +44,7 @@ bool GetVarint(std::string_view* in, uint64_t* value) {
     if (shift == 63 && byte > 1) return false;
     result |= uint64_t(byte & 0x7f) << shift;
     if ((byte & 0x80) == 0) {
+      if (byte == 0 && shift > 0) return false;
       *value = result;
       return true;
     }

@@ -1133,6 +1133,31 @@ TEST(RegionEncodingTest, GarbageIsRefusedOrConsistent) {
   EXPECT_GT(accepted, 0);
 }
 
+// A layout has one encoding: the same layout with a varint written overlong (0x80 0x00 for 0,
+// or a value's last group followed by a zero group) is refused, as is any other byte string that
+// is not what EncodeTo writes. Found by tests/fuzz/region_fuzz (regressions/region/).
+TEST(RegionEncodingTest, OverlongVarintsAreRefused) {
+  RegionLayout empty, decoded;
+  ASSERT_OK(RegionLayout::PointerMapped({}, &empty));
+  ASSERT_EQ(Encode(empty), std::string("\x03\x00\x00", 3));
+  std::string_view in("\x03\x00\x80\x00", 4);  // zero rows, written in two bytes
+  EXPECT_FALSE(RegionLayout::DecodeFrom(&in, kMax64, kMax64, &decoded).ok());
+  // One item at offset 5 of length 200 (0xc8 0x01), its offset written as 0x85 0x00.
+  in = std::string_view("\x03\x00\x01\x85\x00\xc8\x01", 7);
+  EXPECT_FALSE(RegionLayout::DecodeFrom(&in, kMax64, kMax64, &decoded).ok());
+  in = std::string_view("\x03\x00\x01\x05\xc8\x01", 6);
+  ASSERT_OK(RegionLayout::DecodeFrom(&in, kMax64, kMax64, &decoded));
+  EXPECT_EQ(decoded.items()[0].offset, 5u);
+  EXPECT_EQ(decoded.items()[0].length, 200u);
+  // The largest value still decodes: ten bytes, the last one 0x01.
+  RegionLayout far;
+  ASSERT_OK(RegionLayout::PointerMapped({{UINT64_MAX - 1, 1}}, &far));
+  std::string encoding = Encode(far);
+  in = encoding;
+  ASSERT_OK(RegionLayout::DecodeFrom(&in, kMax64, kMax64, &decoded));
+  EXPECT_EQ(decoded.items()[0].offset, UINT64_MAX - 1);
+}
+
 // Decode refuses layouts over max_payload or max_fragments, accepts them at the limit, and
 // refuses huge layouts without enumerating them.
 TEST(RegionEncodingTest, LimitsAreEnforced) {

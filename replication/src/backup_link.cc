@@ -38,11 +38,24 @@ Status BackupLink::Connect(const LinkOptions& options, std::unique_ptr<BackupLin
   if (!IsValidName(options.primary)) {
     return Status::InvalidArgument("primary name must be 1..63 of [A-Za-z0-9_.-]");
   }
-  std::unique_ptr<BackupLink> l(new BackupLink(options));
-  Status s = rdma::Connect(options.transport, options.address, &l->connection_);
+  std::unique_ptr<rdma::Connection> connection;
+  Status s = rdma::Connect(options.transport, options.address, &connection);
   if (!s.ok()) return s;
+  return Connect(options, std::move(connection), link);
+}
+
+// The answer to HELLO is the backup's word on its buffers: the shipper formats segments of
+// buffer_size bytes, so a size that cannot hold a segment is refused here (one below the
+// segment header's 64 bytes overran the shipper's image).
+Status BackupLink::Connect(const LinkOptions& options, std::unique_ptr<rdma::Connection> connection,
+                           std::unique_ptr<BackupLink>* link) {
+  if (!IsValidName(options.primary)) {
+    return Status::InvalidArgument("primary name must be 1..63 of [A-Za-z0-9_.-]");
+  }
+  std::unique_ptr<BackupLink> l(new BackupLink(options));
+  l->connection_ = std::move(connection);
   l->port_ = std::make_unique<ControlPort>(l->connection_.get());
-  s = l->port_->Init();
+  Status s = l->port_->Init();
   Message reply;
   if (s.ok())
     s = l->Call(Hello{options.system_id, options.version, options.primary, options.timeline},
@@ -50,6 +63,10 @@ Status BackupLink::Connect(const LinkOptions& options, std::unique_ptr<BackupLin
   if (!s.ok()) return s;
   const auto* ok = std::get_if<HelloOk>(&reply);
   if (ok == nullptr) return Status::InvalidArgument("backup answered HELLO with something else");
+  if (!IsValidBufferSize(ok->buffer_size)) {
+    return Status::InvalidArgument("backup offered buffers of " + std::to_string(ok->buffer_size) +
+                                   " bytes: not a power of two from 64 kB to 1 GB");
+  }
   l->buffer_size_ = ok->buffer_size;
   l->buffers_ = ok->buffers;
   l->resume_ = ok->resume;
@@ -82,12 +99,17 @@ Status BackupLink::ReceiveReply(Message* reply) {
   return Status::OK();
 }
 
+// The buffer's index must be one of those HELLO granted, and below 2^30: Append's work request
+// ids carry it in their high half, and an id at or above ControlPort::kOwnIds is taken by the
+// port for one of its own (a WRITE's completion then freed a send slot still in use, and the
+// placement it reported was never learnt).
 Status BackupLink::Open(uint32_t stream, uint64_t sequence, uint64_t start, uint32_t* buffer) {
   Message reply;
   Status s = Call(replication::Open{stream, sequence, start}, &reply);
   if (!s.ok()) return s;
   const auto* ok = std::get_if<OpenOk>(&reply);
-  if (ok == nullptr || ok->length != buffer_size_ || open_.count(ok->buffer)) {
+  if (ok == nullptr || ok->length != buffer_size_ || ok->buffer >= buffers_ ||
+      (uint64_t(ok->buffer) << 32) >= ControlPort::kOwnIds || open_.count(ok->buffer)) {
     failed_ = Status::InvalidArgument("backup answered OPEN with something unusable");
     return failed_;
   }

@@ -336,25 +336,46 @@ void BackupServer::Session::AppendOpen(std::vector<SegmentId>* out) {
 // ---------------------------------------------------------------------------------------------
 
 BackupServer::BackupServer(const BackupOptions& options, BackupStore* store)
-    : options_(options), store_(store) {}
+    : options_(options), store_(store), free_buffers_(options.buffers) {}
 
 BackupServer::~BackupServer() {
   Stop();
 }
 
-Status BackupServer::Start() {
+Status BackupServer::CheckOptions() const {
   if (options_.buffers == 0 || options_.buffers_per_primary == 0) {
     return Status::InvalidArgument("a backup needs at least one buffer");
   }
-  if (options_.buffer_size < 64 * 1024 || options_.buffer_size > (1u << 30) ||
-      (options_.buffer_size & (options_.buffer_size - 1)) != 0) {
+  if (!IsValidBufferSize(options_.buffer_size)) {
     return Status::InvalidArgument("buffer_size must be a power of two from 64 kB to 1 GB");
   }
+  return Status::OK();
+}
+
+Status BackupServer::Start() {
+  Status s = CheckOptions();
+  if (!s.ok()) return s;
   free_buffers_ = options_.buffers;
-  Status s = rdma::Listen(options_.transport, options_.address, &listener_);
+  s = rdma::Listen(options_.transport, options_.address, &listener_);
   if (!s.ok()) return s;
   acceptor_ = std::thread(&BackupServer::AcceptLoop, this);
   return Status::OK();
+}
+
+// Sessions served this way are reaped by Stop (or by the acceptor, when there is one).
+Status BackupServer::Serve(std::unique_ptr<rdma::Connection> connection) {
+  Status s = CheckOptions();
+  if (!s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_.load()) return Status::InvalidArgument("the backup server is stopping");
+  AddSessionLocked(std::move(connection));
+  return Status::OK();
+}
+
+void BackupServer::AddSessionLocked(std::unique_ptr<rdma::Connection> connection) {
+  auto session = std::make_shared<Session>(this, std::move(connection));
+  session->Start();
+  sessions_.push_back(std::move(session));
 }
 
 void BackupServer::Stop() {
@@ -389,11 +410,7 @@ void BackupServer::AcceptLoop() {
           ++it;
         }
       }
-      if (s.ok()) {
-        auto session = std::make_shared<Session>(this, std::move(connection));
-        session->Start();
-        sessions_.push_back(std::move(session));
-      }
+      if (s.ok()) AddSessionLocked(std::move(connection));
     }
     for (auto& f : finished) f->Join();  // outside the lock
     if (!s.ok() && s.code() != Status::Code::kTimeout && !stopping_.load()) {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <string_view>
 
 #include "buffer_scan.h"
 #include "slipstream/engine/log_scanner.h"
@@ -44,6 +45,23 @@ Status SyncDirectory(const std::string& dir) {
   int rc = fsync(fd);
   close(fd);
   return rc == 0 ? Status::OK() : Errno("fsync " + dir);
+}
+
+// Reads a VERSION file's contents as SaveVersion writes them: the version's decimal digits (no
+// sign, no leading zero) and a newline; false for anything else, a value past 2^64 - 1 included.
+bool ParseVersion(std::string_view text, uint64_t* version) {
+  if (text.size() < 2 || text.back() != '\n') return false;
+  text.remove_suffix(1);
+  if (text.size() > 1 && text.front() == '0') return false;  // SaveVersion writes no leading 0
+  uint64_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9' || __builtin_mul_overflow(value, uint64_t{10}, &value) ||
+        __builtin_add_overflow(value, uint64_t(c - '0'), &value)) {
+      return false;
+    }
+  }
+  *version = value;
+  return true;
 }
 
 }  // namespace
@@ -347,18 +365,20 @@ Status FileBackupStore::PruneFiles(uint32_t stream, uint64_t upto,
   return first_error;
 }
 
+// Only what SaveVersion writes is read: strtoull took "-1" or a number past 2^64 for the
+// largest version, which fenced the primary for good, and trailing damage went unnoticed.
 Status FileBackupStore::LoadVersion(const std::string& primary, uint64_t* version) {
   *version = 0;
   std::string path = directory_ + "/" + primary + "/VERSION";
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno == ENOENT ? Status::OK() : Errno("open " + path);
   char buf[32] = {};
-  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  ssize_t n = read(fd, buf, sizeof(buf));
   close(fd);
   if (n <= 0) return Status::IOError(path + " is empty or unreadable");
-  char* end = nullptr;
-  *version = std::strtoull(buf, &end, 10);
-  if (end == buf) return Status::IOError(path + " does not hold a number");
+  if (!ParseVersion(std::string_view(buf, size_t(n)), version)) {
+    return Status::IOError(path + " does not hold a version (decimal digits and a newline)");
+  }
   return Status::OK();
 }
 

@@ -106,6 +106,10 @@ bool IsValidName(std::string_view name) {
   return true;
 }
 
+bool IsValidBufferSize(uint64_t size) {
+  return size >= 64 * 1024 && size <= (1u << 30) && (size & (size - 1)) == 0;
+}
+
 std::string Encode(const Message& message) {
   Writer w;
   return std::visit(

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "buffer_scan.h"
+#include "control_port.h"
 #include "slipstream/engine/log_scanner.h"
 #include "slipstream/engine/log_writer.h"
 #include "slipstream/rdma/testing.h"
@@ -336,6 +337,101 @@ TEST_P(Protocol, AMalformedPeerIsDroppedAndTheServerGoesOn) {
   // A real primary is still served.
   std::unique_ptr<BackupLink> link;
   EXPECT_TRUE(BackupLink::Connect(Link(b, GetParam()), &link).ok());
+}
+
+// A backup played by the test: it takes one connection on `listener` and answers the
+// primary's requests with `answers`, one each, then waits until the primary hangs up.
+void ScriptedBackup(rdma::Listener* listener, const std::vector<Message>& answers) {
+  std::unique_ptr<rdma::Connection> connection;
+  ASSERT_TRUE(listener->Accept(5000, &connection).ok());
+  ControlPort port(connection.get());
+  ASSERT_TRUE(port.Init().ok());
+  for (const Message& answer : answers) {
+    Message request;
+    ASSERT_TRUE(port.Receive(5000, &request, nullptr).ok());
+    ASSERT_TRUE(port.Send(answer, nullptr).ok());
+  }
+  Message none;
+  (void)port.Receive(5000, &none, nullptr);
+}
+
+// Options for primary "p1" to connect to the scripted backup at `listener`.
+LinkOptions LinkToScripted(const rdma::Listener& listener, const std::string& backend) {
+  LinkOptions o;
+  o.address = listener.address();
+  o.transport = Transport(backend);
+  o.primary = "p1";
+  return o;
+}
+
+// A backup (a stranger holding the secret, or a broken one) that answers HELLO with buffers no
+// segment fits is refused at once: the shipper used to format a segment header of 64 bytes into
+// an image of the offered size, overrunning it when smaller, and to rotate forever when a
+// header and an append did not fit. Found by tests/fuzz/backup_link_fuzz
+// (regressions/backup_link/).
+TEST_P(Protocol, ABackupOfferingUnusableBuffersIsRefused) {
+  std::unique_ptr<rdma::Listener> listener;
+  ASSERT_TRUE(rdma::Listen(Transport(GetParam()), "127.0.0.1:0", &listener).ok());
+  for (uint32_t size : {0u, 16u, 100u, 4096u, 100000u, 1u << 31, 64u * 1024}) {
+    std::thread backup(ScriptedBackup, listener.get(),
+                       std::vector<Message>{HelloOk{1, size, 4, 0, 0}});
+    std::unique_ptr<BackupLink> link;
+    Status s = BackupLink::Connect(LinkToScripted(*listener, GetParam()), &link);
+    if (size == 64u * 1024) {
+      EXPECT_TRUE(s.ok()) << s.ToString();
+    } else {
+      EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << "buffer size " << size;
+    }
+    link.reset();
+    backup.join();
+  }
+}
+
+// A backup that answers OPEN with a buffer it did not grant, or one whose index does not fit
+// the high half of a WRITE's work request id below ControlPort::kOwnIds, is refused: such an id
+// made the WRITEs' completions look like the control port's own, so placement was never learnt
+// (the shipper waited 5 s and dropped the backup) and a send slot still in use was freed.
+// Found by tests/fuzz/backup_link_fuzz (regressions/backup_link/).
+TEST_P(Protocol, ABackupHandingOutAnUngrantedBufferIsRefused) {
+  std::unique_ptr<rdma::Listener> listener;
+  ASSERT_TRUE(rdma::Listen(Transport(GetParam()), "127.0.0.1:0", &listener).ok());
+  for (uint32_t index : {1u << 30, 4u, 0xffffffffu, 3u}) {
+    std::thread backup(ScriptedBackup, listener.get(),
+                       std::vector<Message>{HelloOk{1, kBufferSize, 4, 0, 0},
+                                            OpenOk{index, 0x10000, kBufferSize, 77}});
+    std::unique_ptr<BackupLink> link;
+    ASSERT_TRUE(BackupLink::Connect(LinkToScripted(*listener, GetParam()), &link).ok());
+    uint32_t buffer = 0;
+    Status s = link->Open(kWal, 1, 0, &buffer);
+    if (index == 3u) {
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      EXPECT_EQ(buffer, 3u);
+    } else {
+      EXPECT_EQ(s.code(), Status::Code::kInvalidArgument) << "buffer " << index;
+    }
+    link.reset();
+    backup.join();
+  }
+}
+
+// A VERSION file is read back only as SaveVersion writes it: "-1", a number past 2^64 - 1 or
+// trailing damage used to be read as a version (the first two as the largest, which fenced the
+// primary for good). Found by tests/fuzz/backup_files_fuzz (regressions/backup_files/).
+TEST(BackupFiles, AVersionFileHoldsExactlyWhatSaveVersionWrites) {
+  TempDir dir;
+  FileBackupStore store(dir.path());
+  for (uint64_t version : {uint64_t{0}, uint64_t{1}, uint64_t{907}, UINT64_MAX}) {
+    ASSERT_TRUE(store.SaveVersion("p1", version).ok());
+    uint64_t loaded = 1234;
+    ASSERT_TRUE(store.LoadVersion("p1", &loaded).ok());
+    EXPECT_EQ(loaded, version);
+  }
+  for (const char* text : {"-1\n", "18446744073709551616\n", "99999999999999999999999\n", "12abc\n",
+                           "12\n\n", " 5\n", "+5\n", "007\n", "5", "\n", "0x10\n"}) {
+    std::ofstream(dir.path() + "/p1/VERSION", std::ios::binary | std::ios::trunc) << text;
+    uint64_t loaded = 1234;
+    EXPECT_EQ(store.LoadVersion("p1", &loaded).code(), Status::Code::kIOError) << text;
+  }
 }
 
 TEST_P(Protocol, HelloTellsWhereTheBackupsCopyEnds) {

@@ -33,6 +33,12 @@ class BackupLink {
   // Connects, authenticates and says hello; a refusal (stale version, wrong cluster, no
   // buffers) is InvalidArgument or WouldBlock with the backup's reason.
   static Status Connect(const LinkOptions& options, std::unique_ptr<BackupLink>* link);
+  // The same over `connection`, already made to the backup (the other Connect makes it with
+  // rdma::Connect at options.address): for a connection made elsewhere, such as a test's or a
+  // fuzzer's scripted backup. A backup whose answer offers buffers no primary can use (see
+  // IsValidBufferSize) is refused.
+  static Status Connect(const LinkOptions& options, std::unique_ptr<rdma::Connection> connection,
+                        std::unique_ptr<BackupLink>* link);
   ~BackupLink();
 
   uint32_t buffer_size() const { return buffer_size_; }

@@ -58,6 +58,9 @@ class BackupServer {
 
   // Validates the options, listens and starts serving.
   Status Start();
+  // Serves one primary on `connection`, made elsewhere (a test's or a fuzzer's scripted
+  // primary), as if the listener had accepted it; Start need not have been called. Stop ends it.
+  Status Serve(std::unique_ptr<rdma::Connection> connection);
   // Stops accepting, ends every session (persisting open buffers) and waits for them.
   void Stop();
   // "HOST:PORT" primaries connect to.
@@ -88,6 +91,10 @@ class BackupServer {
   class Session;
 
   void AcceptLoop();
+  // Refuses options no server can run with.
+  Status CheckOptions() const;
+  // Starts a session on `connection` and lists it; the caller holds mu_.
+  void AddSessionLocked(std::unique_ptr<rdma::Connection> connection);
   size_t EndSessions(const std::string& primary, const Session* keep);
   void RecordError(const std::string& error);
   // Takes up to `want` buffers from the budget; returns how many it got.

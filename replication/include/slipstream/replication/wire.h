@@ -108,4 +108,10 @@ Status Decode(std::string_view bytes, Message* message);
 // A primary name: 1..63 of [A-Za-z0-9_.-] (it names a directory on the backup).
 bool IsValidName(std::string_view name);
 
+// Whether `size` is a buffer size a backup may offer (BackupServer::Start) and a primary takes
+// (BackupLink::Connect): a power of two from 64 kB to 1 GB. A primary formats segments of that
+// size in memory, so a smaller one could not hold a segment header and an append, and a larger
+// one would only make it allocate gigabytes per stream.
+bool IsValidBufferSize(uint64_t size);
+
 }  // namespace slipstream::replication
