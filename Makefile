@@ -115,6 +115,8 @@ test-pg: install
 # built with ASan and UBSan and loaded by PostgreSQL (scripts/pg_sanitize.sh says how).
 # About 15 minutes; not in `make check` (its 30 minutes are spent), run before a release.
 test-pg-sanitize: sanitize-build
+	@dpkg -s patchelf >/dev/null 2>&1 || { $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patchelf; }
 	scripts/pg_sanitize.sh $(ASAN_BUILD)
 
 # libFuzzer targets, one per parser of outside input (tests/fuzz), with ASan and UBSan.

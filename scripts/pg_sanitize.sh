@@ -23,6 +23,7 @@ tree="$scratch/pg"
 pgbin="$tree/lib/postgresql/15/bin"
 reports="$scratch/reports"
 
+command -v patchelf >/dev/null || { echo "patchelf is missing (make test-pg-sanitize installs it)" >&2; exit 1; }
 rm -rf "$scratch"
 mkdir -p "$tree/lib/postgresql" "$tree/share/postgresql" "$tree/include" "$reports"
 cp -a /usr/lib/postgresql/15 "$tree/lib/postgresql/"
@@ -48,19 +49,39 @@ make -s -C "$src/extension" PG_CONFIG="$pgbin/pg_config" BUILD_DIR="$asan_build"
 }
 make -s -C "$src/extension" PG_CONFIG="$pgbin/pg_config" BUILD_DIR="$asan_build" COPT="$sanitize" \
   install >>"$scratch/build.log" 2>&1
-ldd "$tree/lib/postgresql/15/lib/slipstream.so" | grep -q libasan || {
+linked=$(ldd "$tree/lib/postgresql/15/lib/slipstream.so")
+grep -q libasan <<<"$linked" || {
   echo "the module is not linked with the ASan runtime" >&2
   exit 1
 }
 chown -R postgres: "$reports" 2>/dev/null || chmod 777 "$reports"
 
+# A preloaded ASan runtime initialises on the first malloc, and libgpg-error's constructor
+# (loaded by the server through libsystemd and libgcrypt) makes that malloc while it holds
+# glibc's gettext lock; ASan's initialisation then takes the same lock and the server hangs
+# before main. A copy of libgpg-error that needs the ASan runtime has its constructor run after
+# ASan's initialisation; only the sanitized server finds it (LD_LIBRARY_PATH).
 asan_runtime=$(gcc -print-file-name=libasan.so)
+asan_soname=$(objdump -p "$asan_runtime" | sed -n 's/^ *SONAME *//p')
+mkdir -p "$tree/asan-libs"
+cp "$(ldconfig -p | sed -n 's/.*libgpg-error.so.0 (libc6,x86-64) => //p' | head -1)" "$tree/asan-libs/"
+patchelf --add-needed "$asan_soname" "$tree/asan-libs/libgpg-error.so.0"
 export PGBIN="$pgbin"
-export SLIPSTREAM_SERVER_ENV="LD_PRELOAD=$asan_runtime \
+export SLIPSTREAM_SERVER_ENV="LD_PRELOAD=$asan_runtime LD_LIBRARY_PATH=$tree/asan-libs \
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:disable_coredump=1:log_path=$reports/asan \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan"
 # JIT would load LLVM into the sanitized server for no gain here.
 export SLIPSTREAM_EXTRA_CONF="jit = off"
+
+# Preflight: a server of the copy runs with the ASan runtime and the sanitized module mapped.
+"$root/scripts/pg_cluster.sh" init "$scratch/preflight" 55539 >/dev/null
+"$root/scripts/pg_cluster.sh" start "$scratch/preflight"
+maps=$(cat "/proc/$(head -1 "$scratch/preflight/data/postmaster.pid")/maps")
+"$root/scripts/pg_cluster.sh" stop "$scratch/preflight" immediate
+grep -q "libasan" <<<"$maps" && grep -q "$tree/lib/postgresql/15/lib/slipstream.so" <<<"$maps" || {
+  echo "the server does not run the sanitized module with the ASan runtime" >&2
+  exit 1
+}
 
 status=0
 for suite in $suites; do

@@ -4,7 +4,7 @@
 # with SIGKILL at a random point, ROUNDS times (restarted in between). At the end the WAL the
 # backup holds is restored into segment files, and every transaction whose COMMIT returned to
 # a client must be a COMMIT record in it (pg_waldump): nothing acknowledged is lost when the
-# primary dies. Also checks the status views, a stale rejoin, and the SQL functions' errors.
+# primary dies. Also checks the status view and that a stale primary is refused when it rejoins.
 #   tests/pg_replication_test.sh [scratch dir] [base port] [rounds] [transport]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
