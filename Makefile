@@ -77,7 +77,7 @@ test-sanitize: sanitize-build
 # contention and crash tests, the replication kill tests (a primary and a backup, tcp and shm,
 # 20 rounds; a backup killed under load; a seeded streaming standby; takeovers after SIGKILL
 # of the primary with two backups, 22 rounds over tcp, shm (by scripts/failover.sh), remote_flush and deferred replay,
-# and 44 with Send-Index backups over tcp and shm, compacting all along, remote_flush too; a
+# and 32 with Send-Index backups over tcp and shm, compacting all along, remote_flush too; a
 # Send-Index backup through DDL, refused reads and a promotion compared table by table;
 # Patroni's failover after a SIGKILL of the leader, 3 rounds with streaming replicas and 3 with
 # Tailwind backups), logical decoding (test_decoding against heap's output, a pgoutput
@@ -104,8 +104,8 @@ test-pg: install
 	tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3
 	tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3 tailwind
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-flush 55740 4 tcp remote_flush
-	tests/pg_takeover_test.sh /tmp/slipstream-send-index-tcp 55780 20 tcp remote_memory continuous send_index
-	tests/pg_takeover_test.sh /tmp/slipstream-send-index-shm 55800 20 shm remote_memory continuous send_index
+	tests/pg_takeover_test.sh /tmp/slipstream-send-index-tcp 55780 14 tcp remote_memory continuous send_index
+	tests/pg_takeover_test.sh /tmp/slipstream-send-index-shm 55800 14 shm remote_memory continuous send_index
 	tests/pg_takeover_test.sh /tmp/slipstream-send-index-flush 55840 4 tcp remote_flush continuous send_index
 	tests/pg_send_index_test.sh /tmp/slipstream-send-index 55820 tcp
 	tests/pg_shuffle_test.sh /tmp/slipstream-shuffle 55860

@@ -4,7 +4,7 @@
 Reads the server's csvlog (from a byte offset), groups the ERRORs of database `smith` by
 SQLSTATE and message (numbers and quoted names blanked), and for each kind replays up to three
 of its statements against `smith_heap`, the same tables on heap. A kind passes when heap gives
-the same SQLSTATE for one of them, or when it is a documented slipstream error (the known
+the same SQLSTATE for one of them, or else when it is a documented slipstream error (the known
 file: SQLSTATE, a regular expression over the message, and where it is documented, split by
 tabs). Statement timeouts (57014) depend on timing and are only counted, as are errors of
 statements that sample or call volatile functions, and errors a fresh session does not repeat. Exits 1 when a kind
@@ -103,23 +103,22 @@ def main():
             if state == "57014":
                 verdict = "timeout"
             else:
+                on_heap = [sqlstate(psql, "smith_heap", q) for _, q in samples]
                 documented = [ref for s, rx, ref in known if s == state and rx.search(samples[0][0])]
-                if documented:
+                if state in on_heap:
+                    verdict = "as heap"
+                elif documented:
                     verdict = "documented (" + documented[0] + ")"
+                elif all(NONDETERMINISTIC.search(q) for _, q in samples):
+                    verdict = "sample-dependent (heap: " + ", ".join(on_heap) + ")"
                 else:
-                    on_heap = [sqlstate(psql, "smith_heap", q) for _, q in samples]
-                    if state in on_heap:
-                        verdict = "as heap"
-                    elif all(NONDETERMINISTIC.search(q) for _, q in samples):
-                        verdict = "sample-dependent (heap: " + ", ".join(on_heap) + ")"
+                    # Slipstream itself in a fresh session: an error that does not come back
+                    # came from sqlsmith's session state (a sequence, a prepared plan).
+                    again = [sqlstate(psql, "smith", q) for _, q in samples]
+                    if state not in again:
+                        verdict = "session-dependent (again: " + ", ".join(again) + ")"
                     else:
-                        # Slipstream itself in a fresh session: an error that does not come
-                        # back came from sqlsmith's session state (a sequence, a prepared plan).
-                        again = [sqlstate(psql, "smith", q) for _, q in samples]
-                        if state not in again:
-                            verdict = "session-dependent (again: " + ", ".join(again) + ")"
-                        else:
-                            verdict = "MISMATCH (heap: " + ", ".join(on_heap) + ")"
+                        verdict = "MISMATCH (heap: " + ", ".join(on_heap) + ")"
             verdicts[verdict.split(" (")[0]] += count
             report.write(f"{count:6d}  {state}  {pattern}\n        {verdict}\n        {samples[0][1][:400]}\n")
             if verdict.startswith("MISMATCH"):
