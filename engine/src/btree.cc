@@ -200,19 +200,68 @@ Status TreeContext::OpenNode(DevPtr p, uint32_t tree_id, NodeView* node) const {
   return s;
 }
 
+namespace {
+
+// A directory is one node slot of a device segment, and lists at most as many bloom segments
+// as fit after its header (what TreeBuilder::WriteBloom refuses to exceed).
+bool BloomDirInBounds(const TreeContext& ctx, const LevelDesc& desc) {
+  const DevPtr& dir = desc.bloom_dir;
+  uint64_t per_segment = ctx.segment_size / kBloomBlockBytes;
+  uint64_t max_segments = (ctx.node_size - kNodeHeaderSize) / 4;
+  return dir.segment < ctx.max_segments && dir.offset % ctx.node_size == 0 &&
+         uint64_t(dir.offset) + ctx.node_size <= ctx.segment_size &&
+         desc.bloom_blocks <= max_segments * per_segment;
+}
+
+}  // namespace
+
+// The descriptor (from the manifest or a primary) and the directory (which has no checksum)
+// are checked before they are followed: a filter that cannot be read where they say admits
+// every key, which costs a descent but never hides an entry; CheckBloomFilter reports it.
 bool TreeMayContain(const TreeContext& ctx, const LevelDesc& desc, uint64_t hash) {
   if (desc.bloom_blocks == 0) return true;
+  if (!BloomDirInBounds(ctx, desc)) return true;
   const SegmentInfo& dir_info = ctx.segments[desc.bloom_dir.segment];
-  if (dir_info.kind != uint8_t(SegmentKind::kIndex)) return true;  // Verify reports it
+  if (dir_info.kind != uint8_t(SegmentKind::kIndex)) return true;
   const char* dir = ctx.device->Segment(desc.bloom_dir.segment) + desc.bloom_dir.offset;
   uint64_t block = BloomBlockOf(hash, desc.bloom_blocks);
   uint64_t per_segment = ctx.segment_size / kBloomBlockBytes;
   uint32_t seg = DecodeFixed32(dir + kNodeHeaderSize + 4 * (block / per_segment));
   if (seg == 0 || seg >= ctx.max_segments ||
-      ctx.segments[seg].kind != uint8_t(SegmentKind::kBloom)) {
+      ctx.segments[seg].kind != uint8_t(SegmentKind::kBloom) ||
+      ctx.segments[seg].owner != desc.tree_id) {
     return true;
   }
   return BloomTest(ctx.device->Segment(seg) + (block % per_segment) * kBloomBlockBytes, hash);
+}
+
+// Follows the descriptor and the directory as TreeMayContain does, reporting what it would skip.
+Status CheckBloomFilter(const TreeContext& ctx, const LevelDesc& desc) {
+  if (desc.bloom_blocks == 0) return Status::OK();
+  if (desc.bloom_dir.segment == 0 || !BloomDirInBounds(ctx, desc)) {
+    return Status::Corruption("bloom directory pointer out of bounds");
+  }
+  const SegmentInfo& dir_info = ctx.segments[desc.bloom_dir.segment];
+  if (dir_info.kind != uint8_t(SegmentKind::kIndex) || dir_info.owner != desc.tree_id) {
+    return Status::Corruption("bloom directory in a segment the tree does not own");
+  }
+  const char* dir = ctx.device->Segment(desc.bloom_dir.segment) + desc.bloom_dir.offset;
+  NodeHeader h;
+  std::memcpy(&h, dir, sizeof(h));
+  uint64_t per_segment = ctx.segment_size / kBloomBlockBytes;
+  if (h.magic != kBloomDirMagic || h.tree_id != desc.tree_id ||
+      h.count != (desc.bloom_blocks + per_segment - 1) / per_segment) {
+    return Status::Corruption("bad bloom directory");
+  }
+  for (uint32_t i = 0; i < h.count; i++) {
+    uint32_t seg = DecodeFixed32(dir + kNodeHeaderSize + 4 * i);
+    if (seg == 0 || seg >= ctx.max_segments ||
+        ctx.segments[seg].kind != uint8_t(SegmentKind::kBloom) ||
+        ctx.segments[seg].owner != desc.tree_id) {
+      return Status::Corruption("bloom directory lists a segment that is not the tree's filter");
+    }
+  }
+  return Status::OK();
 }
 
 bool FingerCovers(const LeafFinger& finger, std::string_view ikey) {
@@ -221,6 +270,17 @@ bool FingerCovers(const LeafFinger& finger, std::string_view ikey) {
 }
 
 namespace {
+
+// Opens the node at `p` that a descent expects at `height`. The check makes every descent end
+// after desc.height steps, whatever the pointers say.
+Status OpenAtHeight(const TreeContext& ctx, const LevelDesc& desc, DevPtr p, uint32_t height,
+                    NodeView* node) {
+  Status s = ctx.OpenNode(p, desc.tree_id, node);
+  if (s.ok() && node->height() != height) {
+    return Status::Corruption("node height does not match its depth");
+  }
+  return s;
+}
 
 // Looks `ikey` up in one leaf whose keys lie between `low` and `high` (when `bounded`).
 Status LeafGet(const NodeView& leaf, std::string_view ikey, bool bounded, std::string_view low,
@@ -247,7 +307,7 @@ Status TreeGet(const TreeContext& ctx, const LevelDesc& desc, std::string_view i
   NodeView node;
   bool has_low = false, bounded = false;  // bounded: both ends known
   std::string_view low, high;
-  Status s = ctx.OpenNode(desc.root, desc.tree_id, &node);
+  Status s = OpenAtHeight(ctx, desc, desc.root, desc.height, &node);
   while (s.ok() && !node.is_leaf()) {
     int i;
     s = bounded ? node.LowerBoundWithin(ikey, low, high, &i) : node.LowerBound(ikey, &i);
@@ -276,7 +336,7 @@ Status TreeGet(const TreeContext& ctx, const LevelDesc& desc, std::string_view i
       high = next;
       bounded = true;
     }
-    s = ctx.OpenNode(child, desc.tree_id, &node);
+    s = OpenAtHeight(ctx, desc, child, node.height() - 1u, &node);
   }
   if (!s.ok()) return s;
   if (finger) {
@@ -320,27 +380,19 @@ struct LeafAt {
   double number = 0;
 };
 
-// Opens the node at `p` that a descent expects at `height`. The check makes every descent end
-// after desc.height steps, whatever the pointers say.
-Status OpenAtHeight(const TreeContext& ctx, const LevelDesc& desc, DevPtr p, uint32_t height,
-                    NodeView* node) {
-  Status s = ctx.OpenNode(p, desc.tree_id, node);
-  if (s.ok() && node->height() != height) {
-    return Status::Corruption("node height does not match its depth");
-  }
-  return s;
-}
-
 // The child counts of the nodes on the tree's leftmost or rightmost path, by height, and the
 // leaf the path ends at.
 Status OuterPath(const TreeContext& ctx, const LevelDesc& desc, bool rightmost,
                  std::vector<int>* counts, DevPtr* leaf) {
-  counts->assign(size_t(desc.height) + 1, 0);
+  counts->clear();
   DevPtr p = desc.root;
   for (uint32_t height = desc.height;; height--) {
     NodeView node;
     Status s = OpenAtHeight(ctx, desc, p, height, &node);
     if (!s.ok()) return s;
+    // Sized by the root, whose 16-bit height has confirmed the descriptor's by now: a damaged
+    // descriptor's height alone must not size an allocation.
+    if (counts->empty()) counts->assign(size_t(height) + 1, 0);
     (*counts)[height] = node.count();
     if (node.is_leaf()) {  // at height 0 (NodeView::Open checks)
       *leaf = p;
@@ -500,16 +552,19 @@ void TreeIterator::Fail(const Status& s) {
   path_.clear();
 }
 
-void TreeIterator::DescendLeftmost(DevPtr p) {
+// Heights are checked on the way down, as every descent checks them: a damaged pointer back up
+// the tree must not make the path grow without end.
+void TreeIterator::DescendLeftmost(DevPtr p, uint32_t height) {
   while (true) {
     NodeView node;
-    Status s = ctx_.OpenNode(p, desc_.tree_id, &node);
+    Status s = OpenAtHeight(ctx_, desc_, p, height, &node);
     if (!s.ok()) return Fail(s);
     path_.push_back(Frame{node, 0});
     if (node.is_leaf()) return;
     std::string_view key;
     s = node.Index(0, &key, &p);
     if (!s.ok()) return Fail(s);
+    height--;
   }
 }
 
@@ -519,9 +574,9 @@ void TreeIterator::Seek(std::string_view target) {
   valid_ = false;
   if (desc_.tree_id == 0 || !status_.ok()) return;
   DevPtr p = desc_.root;
-  while (true) {
+  for (uint32_t height = desc_.height;; height--) {
     NodeView node;
-    Status s = ctx_.OpenNode(p, desc_.tree_id, &node);
+    Status s = OpenAtHeight(ctx_, desc_, p, height, &node);
     if (!s.ok()) return Fail(s);
     int i;
     s = node.LowerBound(target, &i);
@@ -554,7 +609,7 @@ void TreeIterator::LoadEntry() {
         DevPtr child;
         Status s = f.node.Index(f.index, &key, &child);
         if (!s.ok()) return Fail(s);
-        DescendLeftmost(child);
+        DescendLeftmost(child, f.node.height() - 1u);
         if (!status_.ok()) return;
         break;
       }
@@ -570,10 +625,16 @@ void TreeIterator::LoadEntry() {
   valid_ = true;
 }
 
+// A tree's keys strictly increase, so a key that does not is damage (say, two index entries
+// leading to one subtree), reported rather than returned: a scan of a damaged tree ends.
 void TreeIterator::Next() {
   if (!valid_) return;
+  std::string_view previous = entry_.key;  // into the device mapping, which stays
   path_.back().index++;
   LoadEntry();
+  if (valid_ && CompareKeys(entry_.key, previous) <= 0) {
+    Fail(Status::Corruption("tree keys out of order"));
+  }
 }
 
 }  // namespace slipstream::engine

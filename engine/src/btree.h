@@ -99,8 +99,12 @@ uint64_t EntryBytes(const LeafEntry& e);
 Status TreeRangeBytes(const TreeContext& ctx, const LevelDesc& desc, std::string_view start,
                       std::string_view end, double* bytes);
 
-// Tests the level's bloom filter; true when the key may be present.
+// Tests the level's bloom filter; true when the key may be present (also when the filter cannot
+// be read where the descriptor and its directory say).
 bool TreeMayContain(const TreeContext& ctx, const LevelDesc& desc, uint64_t hash);
+// Checks that the descriptor's bloom directory and the segments it lists are the tree's own, as
+// TreeBuilder wrote them; Corruption otherwise (Verify's check of the filter's structure).
+Status CheckBloomFilter(const TreeContext& ctx, const LevelDesc& desc);
 
 // The leaf a lookup in one tree ended at, with the range of keys a descent routes to it (its
 // parent's separators around it; open-ended at the tree's right edge, or everything if the
@@ -139,8 +143,9 @@ class TreeIterator {
     NodeView node;
     int index;
   };
-  void DescendLeftmost(DevPtr p);  // pushes frames down to a leaf starting at index 0
-  void LoadEntry();                // decodes the entry under the cursor or moves on
+  // Pushes frames down to a leaf starting at index 0, from the node at p of `height`.
+  void DescendLeftmost(DevPtr p, uint32_t height);
+  void LoadEntry();  // decodes the entry under the cursor or moves on
   void Fail(const Status& s);
 
   TreeContext ctx_;

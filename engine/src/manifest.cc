@@ -160,7 +160,17 @@ Status LevelSet::LoadManifest(const std::string& image, SegmentTable* segments,
     uint64_t tag;
     uint32_t id, state;
     ok = r.Get(&tag) && r.Get(&id) && r.Get(&state);
-    KeyspaceSlot* slot = ok ? keyspaces->Insert(id) : nullptr;
+    if (!ok) break;
+    // NextManifest records each live or dropped keyspace once; anything else is damage, which
+    // would leave a slot no lookup, listing or later manifest accounts for.
+    if (state != KeyspaceSlot::kLive && state != KeyspaceSlot::kDropped) {
+      return Status::Corruption("MANIFEST keyspace " + std::to_string(id) +
+                                " is in an impossible state");
+    }
+    if (keyspaces->Find(id) != nullptr) {
+      return Status::Corruption("MANIFEST names keyspace " + std::to_string(id) + " twice");
+    }
+    KeyspaceSlot* slot = keyspaces->Insert(id);
     if (slot == nullptr) return Status::Corruption("MANIFEST keyspace table does not fit");
     slot->tag = tag;
     slot->state.store(state);

@@ -45,6 +45,16 @@ Status EngineImpl::Recover() {
     return ReplayLogs(std::string());
   }
   if (!s.ok()) return s;
+  // The segment table and the device mapping end at max_device_size; a bigger file (written
+  // with a bigger setting, or grown behind the engine's back) may hold segments the manifest
+  // names beyond both.
+  uint64_t max_segments = options_.max_device_size / options_.segment_size;
+  if (file_segments > max_segments) {
+    return Status::InvalidArgument("the device file holds " + std::to_string(file_segments) +
+                                   " segments, more than the " + std::to_string(max_segments) +
+                                   " max_device_size allows: open with the max_device_size "
+                                   "it was written with");
+  }
   segments_.set_count(std::max<uint64_t>(file_segments, 1));
   segments_.info(0).kind = uint8_t(SegmentKind::kReserved);
   return ReplayLogs(image);
@@ -98,6 +108,12 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
         if (next == 0 || next >= segments_.count()) {
           return Status::Corruption("NEXT record points outside the device");
         }
+        // Rotate gives a log's next segment the next sequence, so a NEXT record naming one at
+        // or below its own segment's is damage, and following it could go round for ever.
+        if (next_seq <= sequence) {
+          return Status::Corruption("NEXT record in log segment " + std::to_string(segment) +
+                                    " goes back to sequence " + std::to_string(next_seq));
+        }
         SegmentInfo& info = segments_.info(next);
         if (info.kind != uint8_t(SegmentKind::kFree) &&
             !(info.kind == uint8_t(kind) && info.sequence == next_seq)) {
@@ -129,7 +145,9 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
 
   // Large-log records recovery may reference: those in scanned segments' valid prefixes.
   std::unordered_map<uint64_t, uint32_t> large_records;  // (segment, offset) -> record bytes
+  std::unordered_set<uint32_t> scanned_large;
   for (const ScannedSegment& ss : large_chain) {
+    scanned_large.insert(ss.segment);
     for (const ScannedRecord& rec : ss.scan.records) {
       if (rec.type == LogRecordType::kValue) {
         large_records[(uint64_t(ss.segment) << 32) | rec.offset] = RecordSpace(rec.payload.size());
@@ -140,9 +158,14 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
   auto large_pointer_valid = [&](const ValuePtr& p) {
     auto it = large_records.find((uint64_t(p.where.segment) << 32) | p.where.offset);
     if (it != large_records.end()) return it->second == p.record_bytes;
+    // Of a scanned segment only the valid prefix survives (the log resumes after it, zeroing
+    // the rest, or the whole segment if its header is damaged): a record elsewhere in it, even
+    // one whose checksum matches, belongs to an append that never completed.
+    if (scanned_large.count(p.where.segment)) return false;
     // A sealed segment the manifest describes: check the record in place.
     if (p.where.segment == 0 || p.where.segment >= segments_.count() ||
         segments_.info(p.where.segment).kind != uint8_t(SegmentKind::kLargeLog) ||
+        p.where.offset < kLogHeaderSize ||
         uint64_t(p.where.offset) + p.record_bytes > options_.segment_size ||
         p.record_bytes < kRecordHeaderSize) {
       return false;
@@ -150,7 +173,8 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
     const char* rec = device_.Segment(p.where.segment) + p.where.offset;
     RecordHeader h;
     std::memcpy(&h, rec, sizeof(h));
-    return (h.type_and_length >> 8) == p.record_bytes - kRecordHeaderSize &&
+    return (h.type_and_length & 0xff) == uint8_t(LogRecordType::kValue) &&
+           (h.type_and_length >> 8) == p.record_bytes - kRecordHeaderSize &&
            crc32c::Value(rec + kRecordHeaderSize, p.record_bytes - kRecordHeaderSize) ==
                h.payload_crc;
   };

@@ -103,13 +103,17 @@ Status EngineImpl::ShipLevels(EngineObserver* observer) {
     }
     // Bloom segments, in the directory's order, before the segment holding the directory.
     if (d.bloom_dir.segment != 0) {
+      // The directory has no checksum: where it lies and what it lists are checked before
+      // either is read.
+      Status bloom = d.bloom_blocks == 0 ? Status::Corruption("no bloom blocks")
+                                         : CheckBloomFilter(Trees(NodeChecks::kEveryRead), d);
+      if (!bloom.ok()) {
+        return Status::Corruption("level " + std::to_string(level) +
+                                  ": bad bloom directory: " + bloom.message());
+      }
       NodeHeader h;
       const char* dir = device_.Segment(d.bloom_dir.segment) + d.bloom_dir.offset;
       std::memcpy(&h, dir, sizeof(h));
-      if (h.magic != kBloomDirMagic || h.tree_id != d.tree_id ||
-          kNodeHeaderSize + 4ull * h.count > options_.node_size) {
-        return Status::Corruption("level " + std::to_string(level) + ": bad bloom directory");
-      }
       uint64_t per_segment = size / kBloomBlockBytes;
       for (uint32_t i = 0; i < h.count; i++) {
         uint32_t seg;

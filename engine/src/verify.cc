@@ -19,7 +19,9 @@ class TreeChecker {
       : values_(values), ctx_(ctx), desc_(desc), level_(level), referenced_(referenced) {}
 
   Status Run() {
-    Status s = Walk(desc_.root, desc_.height, std::string_view(), nullptr);
+    Status s = CheckBloomFilter(ctx_, desc_);
+    if (!s.ok()) return Fail(s.message());
+    s = Walk(desc_.root, desc_.height, std::string_view(), nullptr);
     if (s.ok() && entries_ != desc_.entries) {
       s = Fail("holds " + std::to_string(entries_) + " entries, its descriptor says " +
                std::to_string(desc_.entries));
