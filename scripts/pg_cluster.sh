@@ -72,9 +72,10 @@ case "$cmd" in
     if [ "$alive" = 1 ]; then
       echo "children of the killed postmaster still run after 30 s:" >&2
       for c in $children; do
-        kill -0 "$c" 2>/dev/null && ps -o pid,stat,wchan:24,args -p "$c" | tail -n +2 >&2
+        if kill -0 "$c" 2>/dev/null; then ps -o pid,stat,wchan:24,args -p "$c" | tail -n +2 >&2; fi
       done
     fi
+    true
     ;;
   psql)
     shift 2

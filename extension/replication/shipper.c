@@ -27,6 +27,7 @@
 #include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/pmsignal.h"
 #include "storage/proc.h"
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
@@ -417,6 +418,10 @@ ship_to(int i, XLogRecPtr flush, TimeLineID tli)
 		XLogRecPtr	from = ss_backup_sent(conn);
 		Size		len = Min((Size) (flush - from), (Size) SS_SHIP_CHUNK);
 		Size		to_segment_end = wal_segment_size - XLogSegmentOffset(from, wal_segment_size);
+
+		/* A backlog can take a while to ship: a crashed postmaster must not wait for it. */
+		if (!PostmasterIsAlive())
+			proc_exit(1);
 
 		len = Min(len, to_segment_end);
 		if (!read_wal(from, len, tli, error) ||

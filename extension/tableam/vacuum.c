@@ -20,6 +20,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/bufmgr.h"
+#include "storage/pmsignal.h"
 #include "storage/procarray.h"
 #include "utils/snapmgr.h"
 
@@ -146,6 +147,22 @@ track_oldest_xids(HeapTupleHeader tuple, TransactionId *frozen_xid, MultiXactId 
 	}
 }
 
+/*
+ * Charges VACUUM's cost for a block of rows, as heap does per page, and leaves when the
+ * postmaster is gone. Rows are not in shared buffers, so without this charge the cost-based
+ * delay never sleeps, and vacuum_delay_point() (which checks the postmaster only after a
+ * sleep) would let an autovacuum worker run on for minutes after a crash of the postmaster,
+ * holding the old shared memory and keeping the server from starting again.
+ */
+static void
+charge_block(bool dirtied)
+{
+	VacuumCostBalance += dirtied ? VacuumCostPageHit + VacuumCostPageDirty : VacuumCostPageHit;
+	if (IsUnderPostmaster && !PostmasterIsAlive())
+		exit(1);
+	vacuum_delay_point();
+}
+
 /* Removes the index entries of the dead rows, then the rows. */
 static void
 remove_dead_rows(Relation rel, uint32 keyspace, DeadRows *dead, Relation *indexes, int nindexes,
@@ -169,7 +186,7 @@ remove_dead_rows(Relation rel, uint32 keyspace, DeadRows *dead, Relation *indexe
 		ss_log_conflict(rel, dead->latest_removed);
 	for (int64 i = 0; i < dead->count; i += SS_REMOVE_BATCH)
 	{
-		CHECK_FOR_INTERRUPTS();
+		charge_block(true);
 		ss_remove_rows(rel, keyspace, dead->rowids + i,
 					   (int) Min(SS_REMOVE_BATCH, dead->count - i));
 	}
@@ -202,6 +219,8 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	BlockNumber all_visible;
 	bool	   *candidate;
 	bool		dead_stay;
+	uint64		last_block = PG_UINT64_MAX;
+	bool		dirtied_block = false;
 
 	vacuum_set_xid_limits(rel, params->freeze_min_age, params->freeze_table_age,
 						  params->multixact_freeze_min_age, params->multixact_freeze_table_age,
@@ -242,7 +261,14 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 		uint64		block = rowid / SS_ROWS_PER_BLOCK;
 		HTSV_Result state;
 
-		vacuum_delay_point();
+		if (block != last_block)
+		{
+			charge_block(dirtied_block);
+			last_block = block;
+			dirtied_block = false;
+		}
+		else
+			vacuum_delay_point();
 		memcpy(&original, tuple->t_data, SS_HEADER_SIZE);
 		if (ss_is_redirect(tuple->t_data))
 		{
@@ -318,6 +344,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 			ss_log_conflict(rel, horizon);
 			freeze_conflict_logged = true;
 		}
+		dirtied_block |= changed;
 		if (changed && !write_frozen_row(rel, keyspace, tuple, &original))
 			memcpy(tuple->t_data, &original, SS_HEADER_SIZE);	/* account for what stays */
 		track_oldest_xids(tuple->t_data, &new_frozen_xid, &new_min_multi);
@@ -328,7 +355,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	/* Versions of aborted updates that no chain leads to have no index entries either. */
 	for (int64 i = 0; i < orphans.count; i += SS_REMOVE_BATCH)
 	{
-		CHECK_FOR_INTERRUPTS();
+		charge_block(true);
 		ss_remove_rows(rel, keyspace, orphans.rowids + i,
 					   (int) Min(SS_REMOVE_BATCH, orphans.count - i));
 	}
