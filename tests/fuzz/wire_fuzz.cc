@@ -12,7 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Message message;
   if (!Decode(bytes, &message).ok()) return 0;
   if (Encode(message) != bytes) {
-    std::fprintf(stderr, "wire: Decode accepted %zu bytes that are not the encoding of their message\n",
+    std::fprintf(stderr,
+                 "wire: Decode accepted %zu bytes that are not the encoding of their message\n",
                  size);
     std::abort();
   }
