@@ -12,7 +12,6 @@
 // valid prefix to its last byte; ResumePosition is the end of the contiguous records.
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "buffer_scan.h"
+#include "fuzz_input.h"
 #include "slipstream/replication/backup_store.h"
 #include "wal_files.h"
 
@@ -31,32 +31,8 @@ using namespace slipstream::replication;
 
 // Stops the run with a message: a property of the backup's files does not hold.
 [[noreturn]] void Fail(const char* what) {
-  std::fprintf(stderr, "backup_files: %s\n", what);
-  std::abort();
+  fuzz::FuzzFailure("backup_files", what);
 }
-
-// Reads little-endian integers and byte strings from the front of the input.
-class Params {
- public:
-  explicit Params(std::string_view in) : in_(in) {}
-  uint64_t Take(int bytes) {
-    uint64_t v = 0;
-    for (int i = 0; i < bytes && !in_.empty(); i++) {
-      v |= uint64_t(uint8_t(in_.front())) << (8 * i);
-      in_.remove_prefix(1);
-    }
-    return v;
-  }
-  std::string_view Bytes(size_t n) {
-    std::string_view b = in_.substr(0, n);
-    in_.remove_prefix(b.size());
-    return b;
-  }
-  std::string_view rest() const { return in_; }
-
- private:
-  std::string_view in_;
-};
 
 // This process's directory of kept files, made once and removed at exit (the name outlives
 // every static, so the exit handler may read it).
@@ -162,7 +138,7 @@ void CheckImages(FileBackupStore* store, uint32_t stream, const std::vector<std:
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  Params p(std::string_view(reinterpret_cast<const char*>(data), size));
+  fuzz::FuzzInput p(data, size);
   const uint32_t stream = 1 + uint32_t(p.Take(1) % 4);
   const std::string_view version = p.Bytes(size_t(p.Take(1)));
   const uint64_t to_save = p.Take(8);

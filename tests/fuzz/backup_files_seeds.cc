@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "buffer_scan.h"
+#include "fuzz_input.h"
 #include "seeds.h"
 #include "slipstream/engine/log_writer.h"
 
@@ -11,11 +12,6 @@ namespace slipstream::fuzz {
 namespace {
 
 using namespace replication;
-
-// Appends the `bytes` low bytes of `value`, little-endian.
-void Put(std::string* out, uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; i++) out->push_back(char(value >> (8 * i)));
-}
 
 // A kept image: the valid prefix of a buffer of segment `sequence` of `stream` whose appends
 // carry `per_append` bytes each from stream position `position` on.
@@ -39,11 +35,11 @@ std::string Image(uint32_t stream, uint64_t sequence, uint64_t position, int app
 Seed Files(const std::string& name, uint32_t stream, const std::string& version, uint64_t save,
            const std::string& first, const std::string& second) {
   Seed seed{name, ""};
-  Put(&seed.bytes, stream - 1, 1);
-  Put(&seed.bytes, version.size(), 1);
+  PutLittleEndian(&seed.bytes, stream - 1, 1);
+  PutLittleEndian(&seed.bytes, version.size(), 1);
   seed.bytes += version;
-  Put(&seed.bytes, save, 8);
-  Put(&seed.bytes, first.size(), 2);
+  PutLittleEndian(&seed.bytes, save, 8);
+  PutLittleEndian(&seed.bytes, first.size(), 2);
   return Seed{name, seed.bytes + first + second};
 }
 

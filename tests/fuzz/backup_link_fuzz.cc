@@ -13,17 +13,16 @@
 // buffers a segment fits; the shipper never reports more placed or durable than it appended;
 // every WRITE lands inside a buffer the backup handed out, with an id the control port leaves
 // to the link; nothing overruns (ASan).
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "control_port.h"
+#include "fake_connection.h"
+#include "fuzz_input.h"
 #include "slipstream/replication/backup_link.h"
 #include "slipstream/replication/stream_shipper.h"
 #include "slipstream/replication/wire.h"
@@ -38,8 +37,7 @@ constexpr uint32_t kMaxShippedBuffer = 1u << 20;
 
 // Stops the run with a message: a property of the primary's side does not hold.
 [[noreturn]] void Fail(const char* what) {
-  std::fprintf(stderr, "backup_link: %s\n", what);
-  std::abort();
+  fuzz::FuzzFailure("backup_link", what);
 }
 
 // One reply of the script.
@@ -54,38 +52,26 @@ class ScriptedBackup : public rdma::Connection {
   explicit ScriptedBackup(std::deque<Reply> script) : script_(std::move(script)) {}
 
   rdma::Status AllocateRegion(size_t length, uint32_t access, rdma::LocalRegion* region) override {
-    std::unique_ptr<char[]> memory(new char[length == 0 ? 1 : length]());
-    region->addr = memory.get();
-    region->length = length;
-    region->lkey = next_key_++;
-    region->rkey = access == rdma::kLocalOnly ? 0 : region->lkey;
-    region->access = access;
-    regions_[region->lkey] = std::move(memory);
+    regions_.Allocate(length, access, region);
     return rdma::Status::OK();
   }
   rdma::Status RegisterLocal(void* addr, size_t length, rdma::LocalRegion* region) override {
-    region->addr = static_cast<char*>(addr);
-    region->length = length;
-    region->lkey = next_key_++;
-    region->rkey = 0;
+    regions_.Register(addr, length, region);
     return rdma::Status::OK();
   }
   rdma::Status FreeRegion(const rdma::LocalRegion& region) override {
-    regions_.erase(region.lkey);
+    regions_.Free(region);
     return rdma::Status::OK();
   }
   rdma::RemoteRegion Describe(const rdma::LocalRegion& region) const override {
-    return rdma::RemoteRegion{uint64_t(uintptr_t(region.addr)), region.length, region.rkey};
+    return fuzz::HeapRegions::Describe(region);
   }
 
   rdma::Status Post(const rdma::WorkRequest* requests, size_t count) override {
     if (hung_up_) return rdma::Status::Disconnected("the scripted backup hung up");
     for (size_t i = 0; i < count; i++) {
       const rdma::WorkRequest& wr = requests[i];
-      std::string bytes;
-      for (uint32_t j = 0; j < wr.num_sge; j++) {
-        bytes.append(static_cast<const char*>(wr.sg_list[j].addr), wr.sg_list[j].length);
-      }
+      const std::string bytes = fuzz::GatheredBytes(wr);
       if (wr.opcode == rdma::Opcode::kSend) {
         Message request;
         if (!Decode(bytes, &request).ok()) Fail("the link sent a malformed message");
@@ -110,11 +96,7 @@ class ScriptedBackup : public rdma::Connection {
   }
   rdma::Status Poll(rdma::Completion* out, size_t max, int timeout_ms, size_t* count) override {
     (void)timeout_ms;  // everything the script does happens at once
-    *count = 0;
-    while (*count < max && !completions_.empty()) {
-      out[(*count)++] = completions_.front();
-      completions_.pop_front();
-    }
+    *count = fuzz::PopCompletions(&completions_, out, max);
     if (*count == 0 && hung_up_) return rdma::Status::Disconnected("the scripted backup hung up");
     return rdma::Status::OK();
   }
@@ -179,34 +161,10 @@ class ScriptedBackup : public rdma::Connection {
   std::deque<Reply> script_;
   std::deque<rdma::RecvRequest> receives_;
   std::deque<rdma::Completion> completions_;
-  std::map<uint32_t, std::unique_ptr<char[]>> regions_;
+  fuzz::HeapRegions regions_;
   std::vector<OpenOk> opened_;
-  uint32_t next_key_ = 1;
   bool hung_up_ = false;
   bool fail_writes_ = false;
-};
-
-// Reads little-endian integers and byte strings from the front of the input.
-class Params {
- public:
-  explicit Params(std::string_view in) : in_(in) {}
-  uint64_t Take(int bytes) {
-    uint64_t v = 0;
-    for (int i = 0; i < bytes && !in_.empty(); i++) {
-      v |= uint64_t(uint8_t(in_.front())) << (8 * i);
-      in_.remove_prefix(1);
-    }
-    return v;
-  }
-  std::string_view Bytes(size_t n) {
-    std::string_view b = in_.substr(0, n);
-    in_.remove_prefix(b.size());
-    return b;
-  }
-  bool empty() const { return in_.empty(); }
-
- private:
-  std::string_view in_;
 };
 
 // `n` bytes of stream from position `position` (any bytes do: the backup never reads them).
@@ -228,7 +186,7 @@ void CheckShipper(const StreamShipper& shipper, uint64_t start) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  Params p(std::string_view(reinterpret_cast<const char*>(data), size));
+  fuzz::FuzzInput p(data, size);
   const size_t n = size_t(p.Take(1) % 32);
   std::string ops(p.Bytes(n));
   std::deque<Reply> script;

@@ -15,8 +15,6 @@
 // every persist hands the store a range inside the buffer whose records lie inside it and past
 // what was persisted before; the stored version only grows; nothing overruns (ASan).
 #include <condition_variable>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -27,6 +25,8 @@
 #include <vector>
 
 #include "buffer_scan.h"
+#include "fake_connection.h"
+#include "fuzz_input.h"
 #include "slipstream/engine/log_writer.h"
 #include "slipstream/replication/backup_server.h"
 #include "slipstream/replication/backup_store.h"
@@ -41,32 +41,8 @@ constexpr uint32_t kBufferSize = 64 * 1024;
 
 // Stops the run with a message: a property of the backup's side does not hold.
 [[noreturn]] void Fail(const char* what) {
-  std::fprintf(stderr, "backup_session: %s\n", what);
-  std::abort();
+  fuzz::FuzzFailure("backup_session", what);
 }
-
-// Reads little-endian integers and byte strings from the front of the input.
-class Params {
- public:
-  explicit Params(std::string_view in) : in_(in) {}
-  uint64_t Take(int bytes) {
-    uint64_t v = 0;
-    for (int i = 0; i < bytes && !in_.empty(); i++) {
-      v |= uint64_t(uint8_t(in_.front())) << (8 * i);
-      in_.remove_prefix(1);
-    }
-    return v;
-  }
-  std::string_view Bytes(size_t n) {
-    std::string_view b = in_.substr(0, n);
-    in_.remove_prefix(b.size());
-    return b;
-  }
-  bool empty() const { return in_.empty(); }
-
- private:
-  std::string_view in_;
-};
 
 // A store that keeps nothing but checks what it is handed (see the file comment).
 class CheckingStore : public BackupStore {
@@ -126,20 +102,12 @@ class ScriptedPrimary : public rdma::Connection {
   explicit ScriptedPrimary(std::deque<Event> script) : script_(std::move(script)) {}
 
   rdma::Status AllocateRegion(size_t length, uint32_t access, rdma::LocalRegion* region) override {
-    std::unique_ptr<char[]> memory(new char[length == 0 ? 1 : length]());
-    region->addr = memory.get();
-    region->length = length;
-    region->lkey = next_key_++;
-    region->rkey = access == rdma::kLocalOnly ? 0 : region->lkey;
-    region->access = access;
+    regions_.Allocate(length, access, region);
     if (access & rdma::kRemoteWrite) granted_.push_back(*region);
-    regions_[region->lkey] = std::move(memory);
     return rdma::Status::OK();
   }
   rdma::Status RegisterLocal(void* addr, size_t length, rdma::LocalRegion* region) override {
-    region->addr = static_cast<char*>(addr);
-    region->length = length;
-    region->lkey = next_key_++;
+    regions_.Register(addr, length, region);
     return rdma::Status::OK();
   }
   rdma::Status FreeRegion(const rdma::LocalRegion& region) override {
@@ -147,11 +115,11 @@ class ScriptedPrimary : public rdma::Connection {
       if (granted_[i].lkey == region.lkey) granted_.erase(granted_.begin() + long(i));
     }
     cursors_.erase(region.lkey);
-    regions_.erase(region.lkey);
+    regions_.Free(region);
     return rdma::Status::OK();
   }
   rdma::RemoteRegion Describe(const rdma::LocalRegion& region) const override {
-    return rdma::RemoteRegion{uint64_t(uintptr_t(region.addr)), region.length, region.rkey};
+    return fuzz::HeapRegions::Describe(region);
   }
 
   // The server only answers: every SEND must be a well-formed answer within its limits.
@@ -160,10 +128,7 @@ class ScriptedPrimary : public rdma::Connection {
     for (size_t i = 0; i < count; i++) {
       const rdma::WorkRequest& wr = requests[i];
       if (wr.opcode != rdma::Opcode::kSend) Fail("the server posted something else than a SEND");
-      std::string bytes;
-      for (uint32_t j = 0; j < wr.num_sge; j++) {
-        bytes.append(static_cast<const char*>(wr.sg_list[j].addr), wr.sg_list[j].length);
-      }
+      const std::string bytes = fuzz::GatheredBytes(wr);
       Message answer;
       if (!Decode(bytes, &answer).ok()) Fail("the server sent a malformed message");
       CheckAnswer(answer);
@@ -184,11 +149,7 @@ class ScriptedPrimary : public rdma::Connection {
   rdma::Status Poll(rdma::Completion* out, size_t max, int timeout_ms, size_t* count) override {
     (void)timeout_ms;
     while (completions_.empty() && !script_.empty()) Play();
-    *count = 0;
-    while (*count < max && !completions_.empty()) {
-      out[(*count)++] = completions_.front();
-      completions_.pop_front();
-    }
+    *count = fuzz::PopCompletions(&completions_, out, max);
     if (*count == 0 && script_.empty()) {
       Disconnect();
       return rdma::Status::Disconnected("the scripted primary hung up");
@@ -295,11 +256,10 @@ class ScriptedPrimary : public rdma::Connection {
   std::deque<Event> script_;
   std::deque<rdma::RecvRequest> receives_;
   std::deque<rdma::Completion> completions_;
-  std::map<uint32_t, std::unique_ptr<char[]>> regions_;
+  fuzz::HeapRegions regions_;
   std::vector<rdma::LocalRegion> granted_;
   std::map<uint32_t, engine::LogCursor> cursors_;
   uint64_t position_ = 1000;
-  uint32_t next_key_ = 1;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool hung_up_ = false;
@@ -308,7 +268,7 @@ class ScriptedPrimary : public rdma::Connection {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  Params p(std::string_view(reinterpret_cast<const char*>(data), size));
+  fuzz::FuzzInput p(data, size);
   BackupOptions options;
   options.buffers = 4;
   options.buffers_per_primary = 1 + uint32_t(p.Take(1) % 4);

@@ -10,7 +10,6 @@
 // read), and a scan resumed where an earlier scan of the buffer ended (when only a prefix of it
 // had arrived) finds what one full scan finds, as the backup's persists rely on.
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "buffer_scan.h"
+#include "fuzz_input.h"
 #include "slipstream/engine/log_writer.h"
 
 namespace {
@@ -27,34 +27,8 @@ using namespace slipstream::replication;
 
 // Stops the run with a message: a property of the scan does not hold.
 [[noreturn]] void Fail(const char* what) {
-  std::fprintf(stderr, "buffer_scan: %s\n", what);
-  std::abort();
+  fuzz::FuzzFailure("buffer_scan", what);
 }
-
-// Reads little-endian integers from the front of the input; zero once it runs out.
-class Params {
- public:
-  explicit Params(std::string_view in) : in_(in) {}
-  uint64_t Take(int bytes) {
-    uint64_t v = 0;
-    for (int i = 0; i < bytes && !in_.empty(); i++) {
-      v |= uint64_t(uint8_t(in_.front())) << (8 * i);
-      in_.remove_prefix(1);
-    }
-    return v;
-  }
-  // Up to `n` bytes from the front.
-  std::string_view Bytes(size_t n) {
-    std::string_view b = in_.substr(0, n);
-    in_.remove_prefix(b.size());
-    return b;
-  }
-  bool empty() const { return in_.empty(); }
-  std::string_view rest() const { return in_; }
-
- private:
-  std::string_view in_;
-};
 
 // What the scan of `image` (size bytes) for (stream, sequence) must satisfy whatever the bytes:
 // records of the valid prefix lie inside it, in order, and past `from` when it resumed there.
@@ -138,7 +112,7 @@ uint32_t ScanEveryWay(const char* image, uint32_t size, uint32_t stream, uint64_
 // Raw mode. Preamble: mode, cut (u32), odd chain (u32), flags, stream (u16), sequence (u32);
 // then the buffer. Flag bit 0: scan for the stream and sequence the buffer's header names (so
 // that a seed's buffer is scanned past its header), else for the preamble's.
-void RawMode(Params p) {
+void RawMode(fuzz::FuzzInput p) {
   const uint32_t cut = uint32_t(p.Take(4));
   const uint32_t odd_chain = uint32_t(p.Take(4));
   const uint8_t flags = uint8_t(p.Take(1));
@@ -164,7 +138,7 @@ void RawMode(Params p) {
 // stream (u8), damage (u8: bit 0 tear, bit 1 flip), tear (u16), flip (u16), bit (u8),
 // cut (u16); then appends: a count byte (1 + n % 3 records), and per record a length byte and
 // that many payload bytes (fewer when the input ends: the payload is then padded).
-void BuiltMode(Params p) {
+void BuiltMode(fuzz::FuzzInput p) {
   const uint32_t size = uint32_t(engine::kLogHeaderSize + p.Take(2) % 16384);
   const uint64_t sequence = p.Take(1);
   const uint32_t stream = 1 + uint32_t(p.Take(1) % 4);
@@ -236,7 +210,7 @@ void BuiltMode(Params p) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  Params p(std::string_view(reinterpret_cast<const char*>(data), size));
+  fuzz::FuzzInput p(data, size);
   const uint8_t mode = uint8_t(p.Take(1));
   if (mode & 1) {
     BuiltMode(p);

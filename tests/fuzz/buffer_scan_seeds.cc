@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "buffer_scan.h"
+#include "fuzz_input.h"
 #include "seeds.h"
 #include "slipstream/engine/log_writer.h"
 
@@ -11,11 +12,6 @@ namespace slipstream::fuzz {
 namespace {
 
 using namespace replication;
-
-// Appends the `bytes` low bytes of `value`, little-endian.
-void Put(std::string* out, uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; i++) out->push_back(char(value >> (8 * i)));
-}
 
 // A buffer of `size` bytes of segment `sequence` of `stream` as a StreamShipper fills it: each
 // append is `per_append` records of the given lengths and one checksum, until `appends` or
@@ -46,12 +42,12 @@ std::string Buffer(uint32_t size, uint32_t stream, uint64_t sequence, int append
 // and sequence, then the buffer.
 Seed Raw(const std::string& name, uint32_t cut, const std::string& buffer) {
   Seed seed{name, ""};
-  Put(&seed.bytes, 0, 1);
-  Put(&seed.bytes, cut, 4);
-  Put(&seed.bytes, 0, 4);
-  Put(&seed.bytes, 1, 1);
-  Put(&seed.bytes, 1, 2);
-  Put(&seed.bytes, 0, 4);
+  PutLittleEndian(&seed.bytes, 0, 1);
+  PutLittleEndian(&seed.bytes, cut, 4);
+  PutLittleEndian(&seed.bytes, 0, 4);
+  PutLittleEndian(&seed.bytes, 1, 1);
+  PutLittleEndian(&seed.bytes, 1, 2);
+  PutLittleEndian(&seed.bytes, 0, 4);
   seed.bytes += buffer;
   return seed;
 }
@@ -61,19 +57,19 @@ Seed Raw(const std::string& name, uint32_t cut, const std::string& buffer) {
 Seed Built(const std::string& name, int damage, uint32_t tear, uint32_t flip, int appends,
            int records, int length) {
   Seed seed{name, ""};
-  Put(&seed.bytes, 1, 1);
-  Put(&seed.bytes, 4096, 2);
-  Put(&seed.bytes, 7, 1);
-  Put(&seed.bytes, 0, 1);  // the WAL stream
-  Put(&seed.bytes, damage, 1);
-  Put(&seed.bytes, tear, 2);
-  Put(&seed.bytes, flip, 2);
-  Put(&seed.bytes, 3, 1);
-  Put(&seed.bytes, 700, 2);
+  PutLittleEndian(&seed.bytes, 1, 1);
+  PutLittleEndian(&seed.bytes, 4096, 2);
+  PutLittleEndian(&seed.bytes, 7, 1);
+  PutLittleEndian(&seed.bytes, 0, 1);  // the WAL stream
+  PutLittleEndian(&seed.bytes, damage, 1);
+  PutLittleEndian(&seed.bytes, tear, 2);
+  PutLittleEndian(&seed.bytes, flip, 2);
+  PutLittleEndian(&seed.bytes, 3, 1);
+  PutLittleEndian(&seed.bytes, 700, 2);
   for (int a = 0; a < appends; a++) {
-    Put(&seed.bytes, records - 1, 1);
+    PutLittleEndian(&seed.bytes, records - 1, 1);
     for (int r = 0; r < records; r++) {
-      Put(&seed.bytes, length, 1);
+      PutLittleEndian(&seed.bytes, length, 1);
       for (int i = 0; i < length; i++) seed.bytes.push_back(char('a' + (a + i) % 26));
     }
   }

@@ -15,25 +15,24 @@
 //
 // Input: a config byte (receive_buffers 1..7, 4 or 8 KiB buffers, 1 or 2 sender slots, 1 or 4
 // packages in flight), the length (one byte) and bytes of the peer's setup message, then a
-// script of steps (see Step).
-#include <cstdio>
-#include <cstdlib>
+// script of steps (see ChannelStep in channel_script.h).
 #include <cstring>
 #include <deque>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "channel_script.h"
+#include "fake_connection.h"
+#include "fuzz_input.h"
 #include "slipstream/rdma/channel.h"
 
 namespace {
 
 using namespace slipstream::rdma;
+using namespace slipstream::fuzz;
 
-// Virtual addresses and keys PeerScript gives region i: the same in channel_seeds.cc, so a
-// recorded peer's WRITEs reach the same regions here.
-constexpr uint64_t kVirtualBase = 0x10000000;
-constexpr uint64_t kKeyBase = 0x5000;
 // channel.cc's package header (the first 40 of its 48 bytes) and its Buffer-Info entries.
 constexpr uint32_t kPackageMagic = 0x4b504c53;
 constexpr uint32_t kHeaderSize = 48;
@@ -41,38 +40,8 @@ constexpr size_t kMaxSteps = 256;
 
 // Stops the run with a message: the channel did something it must not.
 [[noreturn]] void Fail(const char* what) {
-  std::fprintf(stderr, "channel: %s\n", what);
-  std::abort();
+  FuzzFailure("channel", what);
 }
-
-// Reads the input front to back; past the end every read gives zeros.
-class Reader {
- public:
-  Reader(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  // Whether any byte is left.
-  bool more() const { return pos_ < size_; }
-  // The next byte.
-  uint8_t Byte() { return pos_ < size_ ? data_[pos_++] : 0; }
-  // The next `length` bytes (fewer at the end of the input).
-  std::string Bytes(size_t length) {
-    length = std::min(length, size_ - pos_);
-    std::string out(reinterpret_cast<const char*>(data_ + pos_), length);
-    pos_ += length;
-    return out;
-  }
-  // The next little-endian integer of `length` bytes.
-  uint64_t Integer(size_t length) {
-    uint64_t value = 0;
-    std::string bytes = Bytes(length);
-    std::memcpy(&value, bytes.data(), bytes.size());
-    return value;
-  }
-
- private:
-  const uint8_t* data_;
-  size_t size_;
-  size_t pos_ = 0;
-};
 
 // The Connection the channel runs over. Our side's calls behave as on a real transport; the
 // peer's side is driven by the fuzz input through PeerWrite and PeerDisconnect.
@@ -161,11 +130,7 @@ class PeerScript : public Connection {
   }
   // Never waits: the peer only acts between the channel's calls.
   Status Poll(Completion* out, size_t max, int, size_t* count) override {
-    *count = 0;
-    while (*count < max && !completions_.empty()) {
-      out[(*count)++] = completions_.front();
-      completions_.pop_front();
-    }
+    *count = PopCompletions(&completions_, out, max);
     if (*count == 0 && failed_) return state();
     return Status::OK();
   }
@@ -182,7 +147,7 @@ class PeerScript : public Connection {
 
   // The peer WRITEs `bytes` at (rkey, addr): placed if a region with remote write rights
   // covers it, else the connection fails as a transport's would (RemoteAccess).
-  void PeerWrite(uint64_t rkey, uint64_t addr, const std::string& bytes) {
+  void PeerWrite(uint64_t rkey, uint64_t addr, std::string_view bytes) {
     if (failed_) return;
     for (Region& r : regions_) {
       if (!r.live || r.rkey != rkey || (r.access & kRemoteWrite) == 0) continue;
@@ -217,9 +182,9 @@ class PeerScript : public Connection {
   Status Add(char* addr, size_t length, uint32_t access, std::unique_ptr<char[]> memory,
              LocalRegion* region) {
     const size_t index = regions_.size();
-    const uint64_t rkey = access == kLocalOnly ? 0 : kKeyBase + index;
-    regions_.push_back(
-        Region{std::move(memory), addr, length, kVirtualBase * (index + 1), rkey, access, true});
+    const uint64_t rkey = access == kLocalOnly ? 0 : kChannelKeyBase + index;
+    regions_.push_back(Region{std::move(memory), addr, length, kChannelVirtualBase * (index + 1),
+                              rkey, access, true});
     *region = LocalRegion{addr, length, rkey, uint32_t(index + 1), access};
     return Status::OK();
   }
@@ -254,18 +219,6 @@ class PeerScript : public Connection {
   std::deque<Completion> completions_;
 };
 
-// The steps of the script after the setup message.
-enum Step : uint8_t {
-  kPeerWrite,       // u64 rkey, u64 address, u16 length, bytes: a WRITE by the peer
-  kPeerWriteWord,   // u8 entry, u64 word: the peer writes one of our Buffer-Info words
-  kReceive,         // we Receive (copy-out), without waiting
-  kReceivePackage,  // we ReceivePackage (zero-copy) and keep the view
-  kRelease,         // we Release the oldest view we keep
-  kSend,            // u8 opcode, u8 length: we Send that many bytes
-  kPeerDisconnect,  // the peer drops the connection
-  kSteps
-};
-
 // Checks a package the channel handed out against its Receive Buffer.
 void CheckPackage(const PackageView& p, const PeerScript& script, const ChannelOptions& options,
                   uint64_t expected_sequence) {
@@ -298,27 +251,22 @@ void CheckPackage(const PackageView& p, const PeerScript& script, const ChannelO
 
 // Opens a receiving channel against the input's setup message, then runs the input's script.
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  Reader in(data, size);
-  const uint8_t config = in.Byte();
-  ChannelOptions options;
-  options.receive_buffers = (config & 7) % 7 + 1;
-  options.receive_buffer_size = (config & 0x08) ? 8192 : 4096;
-  options.sender_threads = (config & 0x10) ? 2 : 1;
-  options.packages_in_flight = (config & 0x20) ? 4 : 1;
-  options.send_buffer_size = 16384;
-  PeerScript script(in.Bytes(in.Byte()));
+  FuzzInput in(data, size);
+  const ChannelOptions options = ChannelConfigOptions(in.Byte());
+  PeerScript script(std::string(in.Bytes(in.Byte())));
   std::unique_ptr<Channel> channel;
   if (!Channel::Open(&script, options, 1000, &channel).ok()) return 0;
 
-  const RemoteRegion info{kVirtualBase * 2, 16 * 8, kKeyBase + 1};  // our Buffer-Info array
+  // Our Buffer-Info array: region 1.
+  const RemoteRegion info{kChannelVirtualBase * 2, 16 * 8, kChannelKeyBase + 1};
   uint64_t next_sequence = 1;  // of the packages we take, however we take them
   std::deque<PackageView> held;
-  for (size_t steps = 0; in.more() && steps < kMaxSteps; steps++) {
+  for (size_t steps = 0; !in.empty() && steps < kMaxSteps; steps++) {
     switch (in.Byte() % kSteps) {
       case kPeerWrite: {
-        const uint64_t rkey = in.Integer(8);
-        const uint64_t addr = in.Integer(8);
-        script.PeerWrite(rkey, addr, in.Bytes(in.Integer(2)));
+        const uint64_t rkey = in.Take(8);
+        const uint64_t addr = in.Take(8);
+        script.PeerWrite(rkey, addr, in.Bytes(in.Take(2)));
         break;
       }
       case kPeerWriteWord: {

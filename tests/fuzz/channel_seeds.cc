@@ -7,6 +7,8 @@
 #include <deque>
 #include <memory>
 
+#include "channel_script.h"
+#include "fake_connection.h"
 #include "seeds.h"
 #include "slipstream/rdma/channel.h"
 
@@ -14,12 +16,6 @@ namespace slipstream::fuzz {
 namespace {
 
 using namespace rdma;
-
-// channel_fuzz's virtual addresses, keys and script steps.
-constexpr uint64_t kVirtualBase = 0x10000000;
-constexpr uint64_t kKeyBase = 0x5000;
-constexpr char kPeerWrite = 0, kPeerWriteWord = 1, kReceive = 2, kReceivePackage = 3, kRelease = 4,
-               kSend = 5, kPeerDisconnect = 6;
 
 // A Connection that completes everything at once, hands the first receive a given setup
 // message, and records the SEND payloads and WRITEs posted on it (as channel_fuzz steps).
@@ -40,20 +36,17 @@ class Recorder : public Connection {
   Status FreeRegion(const LocalRegion&) override { return Status::OK(); }
   // The virtual address of the region's index.
   RemoteRegion Describe(const LocalRegion& region) const override {
-    return RemoteRegion{kVirtualBase * region.lkey, region.length, region.rkey};
+    return RemoteRegion{kChannelVirtualBase * region.lkey, region.length, region.rkey};
   }
   // Records the request's bytes and completes it.
   Status Post(const WorkRequest* requests, size_t count) override {
     for (size_t i = 0; i < count; i++) {
       const WorkRequest& wr = requests[i];
-      std::string bytes;
-      for (uint32_t k = 0; k < wr.num_sge; k++) {
-        bytes.append(static_cast<const char*>(wr.sg_list[k].addr), wr.sg_list[k].length);
-      }
+      const std::string bytes = GatheredBytes(wr);
       if (wr.opcode == Opcode::kSend) {
         sent = bytes;
       } else {
-        std::string step(1, kPeerWrite);
+        std::string step(1, char(kPeerWrite));
         step.append(reinterpret_cast<const char*>(&wr.rkey), 8);
         step.append(reinterpret_cast<const char*>(&wr.remote_addr), 8);
         const uint16_t length = uint16_t(bytes.size());
@@ -83,11 +76,7 @@ class Recorder : public Connection {
   }
   // Hands out what completed.
   Status Poll(Completion* out, size_t max, int, size_t* count) override {
-    *count = 0;
-    while (*count < max && !completions_.empty()) {
-      out[(*count)++] = completions_.front();
-      completions_.pop_front();
-    }
+    *count = PopCompletions(&completions_, out, max);
     return Status::OK();
   }
   // Never fails.
@@ -104,11 +93,11 @@ class Recorder : public Connection {
   size_t write_count = 0;
 
  private:
-  // Registers under the next index: lkey index+1, key kKeyBase+index when remote.
+  // Registers under the next index: lkey index+1, key kChannelKeyBase+index when remote.
   Status RegisterLocalWithAccess(char* addr, size_t length, uint32_t access, LocalRegion* region) {
     const uint32_t index = next_index_++;
-    *region =
-        LocalRegion{addr, length, access == kLocalOnly ? 0 : kKeyBase + index, index + 1, access};
+    *region = LocalRegion{addr, length, access == kLocalOnly ? 0 : kChannelKeyBase + index,
+                          index + 1, access};
     return Status::OK();
   }
 
@@ -118,21 +107,6 @@ class Recorder : public Connection {
   std::deque<Completion> completions_;
 };
 
-// channel_fuzz's config byte for these receiver options (buffers 1..7, 4 or 8 KiB).
-char Config(const ChannelOptions& o) {
-  return char((o.receive_buffers - 1) | (o.receive_buffer_size == 8192 ? 0x08 : 0));
-}
-
-// The receiver options the script's config byte stands for (as channel_fuzz decodes it).
-ChannelOptions Receiver(uint32_t buffers, uint32_t size) {
-  ChannelOptions o;
-  o.receive_buffers = buffers;
-  o.receive_buffer_size = size;
-  o.send_buffer_size = 16384;
-  o.packages_in_flight = 1;
-  return o;
-}
-
 // One message for Script: its opcode and size, and how the receiver takes it.
 struct Sent {
   uint32_t opcode;
@@ -140,14 +114,14 @@ struct Sent {
   bool zero_copy = false;  // ReceivePackage + Release per package instead of Receive
 };
 
-// The script that a real sender produces for `messages` to a receiver with `receiver` options
-// (`sender_buffer` is the sender's Send Buffer, which bounds its packages), then `tail`.
-std::string Script(const ChannelOptions& receiver, uint32_t sender_buffer,
-                   const std::vector<Sent>& messages, const std::string& tail = {}) {
+// The script that a real sender produces for `messages` to a receiver with the options of
+// `config` (`sender_buffer` is the sender's Send Buffer, which bounds its packages), then `tail`.
+std::string Script(uint8_t config, uint32_t sender_buffer, const std::vector<Sent>& messages,
+                   const std::string& tail = {}) {
   // The receiver's setup message: its Open sends it before it sees ours (junk: it fails).
   Recorder receiving(std::string(64, '\0'));
   std::unique_ptr<Channel> unused;
-  Channel::Open(&receiving, receiver, 1000, &unused);
+  Channel::Open(&receiving, ChannelConfigOptions(config), 1000, &unused);
   ChannelOptions sender_options;
   sender_options.send_buffer_size = sender_buffer;
   sender_options.packages_in_flight = 1;
@@ -156,7 +130,7 @@ std::string Script(const ChannelOptions& receiver, uint32_t sender_buffer,
   Recorder sending(receiving.sent);
   std::unique_ptr<Channel> sender;
   if (!Channel::Open(&sending, sender_options, 1000, &sender).ok()) return {};
-  std::string script(1, Config(receiver));
+  std::string script(1, char(config));
   script += char(sending.sent.size());
   script += sending.sent;
   uint32_t seed = 1;
@@ -168,13 +142,13 @@ std::string Script(const ChannelOptions& receiver, uint32_t sender_buffer,
     if (!sender->Send(m.opcode, data, 0, 1000).ok()) return {};
     script += sending.writes;
     if (!m.zero_copy) {
-      script += kReceive;
+      script += char(kReceive);
       continue;
     }
     // Two WRITEs (package, READY word) per package.
     for (size_t i = 0; i < sending.write_count / 2; i++) {
-      script += kReceivePackage;
-      script += kRelease;
+      script += char(kReceivePackage);
+      script += char(kRelease);
     }
   }
   return script + tail;
@@ -182,7 +156,7 @@ std::string Script(const ChannelOptions& receiver, uint32_t sender_buffer,
 
 // A FREE word for the peer's buffer `entry` (entry 8 + j of our Buffer-Info array).
 std::string FreeWord(uint8_t buffer, uint64_t sequence) {
-  std::string step(1, kPeerWriteWord);
+  std::string step(1, char(kPeerWriteWord));
   step += char(8 + buffer);
   const uint64_t word = sequence << 8;  // state 0 (FREE) in bits 0-7
   step.append(reinterpret_cast<const char*>(&word), 8);
@@ -192,10 +166,10 @@ std::string FreeWord(uint8_t buffer, uint64_t sequence) {
 // Messages of sizes around the package boundary, with each receive path and buffer count, and
 // scripts that send back through buffers the peer freed.
 std::vector<Seed> ChannelSeeds() {
-  const ChannelOptions four = Receiver(4, 4096);
-  const ChannelOptions seven = Receiver(7, 8192);
-  const ChannelOptions one = Receiver(1, 4096);
-  const std::string send_back = std::string(1, kSend) + char(9) + char(100);
+  const uint8_t four = ChannelConfig(4, 4096);
+  const uint8_t seven = ChannelConfig(7, 8192);
+  const uint8_t one = ChannelConfig(1, 4096);
+  const std::string send_back = std::string(1, char(kSend)) + char(9) + char(100);
   return {
       {"one_message", Script(four, 1 << 16, {{1, 100}})},
       {"empty_message", Script(four, 1 << 16, {{2, 0}})},
@@ -206,8 +180,9 @@ std::vector<Seed> ChannelSeeds() {
       {"single_buffer", Script(one, 1 << 16, {{10, 300}})},
       {"small_send_buffer", Script(seven, 4096, {{11, 4100}})},
       {"send_back", Script(four, 1 << 16, {{12, 64}}, send_back + FreeWord(0, 1) + send_back)},
-      {"disconnect", Script(four, 1 << 16, {{13, 64}},
-                            std::string(1, kPeerDisconnect) + std::string(1, kReceive))},
+      {"disconnect",
+       Script(four, 1 << 16, {{13, 64}},
+              std::string(1, char(kPeerDisconnect)) + std::string(1, char(kReceive)))},
   };
 }
 

@@ -5,20 +5,21 @@
 // batch parser. What they accept must be what the exchange's own encoders write, and an
 // accepted batch must unpack from exactly the wire image it carries (ASan sees every byte read).
 #include <cstddef>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
 
 #include "exchange_wire.h"
+#include "fuzz_input.h"
 #include "slipstream/rdma/schedule.h"
 
 namespace {
 
 using namespace slipstream::rdma;
 using namespace slipstream::rdma::exchange_wire;
+using slipstream::fuzz::FuzzFailure;
+using slipstream::fuzz::FuzzInput;
 
 // The exchange the fuzzed participant belongs to (the seeds' hellos name it).
 constexpr uint32_t kParticipants = 4;
@@ -26,8 +27,7 @@ constexpr uint64_t kExchangeId = 0x5eed5eed00000042ull;
 
 // Stops the run with a message: a property of the exchange's parsers does not hold.
 [[noreturn]] void Fail(const char* what) {
-  std::fprintf(stderr, "exchange: %s\n", what);
-  std::abort();
+  FuzzFailure("exchange", what);
 }
 
 // The hello checks of both setup sides: an accepted hello names a participant of this exchange,
@@ -101,10 +101,10 @@ void CheckBatch(std::string_view data) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  if (size < 4) return 0;
+  FuzzInput in(data, size);
   Message m;
-  std::memcpy(&m.opcode, data, 4);  // little-endian on every machine this runs on
-  m.data.assign(reinterpret_cast<const char*>(data) + 4, size - 4);
+  if (!in.TakeRaw(&m.opcode)) return 0;  // little-endian on every machine this runs on
+  m.data.assign(in.rest());
   CheckHello(m);
   CheckKinds(m);
   CheckBatch(m.data);

@@ -16,8 +16,6 @@
 //    (AddSessionStart), as a backup meets streams of primaries that reconnected; the applier
 //    must stay consistent (its end never moves back) and memory-safe.
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -25,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fuzz_input.h"
 #include "slipstream/engine/engine.h"
 #include "slipstream/replication/index_stream.h"
 
@@ -38,8 +37,7 @@ constexpr uint64_t kStart = 7000;
 
 // Stops the run with a message: a property of the index stream's applier does not hold.
 [[noreturn]] void Fail(const char* what) {
-  std::fprintf(stderr, "index_stream: %s\n", what);
-  std::abort();
+  fuzz::FuzzFailure("index_stream", what);
 }
 
 // A replica engine that records every import call as the frame the primary would have sent
@@ -152,24 +150,6 @@ class FakeReplica : public engine::Engine {
   std::string log_;
 };
 
-// Reads bytes from the front of the input; zero once it runs out.
-class Params {
- public:
-  explicit Params(std::string_view in) : in_(in) {}
-  uint64_t Take(int bytes) {
-    uint64_t v = 0;
-    for (int i = 0; i < bytes && !in_.empty(); i++) {
-      v |= uint64_t(uint8_t(in_.front())) << (8 * i);
-      in_.remove_prefix(1);
-    }
-    return v;
-  }
-  std::string_view rest() const { return in_; }
-
- private:
-  std::string_view in_;
-};
-
 // One record of the stream as a backup persists it.
 struct Piece {
   uint64_t offset = 0;  // in the stream
@@ -240,7 +220,7 @@ void SessionsMode(const std::vector<Piece>& pieces, bool await_seed) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  Params p(std::string_view(reinterpret_cast<const char*>(data), size));
+  fuzz::FuzzInput p(data, size);
   const uint8_t flags = uint8_t(p.Take(1));
   const size_t n = size_t(p.Take(1) % 17);
   std::vector<uint64_t> cuts(n);

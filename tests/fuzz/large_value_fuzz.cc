@@ -8,24 +8,21 @@
 // Input: a mode byte (bit 0: a large pointer, else medium; bit 1: the large segment is also in
 // a shared log buffer), 16 bytes of ValuePtr, a key length byte and the key, then the image of
 // the segment the pointer's kind lives in (zero-padded to the segment size).
-#include <fcntl.h>
 #include <lz4.h>
-#include <stdlib.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "arena_layout.h"
 #include "coding.h"
 #include "crc32c.h"
-#include "device.h"
+#include "engine_fixture.h"
+#include "fuzz_input.h"
 #include "log_set.h"
 #include "segment_table.h"
 #include "shared_state.h"
@@ -34,6 +31,9 @@
 namespace {
 
 using namespace slipstream::engine;
+using slipstream::fuzz::DeviceFile;
+using slipstream::fuzz::FuzzFailure;
+using slipstream::fuzz::FuzzInput;
 
 constexpr uint32_t kSegmentSize = 256u << 10;
 constexpr uint32_t kMaxValueSize = 32u << 10;
@@ -48,25 +48,17 @@ constexpr size_t kMaxScannedRecords = 32;
 
 // Stops the run with a message naming the broken property.
 [[noreturn]] void Fail(const char* what, const Status& s = Status::OK()) {
-  std::fprintf(stderr, "large_value: %s %s\n", what, s.ToString().c_str());
-  std::abort();
+  FuzzFailure("large_value", what, s);
 }
 
-// A device file in a private directory and the arena parts ReadValue uses, made once per
-// process: the segment table and the large log's shared buffers.
+// A device file in a private directory (engine_fixture.h) and the arena parts ReadValue uses,
+// made once per process: the segment table and the large log's shared buffers.
 class Store {
  public:
   // Makes the device file, the segment table and the large log's buffers.
-  Store() : options_(MakeOptions()) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "large-value-fuzz-XXXXXX");
-    if (mkdtemp(tmpl.data()) == nullptr) Fail("cannot make a directory");
-    dir_ = tmpl;
-    Status s =
-        device_.Open(dir_ + "/segments", kSegmentSize, uint64_t(kDeviceSegments) * kSegmentSize);
-    if (s.ok()) s = device_.Grow(kDeviceSegments);
-    if (!s.ok()) Fail("cannot open the device", s);
-    fd_ = open((dir_ + "/segments").c_str(), O_RDWR | O_CLOEXEC);
-    if (fd_ < 0) Fail("cannot open the device file for writing");
+  Store()
+      : options_(MakeOptions()),
+        file_("large_value", "large-value-fuzz", kSegmentSize, kDeviceSegments) {
     // The arena up to the keyspace table, then the log buffers (no memtables are needed).
     ArenaLayout layout = ArenaLayout::For(options_);
     uint64_t l0_buffers = layout.memtables;
@@ -75,25 +67,21 @@ class Store {
     arena_ = static_cast<char*>(std::aligned_alloc(4096, arena_size_));
     std::memset(arena_, 0, arena_size_);
     shared_ = reinterpret_cast<SharedState*>(arena_);
-    segments_ = std::make_unique<SegmentTable>(arena_, &shared_->segments, &device_);
+    segments_ = std::make_unique<SegmentTable>(arena_, &shared_->segments, file_.device());
     segments_->Format(layout.segment_table, kDeviceSegments);
     segments_->set_count(kDeviceSegments);
     segments_->info(0).kind = uint8_t(SegmentKind::kReserved);
     segments_->info(kMediumSegment).kind = uint8_t(SegmentKind::kMediumLog);
     segments_->info(kLargeSegment).kind = uint8_t(SegmentKind::kLargeLog);
     segments_->info(kIndexSegment).kind = uint8_t(SegmentKind::kIndex);
-    logs_ = std::make_unique<LogSet>(options_, arena_, &shared_->logs, &device_, segments_.get(),
-                                     &shared_->counters, &shared_->write_mu, nullptr, nullptr);
+    logs_ =
+        std::make_unique<LogSet>(options_, arena_, &shared_->logs, file_.device(), segments_.get(),
+                                 &shared_->counters, &shared_->write_mu, nullptr, nullptr);
     logs_->Format(l0_buffers, large_buffers);
     padded_.assign(kSegmentSize, '\0');
   }
-  // Removes the device file and its directory.
-  ~Store() {
-    close(fd_);
-    std::free(arena_);
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
+  // Frees the arena (the device file and its directory go with file_).
+  ~Store() { std::free(arena_); }
 
   // Puts `image` at the start of the medium and the large segment on the device, and in the
   // large log's first buffer (which holds the large segment), zeroing what an earlier image
@@ -103,11 +91,7 @@ class Store {
     size_t span = std::max(n, dirty_);
     std::memcpy(padded_.data(), image.data(), n);
     std::memset(padded_.data() + n, 0, span - n);
-    for (uint32_t seg : {kMediumSegment, kLargeSegment}) {
-      if (pwrite(fd_, padded_.data(), span, off_t(uint64_t(seg) * kSegmentSize)) != ssize_t(span)) {
-        Fail("cannot write the device file");
-      }
-    }
+    for (uint32_t seg : {kMediumSegment, kLargeSegment}) file_.Write(seg, padded_.data(), span);
     SharedLogBuffer& b = shared_->logs.large.buffers[0];
     std::memcpy(arena_ + b.data_offset, padded_.data(), span);
     b.segment = kLargeSegment;
@@ -145,9 +129,7 @@ class Store {
   }
 
   Options options_;
-  std::string dir_;
-  Device device_;
-  int fd_ = -1;
+  DeviceFile file_;
   uint64_t arena_size_ = 0;
   char* arena_ = nullptr;
   SharedState* shared_ = nullptr;
@@ -235,17 +217,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static Store instance;
   Store* store = &instance;
   if (size < 1 + ValuePtr::kEncodedSize + 1) return 0;
-  std::string_view in(reinterpret_cast<const char*>(data), size);
-  uint8_t mode = uint8_t(in[0]);
-  ValuePtr ptr = ValuePtr::DecodeFrom(in.data() + 1);
+  FuzzInput in(data, size);
+  uint8_t mode = in.Byte();
+  const char* ptr_bytes = in.Bytes(ValuePtr::kEncodedSize).data();
+  ValuePtr ptr = ValuePtr::DecodeFrom(ptr_bytes);
   char encoded[ValuePtr::kEncodedSize];
   ptr.EncodeTo(encoded);
-  if (std::memcmp(encoded, in.data() + 1, sizeof(encoded)) != 0) {
+  if (std::memcmp(encoded, ptr_bytes, sizeof(encoded)) != 0) {
     Fail("a value pointer does not encode back to its bytes");
   }
-  size_t key_size = std::min<size_t>(uint8_t(in[17]), size - 18);
-  std::string_view ikey = in.substr(18, key_size);
-  std::string_view image = in.substr(18 + key_size);
+  std::string_view ikey = in.Bytes(in.Byte());
+  std::string_view image = in.rest();
   bool large = mode & 1;
   bool buffered = large && (mode & 2);
   std::string_view padded = store->Place(image);

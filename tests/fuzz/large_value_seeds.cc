@@ -1,13 +1,11 @@
 // Seeds for large_value_fuzz: large- and medium-log segments of value records written as the
 // write path (LZ4 or raw) and compaction (raw) write them, each with a value pointer at one of
 // its records and that record's key, in the layout large_value_fuzz.cc reads.
-#include <lz4.h>
-
 #include <string>
 #include <vector>
 
-#include "coding.h"
 #include "format.h"
+#include "log_payloads.h"
 #include "seeds.h"
 #include "slipstream/engine/log_format.h"
 #include "slipstream/engine/log_writer.h"
@@ -24,32 +22,6 @@ constexpr uint32_t kZeroTail = 16;
 // The segments large_value_fuzz.cc keeps the medium and the large log in.
 constexpr uint32_t kMediumSegment = 1;
 constexpr uint32_t kLargeSegment = 2;
-
-// A compressible value of `size` bytes.
-std::string Text(size_t size, int seed) {
-  std::string v(size, '\0');
-  for (size_t i = 0; i < size; i++) v[i] = char('a' + (seed * 7 + i * 13 + i / 7) % 26);
-  return v;
-}
-
-// The payload of a value record: varint ikey size, ikey, flags, raw size, raw or LZ4 bytes.
-std::string ValuePayload(const std::string& ikey, const std::string& value, bool compress) {
-  char buf[5];
-  std::string p(buf, EncodeVarint32(buf, uint32_t(ikey.size())) - buf);
-  p += ikey;
-  std::string body = value;
-  char flags = 0;
-  if (compress) {
-    body.resize(size_t(LZ4_compressBound(int(value.size()))));
-    int n = LZ4_compress_fast(value.data(), body.data(), int(value.size()), int(body.size()), 4);
-    body.resize(size_t(n));
-    flags = char(kValueFlagLz4);
-  }
-  p.push_back(flags);
-  EncodeFixed32(buf, uint32_t(value.size()));
-  p.append(buf, 4);
-  return p + body;
-}
 
 // One seed: a segment of the given values (one append each), and a pointer to value `pick`.
 Seed Make(const char* name, bool large, bool buffered, const std::vector<std::string>& values,

@@ -4,13 +4,12 @@
 // that matches the chain, and a scan resumed at any record boundary it reported must agree
 // with the full scan.
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "crc32c.h"
+#include "fuzz_input.h"
 #include "slipstream/engine/log_format.h"
 #include "slipstream/engine/log_scanner.h"
 
@@ -24,8 +23,8 @@ constexpr size_t kMaxResumes = 24;
 
 // Stops the run with a message naming the broken property.
 [[noreturn]] void Fail(const char* what, size_t size) {
-  std::fprintf(stderr, "log_scan: %s (input of %zu bytes)\n", what, size);
-  std::abort();
+  const std::string message = std::string(what) + " (input of " + std::to_string(size) + " bytes)";
+  slipstream::fuzz::FuzzFailure("log_scan", message.c_str());
 }
 
 // Whether two scans found the same valid prefix and stopped for the same reason.

@@ -1,13 +1,12 @@
 // Seeds for log_scan_fuzz: segment images of every log kind, written with the engine's log
 // writer (log_writer.h) and record payloads laid out as the write path, compaction and
 // replication lay them out; intact, sealed with a NEXT record, and torn.
-#include <lz4.h>
-
 #include <string>
 #include <vector>
 
 #include "coding.h"
 #include "format.h"
+#include "log_payloads.h"
 #include "seeds.h"
 #include "slipstream/engine/log_format.h"
 #include "slipstream/engine/log_writer.h"
@@ -50,15 +49,9 @@ class Image {
   LogCursor cursor_;
 };
 
-// The payload of an L0 put of an inline value: varint ikey size, ikey, kind, value.
+// An L0 put of an inline value.
 Rec Put(uint64_t lsn, KeyspaceId ks, std::string_view key, std::string_view value) {
-  std::string ikey = MakeInternalKey(ks, key);
-  char varint[5];
-  std::string p(varint, EncodeVarint32(varint, uint32_t(ikey.size())) - varint);
-  p += ikey;
-  p.push_back(char(ValueKind::kInline));
-  p += value;
-  return Rec{LogRecordType::kPut, lsn, p};
+  return Rec{LogRecordType::kPut, lsn, InlinePutPayload(ks, key, value)};
 }
 
 // The payload of an L0 put whose value went to the large log: the kind and a ValuePtr.
@@ -83,47 +76,20 @@ Rec Delete(uint64_t lsn, KeyspaceId ks, std::string_view key) {
 
 // Keyspace create (id, tag) and drop (id) records, as write_path.cc appends them.
 Rec Keyspace(LogRecordType type, uint64_t lsn, uint32_t id, uint64_t tag) {
-  char payload[12];
-  EncodeFixed32(payload, id);
-  EncodeFixed64(payload + 4, tag);
-  return Rec{type, lsn, std::string(payload, type == LogRecordType::kKeyspaceDrop ? 4 : 12)};
+  std::string payload = KeyspacePayload(id, tag);
+  if (type == LogRecordType::kKeyspaceDrop) payload.resize(4);
+  return Rec{type, lsn, payload};
 }
 
 // The NEXT record LogSet::Rotate seals a segment with.
 Rec Next(uint64_t lsn, uint32_t segment, uint64_t sequence) {
-  char payload[12];
-  EncodeFixed32(payload, segment);
-  EncodeFixed64(payload + 4, sequence);
-  return Rec{LogRecordType::kNext, lsn, std::string(payload, 12)};
+  return Rec{LogRecordType::kNext, lsn, NextPayload(segment, sequence)};
 }
 
-// A value record of the medium or large log: varint ikey size, ikey, flags, raw size, bytes
-// (LZ4 when `compress`, as the write path does when it saves space).
+// A value record of the medium or large log (LZ4 when `compress`).
 Rec Value(uint64_t lsn, KeyspaceId ks, std::string_view key, const std::string& value,
           bool compress) {
-  std::string ikey = MakeInternalKey(ks, key);
-  char buf[5];
-  std::string p(buf, EncodeVarint32(buf, uint32_t(ikey.size())) - buf);
-  p += ikey;
-  std::string body = value;
-  char flags = 0;
-  if (compress) {
-    body.resize(size_t(LZ4_compressBound(int(value.size()))));
-    int n = LZ4_compress_fast(value.data(), body.data(), int(value.size()), int(body.size()), 4);
-    body.resize(size_t(n));
-    flags = char(kValueFlagLz4);
-  }
-  p.push_back(flags);
-  EncodeFixed32(buf, uint32_t(value.size()));
-  p.append(buf, 4);
-  return Rec{LogRecordType::kValue, lsn, p + body};
-}
-
-// A compressible value of `size` bytes.
-std::string Text(size_t size, int seed) {
-  std::string v(size, '\0');
-  for (size_t i = 0; i < size; i++) v[i] = char('a' + (seed * 7 + i * 13 + i / 7) % 26);
-  return v;
+  return Rec{LogRecordType::kValue, lsn, ValuePayload(MakeInternalKey(ks, key), value, compress)};
 }
 
 // L0, medium, large and WAL segments: fresh, with batches, sealed, and torn.

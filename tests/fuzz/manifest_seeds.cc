@@ -1,56 +1,26 @@
 // Seeds for manifest_fuzz: manifests written by LevelSet::NextManifest from arena states like
 // those a fresh engine, a compacted one and a replica have, with the options manifest_fuzz.cc
 // loads them with.
-#include <cstdlib>
-#include <cstring>
+#include <vector>
 
-#include "arena_layout.h"
+#include "engine_fixture.h"
 #include "keyspace_table.h"
 #include "level_set.h"
 #include "log_set.h"
 #include "seeds.h"
 #include "segment_table.h"
-#include "shared_state.h"
 
 namespace slipstream::fuzz {
 namespace {
 
 using namespace engine;
 
-// The options of manifest_fuzz.cc (segment_size, node_size and max_levels must match).
-Options SeedOptions() {
-  Options o;
-  o.directory = "/nonexistent";
-  o.segment_size = 256u << 10;
-  o.node_size = 4096;
-  o.max_levels = 5;
-  o.max_device_size = 64ull * o.segment_size;
-  return o;
-}
-
-// A formatted arena holding the parts a manifest describes, as EngineImpl lays them out.
-class State {
+// A formatted arena holding the parts a manifest describes, with manifest_fuzz.cc's options
+// and layout (engine_fixture.h), and the ways the seeds fill it in.
+class State : public ManifestArena {
  public:
   // Formats a fresh arena as FormatArena and Recover do.
-  State()
-      : options_(SeedOptions()),
-        layout_(ArenaLayout::For(options_)),
-        arena_(static_cast<char*>(std::aligned_alloc(4096, layout_.memtables))),
-        shared_(reinterpret_cast<SharedState*>(arena_)),
-        segments(arena_, &shared_->segments, nullptr),
-        keyspaces(arena_, &shared_->keyspaces),
-        logs(options_, arena_, &shared_->logs, nullptr, &segments, &shared_->counters,
-             &shared_->write_mu, nullptr, nullptr),
-        levels(options_, &shared_->levels, &shared_->counters) {
-    std::memset(arena_, 0, layout_.memtables);
-    segments.Format(layout_.segment_table, options_.max_device_size / options_.segment_size);
-    keyspaces.Format(layout_.keyspace_table);
-    levels.Format();
-    segments.set_count(48);
-    segments.info(0).kind = uint8_t(SegmentKind::kReserved);
-  }
-  // Frees the arena.
-  ~State() { std::free(arena_); }
+  State() : ManifestArena("manifest") { Format(); }
 
   // Gives segment `seg` to a log at `sequence`, with its byte accounting.
   void Log(uint32_t seg, SegmentKind kind, uint64_t sequence, uint64_t written, uint64_t invalid,
@@ -76,8 +46,8 @@ class State {
     LevelDesc d{};
     d.tree_id = tree_id;
     d.height = height;
-    d.root = DevPtr{index, 8 * options_.node_size};
-    d.bloom_dir = DevPtr{index, 9 * options_.node_size};
+    d.root = DevPtr{index, 8 * options.node_size};
+    d.bloom_dir = DevPtr{index, 9 * options.node_size};
     d.bloom_blocks = 3;
     d.entries = 1000u * level;
     d.bytes = 50000u * level;
@@ -95,15 +65,6 @@ class State {
     slot->state.store(state);
     keyspaces.NoteUsed(id);
   }
-
-  Options options_;
-  ArenaLayout layout_;
-  char* arena_;
-  SharedState* shared_;
-  SegmentTable segments;
-  KeyspaceTable keyspaces;
-  LogSet logs;
-  LevelSet levels;
 };
 
 // A fresh engine's first manifest, one with levels, logs and keyspaces, and a replica's.

@@ -7,19 +7,19 @@
 // whose keys are sorted, exactly as a plain bisection does.
 #include <algorithm>
 #include <bit>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "crc32c.h"
+#include "fuzz_input.h"
 #include "node.h"
 
 namespace {
 
 using namespace slipstream::engine;
+using slipstream::fuzz::FuzzFailure;
 
 // The node sizes Options accept: powers of two up to 64 KiB.
 constexpr size_t kMaxNodeSize = 64u << 10;
@@ -28,8 +28,7 @@ constexpr size_t kMaxTargets = 24;
 
 // Stops the run with a message naming the broken property.
 [[noreturn]] void Fail(const char* what) {
-  std::fprintf(stderr, "node: %s\n", what);
-  std::abort();
+  FuzzFailure("node", what);
 }
 
 // Whether `view` lies within [lo, hi).

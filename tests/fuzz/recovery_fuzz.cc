@@ -10,73 +10,58 @@
 // and the image of segment 2 (the large log's), then the image of segment 3 (free: a NEXT
 // record may continue either log there). Each image is zero-padded to the segment size.
 #include <fcntl.h>
-#include <stdlib.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <system_error>
 #include <vector>
 
+#include "engine_fixture.h"
+#include "fuzz_input.h"
 #include "slipstream/engine/engine.h"
 
 namespace {
 
 using namespace slipstream::engine;
+using slipstream::fuzz::EngineArena;
+using slipstream::fuzz::FuzzFailure;
+using slipstream::fuzz::FuzzInput;
 
-constexpr uint32_t kSegmentSize = 256u << 10;
+constexpr uint32_t kSegmentSize = slipstream::fuzz::kRecoverySegmentSize;
 constexpr uint32_t kImages = 3;  // segments 1..3
 // Entries read back per keyspace at most (a segment holds far fewer).
 constexpr size_t kMaxEntries = 1u << 16;
 
 // Stops the run with a message naming the broken property.
 [[noreturn]] void Fail(const char* what, const Status& s = Status::OK()) {
-  std::fprintf(stderr, "recovery: %s %s\n", what, s.ToString().c_str());
-  std::abort();
+  FuzzFailure("recovery", what, s);
 }
 
-// Small sizes: one L0 megabyte, the smallest segments, a device of 64 segments.
-Options FuzzOptions(const std::string& dir) {
-  Options o;
-  o.directory = dir;
-  o.segment_size = kSegmentSize;
-  o.node_size = 4096;
-  o.l0_size = 1u << 20;
-  o.memtables = 2;
-  o.max_levels = 5;
-  o.max_key_size = 256;
-  o.max_value_size = 32u << 10;
-  o.max_device_size = 64ull * kSegmentSize;
-  o.use_fsync = false;
-  return o;
+// Where the directory goes: /dev/shm when there is one (recovery writes and syncs its
+// manifest), else the temporary directory.
+std::filesystem::path DirectoryBase() {
+  return std::filesystem::exists("/dev/shm") ? std::filesystem::path("/dev/shm")
+                                             : std::filesystem::temp_directory_path();
 }
 
 // Everything a recovery recovers, read back through the public API: keyspaces and their
 // entries.
 using Contents = std::map<std::pair<uint64_t, KeyspaceId>, std::vector<std::string>>;
 
-// A private directory (in /dev/shm when there is one: recovery writes and syncs its manifest),
-// the fresh engine's manifest, and an arena; made once per process.
+// A private directory (see DirectoryBase), the fresh engine's manifest, and an arena
+// (engine_fixture.h: with the options the seeds were written with); made once per process.
 class Harness {
  public:
   // Makes the directory and the arena, and keeps the manifest a fresh engine writes there.
-  Harness() {
-    std::filesystem::path base = std::filesystem::exists("/dev/shm")
-                                     ? std::filesystem::path("/dev/shm")
-                                     : std::filesystem::temp_directory_path();
-    std::string tmpl = base / "recovery-fuzz-XXXXXX";
-    if (mkdtemp(tmpl.data()) == nullptr) Fail("cannot make a directory");
-    dir_ = tmpl;
-    options_ = FuzzOptions(dir_);
-    arena_size_ = Engine::ArenaSize(options_);
-    arena_ = mmap(nullptr, arena_size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (arena_ == MAP_FAILED) Fail("cannot map an arena");
+  Harness()
+      : dir_(slipstream::fuzz::PrivateDirectory("recovery", DirectoryBase(), "recovery-fuzz")),
+        options_(slipstream::fuzz::RecoveryOptions(dir_)),
+        arena_("recovery", options_) {
     // The manifest a fresh engine writes: its L0 log in segment 1, its large log in segment 2.
     std::unique_ptr<Engine> fresh;
     Status s = Open(&fresh);
@@ -84,9 +69,8 @@ class Harness {
     fresh.reset();
     manifest_ = ReadFile(dir_ + "/MANIFEST");
   }
-  // Unmaps the arena and removes the directory.
+  // Removes the directory (the arena goes after it).
   ~Harness() {
-    munmap(arena_, arena_size_);
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
@@ -109,10 +93,7 @@ class Harness {
   }
 
   // Opens the engine on a zeroed arena, as after a restart.
-  Status Open(std::unique_ptr<Engine>* engine) {
-    if (madvise(arena_, arena_size_, MADV_DONTNEED) != 0) Fail("cannot zero the arena");
-    return Engine::Open(options_, arena_, arena_size_, engine);
-  }
+  Status Open(std::unique_ptr<Engine>* engine) { return arena_.Open(engine); }
 
  private:
   // The bytes of a whole file.
@@ -136,8 +117,7 @@ class Harness {
 
   std::string dir_;
   Options options_;
-  size_t arena_size_ = 0;
-  void* arena_ = nullptr;
+  EngineArena arena_;
   std::string manifest_;
 };
 
@@ -171,16 +151,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Destroyed at exit, which removes its directory.
   static Harness instance;
   Harness* harness = &instance;
-  std::string_view in(reinterpret_cast<const char*>(data), size);
+  FuzzInput in(data, size);
   std::vector<std::string_view> images;
   for (uint32_t i = 0; i + 1 < kImages; i++) {
-    uint32_t n = 0;
-    if (in.size() >= 4) std::memcpy(&n, in.data(), 4);
-    in.remove_prefix(std::min<size_t>(in.size(), 4));
-    images.push_back(in.substr(0, n));
-    in.remove_prefix(images.back().size());
+    uint64_t n = 0;
+    in.TakeWhole(4, &n);  // a cut length reads as zero and ends the input
+    images.push_back(in.Bytes(n));
   }
-  images.push_back(in);
+  images.push_back(in.rest());
   harness->Prepare(images);
 
   std::unique_ptr<Engine> engine;

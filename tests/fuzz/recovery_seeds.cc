@@ -2,11 +2,8 @@
 // compressed and raw values, deletes, keyspace records), and a chain of two L0 segments joined
 // by a NEXT record written with the log writer, in the layout recovery_fuzz.cc reads.
 #include <fcntl.h>
-#include <stdlib.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -14,7 +11,8 @@
 #include <vector>
 
 #include "coding.h"
-#include "format.h"
+#include "engine_fixture.h"
+#include "log_payloads.h"
 #include "seeds.h"
 #include "slipstream/engine/engine.h"
 #include "slipstream/engine/log_format.h"
@@ -25,23 +23,7 @@ namespace {
 
 using namespace engine;
 
-constexpr uint32_t kSegmentSize = 256u << 10;
-
-// The options of recovery_fuzz.cc.
-Options SeedOptions(const std::string& dir) {
-  Options o;
-  o.directory = dir;
-  o.segment_size = kSegmentSize;
-  o.node_size = 4096;
-  o.l0_size = 1u << 20;
-  o.memtables = 2;
-  o.max_levels = 5;
-  o.max_key_size = 256;
-  o.max_value_size = 32u << 10;
-  o.max_device_size = 64ull * kSegmentSize;
-  o.use_fsync = false;
-  return o;
-}
+constexpr uint32_t kSegmentSize = kRecoverySegmentSize;
 
 // A segment's bytes up to its last non-zero one (recovery_fuzz.cc pads with zeroes again).
 std::string Trimmed(const char* segment) {
@@ -66,14 +48,11 @@ std::string Frame(const std::string& one, const std::string& two, const std::str
 // Runs a fresh engine through a few writes and a sync, then "crashes" (drops the handle) and
 // takes its log segments from the device file.
 std::string EngineSegments() {
-  std::string tmpl = std::filesystem::temp_directory_path() / "recovery-seeds-XXXXXX";
-  if (mkdtemp(tmpl.data()) == nullptr) std::abort();
-  Options options = SeedOptions(tmpl);
-  size_t arena_size = Engine::ArenaSize(options);
-  void* arena =
-      mmap(nullptr, arena_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  const std::string dir =
+      PrivateDirectory("recovery", std::filesystem::temp_directory_path(), "recovery-seeds");
+  EngineArena arena("recovery", RecoveryOptions(dir));
   std::unique_ptr<Engine> engine;
-  if (arena == MAP_FAILED || !Engine::Open(options, arena, arena_size, &engine).ok()) std::abort();
+  if (!arena.Open(&engine).ok()) std::abort();
   KeyspaceId ks, other;
   bool ok = engine->CreateKeyspace(1, &ks).ok() && engine->CreateKeyspace(2, &other).ok();
   std::string text(3000, '\0'), noise(1500, '\0');
@@ -89,33 +68,14 @@ std::string EngineSegments() {
        engine->Sync(~Lsn(0)).ok();
   if (!ok) std::abort();
   engine.reset();
-  munmap(arena, arena_size);
   std::string device;
-  int fd = open((tmpl + "/segments").c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = open((dir + "/segments").c_str(), O_RDONLY | O_CLOEXEC);
   device.resize(4 * kSegmentSize);
   if (fd < 0 || pread(fd, device.data(), device.size(), 0) != ssize_t(device.size())) std::abort();
   close(fd);
-  std::filesystem::remove_all(tmpl);
+  std::filesystem::remove_all(dir);
   return Frame(Trimmed(device.data() + kSegmentSize), Trimmed(device.data() + 2 * kSegmentSize),
                std::string());
-}
-
-// The payload of an L0 put of an inline value: varint ikey size, ikey, kind, value.
-std::string PutPayload(KeyspaceId ks, std::string_view key, std::string_view value) {
-  std::string ikey = MakeInternalKey(ks, key);
-  char varint[5];
-  std::string p(varint, EncodeVarint32(varint, uint32_t(ikey.size())) - varint);
-  p += ikey;
-  p.push_back(char(ValueKind::kInline));
-  return p.append(value);
-}
-
-// A keyspace create record's payload: id, tag.
-std::string CreatePayload(uint32_t id, uint64_t tag) {
-  char payload[12];
-  EncodeFixed32(payload, id);
-  EncodeFixed64(payload + 4, tag);
-  return std::string(payload, 12);
 }
 
 // The L0 log as LogSet writes it across a rotation: segment 1 (the fresh engine's, sequence 0)
@@ -124,18 +84,15 @@ std::string RotatedL0() {
   std::string first(kSegmentSize, '\0'), second(kSegmentSize, '\0');
   LogCursor a, b;
   StartLogSegment(first.data(), kSegmentSize, LogKind::kL0, 0, 1, 0x9e3779b97f4a7c15ull, &a);
-  AppendRecord(first.data(), &a, LogRecordType::kKeyspaceCreate, 1, {CreatePayload(1, 7)});
+  AppendRecord(first.data(), &a, LogRecordType::kKeyspaceCreate, 1, {KeyspacePayload(1, 7)});
   AppendChecksum(first.data(), &a);
-  AppendRecord(first.data(), &a, LogRecordType::kPut, 2, {PutPayload(1, "k1", "before")});
+  AppendRecord(first.data(), &a, LogRecordType::kPut, 2, {InlinePutPayload(1, "k1", "before")});
   AppendChecksum(first.data(), &a);
-  char next[12];
-  EncodeFixed32(next, 3);
-  EncodeFixed64(next + 4, 1);
-  AppendRecord(first.data(), &a, LogRecordType::kNext, 2, {std::string_view(next, 12)});
+  AppendRecord(first.data(), &a, LogRecordType::kNext, 2, {NextPayload(3, 1)});
   AppendChecksum(first.data(), &a);
   StartLogSegment(second.data(), kSegmentSize, LogKind::kL0, 1, 3, 0x5eed5eed5eedull, &b);
-  AppendRecord(second.data(), &b, LogRecordType::kPut, 3, {PutPayload(1, "k2", "after")});
-  AppendRecord(second.data(), &b, LogRecordType::kPut, 3, {PutPayload(1, "k1", "again")});
+  AppendRecord(second.data(), &b, LogRecordType::kPut, 3, {InlinePutPayload(1, "k2", "after")});
+  AppendRecord(second.data(), &b, LogRecordType::kPut, 3, {InlinePutPayload(1, "k1", "again")});
   AppendChecksum(second.data(), &b);
   return Frame(Trimmed(first.data()), std::string(), Trimmed(second.data()));
 }

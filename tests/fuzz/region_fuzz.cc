@@ -4,20 +4,21 @@
 // exactly the bytes its encoding gives, walk to the fragments, payload and extent it reports,
 // plan to the same schedule with and without the planner's shortcuts, and land and unpack from
 // a wire image of exactly the length the schedule gives (ASan sees every byte read).
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "fuzz_input.h"
 #include "slipstream/rdma/region.h"
 #include "slipstream/rdma/schedule.h"
 
 namespace {
 
 using namespace slipstream::rdma;
+using slipstream::fuzz::FuzzFailure;
+using slipstream::fuzz::FuzzInput;
 
 // Bounds as a receiver would set them, small enough that one input stays fast.
 constexpr uint64_t kMaxPayload = uint64_t{1} << 16;
@@ -27,23 +28,13 @@ constexpr uint64_t kMaxWireBuilt = uint64_t{1} << 20;
 
 // Stops the run with a message: a property of the layout code does not hold.
 [[noreturn]] void Fail(const char* what) {
-  std::fprintf(stderr, "region: %s\n", what);
-  std::abort();
+  FuzzFailure("region", what);
 }
 
 // The byte at `offset` of the imaginary source buffer: any position's byte is known without the
 // buffer, which may be far larger than memory (the extent is up to 2^64).
 uint8_t SourceByte(uint64_t offset) {
   return uint8_t((offset * 0x9E3779B97F4A7C15ull) >> 56);
-}
-
-// Reads a little-endian u32 from the front of *in; false when fewer than 4 bytes are left.
-bool TakeU32(std::string_view* in, uint32_t* value) {
-  if (in->size() < 4) return false;
-  *value = 0;
-  for (int i = 0; i < 4; i++) *value |= uint32_t(uint8_t((*in)[i])) << (8 * i);
-  in->remove_prefix(4);
-  return true;
 }
 
 // Two schedules are the same when every run and every total is.
@@ -161,9 +152,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   // The thresholds the batch carries, or the planner's own for shm.
   ScheduleOptions options = ScheduleOptions::FromCosts(TransferCosts::Measured("shm"));
-  uint32_t bridge = 0, bridge_packed = 0, in_place = 0;
-  if (TakeU32(&in, &bridge) && TakeU32(&in, &bridge_packed) && TakeU32(&in, &in_place)) {
-    options = ScheduleOptions{bridge, bridge_packed, in_place};
+  FuzzInput thresholds(in);
+  uint64_t bridge = 0, bridge_packed = 0, in_place = 0;
+  if (thresholds.TakeWhole(4, &bridge) && thresholds.TakeWhole(4, &bridge_packed) &&
+      thresholds.TakeWhole(4, &in_place)) {
+    options = ScheduleOptions{uint32_t(bridge), uint32_t(bridge_packed), uint32_t(in_place)};
   }
 
   const Schedule schedule = PlanSchedule(layout, options);

@@ -16,16 +16,17 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "fuzz_input.h"
 #include "setup.h"
 
 namespace {
 
 using namespace slipstream::rdma;
+using slipstream::fuzz::FuzzFailure;
+using slipstream::fuzz::FuzzInput;
 
 constexpr size_t kMaxInput = 64u << 10;  // stays inside the socket buffer
 constexpr int kTimeoutMs = 5000;
@@ -38,8 +39,7 @@ constexpr size_t kNonceBytes = 32;
 
 // Stops the run with a message: the setup code did something it must not.
 [[noreturn]] void Fail(const char* what, const Status& s = Status::OK()) {
-  std::fprintf(stderr, "setup: %s (%s)\n", what, s.ToString().c_str());
-  std::abort();
+  FuzzFailure("setup", (std::string(what) + " (" + s.ToString() + ")").c_str());
 }
 
 // Writes all of `bytes` to `fd` (they fit in the socket buffer).
@@ -172,8 +172,9 @@ void CheckClient(int fd) {
 // Writes the input as the peer's bytes and runs the parser the mode byte picks.
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1 || size > kMaxInput) return 0;
-  const int mode = data[0] % 3;
-  const std::string input(reinterpret_cast<const char*>(data + 1), size - 1);
+  FuzzInput in(data, size);
+  const int mode = in.Byte() % 3;
+  const std::string input(in.rest());
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) Fail("socketpair");
   WriteAll(fds[1], input.data(), input.size());

@@ -43,6 +43,17 @@ std::string Frames(const std::vector<std::pair<uint32_t, std::string>>& messages
   return bytes;
 }
 
+// Passes what one side of the relay sent on to the other and keeps a copy in `sent`; false once
+// that side is done.
+bool Relay(int from, int to, std::string* sent) {
+  char buffer[4096];
+  ssize_t n = ::recv(from, buffer, sizeof(buffer), 0);
+  if (n <= 0) return false;
+  sent->append(buffer, size_t(n));
+  ::send(to, buffer, size_t(n), MSG_NOSIGNAL);
+  return true;
+}
+
 // What each side of a real handshake for `backend` sent, recorded by relaying between two
 // socketpairs: first what the client sent, then what the server sent.
 std::pair<std::string, std::string> RecordHandshake(const std::string& backend) {
@@ -68,25 +79,8 @@ std::pair<std::string, std::string> RecordHandshake(const std::string& backend) 
   while (client_open || server_open) {
     pollfd p[2] = {{client[1], POLLIN, 0}, {server[1], POLLIN, 0}};
     if (::poll(p, 2, kTimeoutMs) <= 0) break;
-    char buffer[4096];
-    if (client_open && p[0].revents != 0) {
-      ssize_t n = ::recv(client[1], buffer, sizeof(buffer), 0);
-      if (n > 0) {
-        from_client.append(buffer, size_t(n));
-        ::send(server[1], buffer, size_t(n), MSG_NOSIGNAL);
-      } else {
-        client_open = false;
-      }
-    }
-    if (server_open && p[1].revents != 0) {
-      ssize_t n = ::recv(server[1], buffer, sizeof(buffer), 0);
-      if (n > 0) {
-        from_server.append(buffer, size_t(n));
-        ::send(client[1], buffer, size_t(n), MSG_NOSIGNAL);
-      } else {
-        server_open = false;
-      }
-    }
+    if (client_open && p[0].revents != 0) client_open = Relay(client[1], server[1], &from_client);
+    if (server_open && p[1].revents != 0) server_open = Relay(server[1], client[1], &from_server);
   }
   bool ok = client_done.get().ok() && server_done.get().ok();
   for (int fd : {client[0], client[1], server[0], server[1]}) ::close(fd);

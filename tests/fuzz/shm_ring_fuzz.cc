@@ -10,24 +10,24 @@
 // minus head (the peer's word), one byte giving the number of posted receives (1..8), one
 // byte per receive giving its size in units of 4 bytes, then the ring's bytes from the head
 // on (wrapping around the ring's end; the rest of the ring is zero).
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "fuzz_input.h"
 #include "shm_transport.h"
 
 namespace {
 
 using namespace slipstream::rdma;
+using slipstream::fuzz::FuzzFailure;
+using slipstream::fuzz::FuzzInput;
 
 constexpr size_t kMaxReceives = 8;
 
 // Stops the run with a message: the ring code did something it must not.
 [[noreturn]] void Fail(const char* what) {
-  std::fprintf(stderr, "shm_ring: %s\n", what);
-  std::abort();
+  FuzzFailure("shm_ring", what);
 }
 
 // The ring: exactly kShmRingBytes on the heap, so ASan sees any access past its end.
@@ -60,21 +60,21 @@ bool SameBytes(const char* a, const char* b, uint64_t from, uint64_t length) {
 // Places the input in the ring and consumes it as Poll would, checking every accepted record.
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 17 || size > kShmRingBytes) return 0;
+  FuzzInput in(data, size);
   uint64_t head = 0, delta = 0;
-  std::memcpy(&head, data, 8);
-  std::memcpy(&delta, data + 8, 8);
+  in.TakeRaw(&head);  // the size check above leaves both words and the count byte
+  in.TakeRaw(&delta);
   head &= ~(kShmRecordHeaderBytes - 1);
   const uint64_t tail = head + delta;
-  const size_t receives = data[16] % kMaxReceives + 1;
-  size_t pos = 17;
+  const size_t receives = in.Byte() % kMaxReceives + 1;
   std::vector<std::unique_ptr<char[]>> buffers;
   std::vector<uint32_t> sizes;
   for (size_t i = 0; i < receives; i++) {
-    sizes.push_back(pos < size ? uint32_t(data[pos++]) * 4 : 0);
+    sizes.push_back(uint32_t(in.Byte()) * 4);
     buffers.push_back(std::make_unique<char[]>(sizes.back()));
   }
-  const char* ring_bytes = reinterpret_cast<const char*>(data + pos);
-  const size_t ring_length = size - pos;
+  const char* ring_bytes = in.rest().data();
+  const size_t ring_length = in.size();
   char* ring = Ring();
   Place(ring, head, ring_bytes, ring_length);
 

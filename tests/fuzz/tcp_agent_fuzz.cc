@@ -18,8 +18,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -27,11 +25,14 @@
 #include <vector>
 
 #include "backends.h"
+#include "fuzz_input.h"
 #include "tcp_transport.h"
 
 namespace {
 
 using namespace slipstream::rdma;
+using slipstream::fuzz::FuzzFailure;
+using slipstream::fuzz::FuzzInput;
 
 constexpr size_t kMaxInput = 64u << 10;  // stays inside the socket buffer
 constexpr size_t kRegionBytes = 4096;    // remote read and write
@@ -46,8 +47,7 @@ constexpr uint64_t kReadOnlyKeySelector = 1;
 
 // Stops the run with a message: the agent did something the model does not allow.
 [[noreturn]] void Fail(const char* what) {
-  std::fprintf(stderr, "tcp_agent: %s\n", what);
-  std::abort();
+  FuzzFailure("tcp_agent", what);
 }
 
 // One frame as the fuzzer sent it (after patching).
@@ -209,30 +209,25 @@ void Predict(const std::vector<Frame>& frames, const std::vector<Target>& target
   }
 }
 
-// Splits the input into frames, patching each header's key and address (see the top).
-std::vector<Frame> ParseFrames(const uint8_t* data, size_t size,
-                               const std::vector<Target>& targets) {
+// Splits the rest of the input into frames, patching each header's key and address (see the
+// top).
+std::vector<Frame> ParseFrames(FuzzInput in, const std::vector<Target>& targets) {
   std::vector<Frame> frames;
-  size_t pos = 0;
-  while (pos < size) {
+  while (!in.empty()) {
     Frame f;
-    if (size - pos < sizeof(TcpFrameHeader)) {
+    if (!in.TakeRaw(&f.header)) {
       f.cut_header = true;
-      f.payload.assign(reinterpret_cast<const char*>(data + pos), size - pos);
+      f.payload.assign(in.rest());
       frames.push_back(f);
       break;
     }
-    std::memcpy(&f.header, data + pos, sizeof(f.header));
-    pos += sizeof(f.header);
     const Target& named = f.header.rkey == kReadOnlyKeySelector ? targets[1] : targets[0];
     f.header.rkey =
         f.header.rkey == kReadOnlyKeySelector ? targets[1].rkey : f.header.rkey ^ targets[0].rkey;
     f.header.remote_addr += named.base;
     if (CarriesPayload(f.header.type)) {
-      const size_t take = size_t(std::min<uint64_t>(f.header.length, size - pos));
-      f.payload.assign(reinterpret_cast<const char*>(data + pos), take);
-      f.whole = take == f.header.length;
-      pos += take;
+      f.payload.assign(in.Bytes(size_t(f.header.length)));
+      f.whole = f.payload.size() == f.header.length;
     }
     frames.push_back(f);
   }
@@ -320,9 +315,10 @@ std::vector<Response> ParseReplies(const std::string& bytes, bool post_read, boo
 // Compares one completion with the model's outcome; `buffer` holds a receive's bytes.
 void CheckOutcome(const Completion& c, const Outcome& want, const char* buffer, const char* what) {
   if (c.status != want.status) {
-    std::fprintf(stderr, "tcp_agent: %s completed with status %d, the model says %d\n", what,
-                 int(c.status), int(want.status));
-    std::abort();
+    const std::string message = std::string(what) + " completed with status " +
+                                std::to_string(int(c.status)) + ", the model says " +
+                                std::to_string(int(want.status));
+    FuzzFailure("tcp_agent", message.c_str());
   }
   if (c.status != WcStatus::kSuccess) return;
   if (c.opcode == Opcode::kRecv &&
@@ -339,9 +335,11 @@ void CheckOutcome(const Completion& c, const Outcome& want, const char* buffer, 
 // Runs one frame stream through a fresh connection's agent and compares it with the model.
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1 || size > kMaxInput) return 0;
-  const bool post_read = (data[0] & 1) != 0;
-  const bool post_write = (data[0] & 2) != 0;
-  const size_t recvs = std::min<size_t>((data[0] >> 2) & 3, kMaxRecvs);
+  FuzzInput in(data, size);
+  const uint8_t config = in.Byte();
+  const bool post_read = (config & 1) != 0;
+  const bool post_write = (config & 2) != 0;
+  const size_t recvs = std::min<size_t>((config >> 2) & 3, kMaxRecvs);
 
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) Fail("socketpair");
@@ -395,7 +393,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!connection->Post(&wr, 1).ok()) Fail("Post WRITE");
   }
 
-  std::vector<Frame> frames = ParseFrames(data + 1, size - 1, targets);
+  std::vector<Frame> frames = ParseFrames(in, targets);
   Prediction want;
   Predict(frames, targets, post_read, post_write, recvs, &want);
   std::vector<Response> got = ParseReplies(Exchange(fds[1], Wire(frames)), post_read, post_write);

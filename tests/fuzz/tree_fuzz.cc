@@ -8,27 +8,25 @@
 // Input: a LevelDesc as stored in the manifest, then the image of index segment 1 (owned by
 // tree kTreeId) and bloom segment 2, each kSegmentSize bytes, zero-padded. Segment 3 holds a
 // copy of segment 1 owned by another tree, segment 4 is a large-log segment.
-#include <fcntl.h>
-#include <stdlib.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "btree.h"
 #include "coding.h"
-#include "device.h"
+#include "engine_fixture.h"
+#include "fuzz_input.h"
 #include "shared_state.h"
 
 namespace {
 
 using namespace slipstream::engine;
+using slipstream::fuzz::DeviceFile;
+using slipstream::fuzz::FuzzFailure;
+using slipstream::fuzz::FuzzInput;
 
 constexpr uint32_t kNodeSize = 512;
 constexpr uint32_t kSegmentSize = 8192;
@@ -48,8 +46,7 @@ constexpr size_t kMaxTargets = 24;
 
 // Stops the run with a message naming the broken property.
 [[noreturn]] void Fail(const char* what, const Status& s = Status::OK()) {
-  std::fprintf(stderr, "tree: %s %s\n", what, s.ToString().c_str());
-  std::abort();
+  FuzzFailure("tree", what, s);
 }
 
 // Fails unless `s` is OK or Corruption.
@@ -57,21 +54,12 @@ void ExpectOkOrCorruption(const Status& s, const char* who) {
   if (!s.ok() && !s.IsCorruption()) Fail(who, s);
 }
 
-// A device file in a private directory with the segments above, and their table; made once per
-// process, its two fuzzed segments rewritten for every input.
+// A device file in a private directory (engine_fixture.h) with the segments above, and their
+// table; made once per process, its two fuzzed segments rewritten for every input.
 class Store {
  public:
   // Makes the device file and the segment table.
-  Store() {
-    std::string tmpl = std::filesystem::temp_directory_path() / "tree-fuzz-XXXXXX";
-    if (mkdtemp(tmpl.data()) == nullptr) Fail("cannot make a directory");
-    dir_ = tmpl;
-    Status s =
-        device_.Open(dir_ + "/segments", kSegmentSize, uint64_t(kDeviceSegments) * kSegmentSize);
-    if (s.ok()) s = device_.Grow(kDeviceSegments);
-    if (!s.ok()) Fail("cannot open the device", s);
-    fd_ = open((dir_ + "/segments").c_str(), O_RDWR | O_CLOEXEC);
-    if (fd_ < 0) Fail("cannot open the device file for writing");
+  Store() : file_("tree", "tree-fuzz", kSegmentSize, kDeviceSegments) {
     table_.assign(kDeviceSegments, SegmentInfo{});
     table_[0].kind = uint8_t(SegmentKind::kReserved);
     table_[kIndexSegment] = SegmentInfo{uint8_t(SegmentKind::kIndex), 1, 0, kTreeId, 0, 0, 0};
@@ -80,41 +68,25 @@ class Store {
     table_[kLargeSegment].kind = uint8_t(SegmentKind::kLargeLog);
     image_.assign(2 * kSegmentSize, '\0');
   }
-  // Removes the device file and its directory.
-  ~Store() {
-    close(fd_);
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-
   // Writes the index and bloom segments (and the foreign copy of the index segment).
   void Place(std::string_view image) {
     size_t n = std::min<size_t>(image.size(), image_.size());
     size_t span = std::max(n, dirty_);
     std::memcpy(image_.data(), image.data(), n);
     std::memset(image_.data() + n, 0, span - n);
-    Write(kIndexSegment, image_.data(), span);
-    Write(kForeignSegment, image_.data(), std::min<size_t>(span, kSegmentSize));
+    file_.Write(kIndexSegment, image_.data(), span);
+    file_.Write(kForeignSegment, image_.data(), std::min<size_t>(span, kSegmentSize));
     dirty_ = n;
   }
 
   // A reader's context over the device, verifying node checksums or not.
   TreeContext Context(bool verify_crc) const {
-    return TreeContext{&device_,     table_.data(), kDeviceSegments, kNodeSize,
-                       kSegmentSize, verify_crc,    nullptr};
+    return TreeContext{file_.device(), table_.data(), kDeviceSegments, kNodeSize,
+                       kSegmentSize,   verify_crc,    nullptr};
   }
 
  private:
-  // Writes `n` bytes from `data` at the start of `segment` (spilling into the next one).
-  void Write(uint32_t segment, const char* data, size_t n) {
-    if (pwrite(fd_, data, n, off_t(uint64_t(segment) * kSegmentSize)) != ssize_t(n)) {
-      Fail("cannot write the device file");
-    }
-  }
-
-  std::string dir_;
-  Device device_;
-  int fd_ = -1;
+  DeviceFile file_;
   std::vector<SegmentInfo> table_;
   std::string image_;
   size_t dirty_ = 0;
@@ -234,11 +206,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Destroyed at exit, which removes its directory.
   static Store instance;
   Store* store = &instance;
-  if (size < sizeof(LevelDesc)) return 0;
+  FuzzInput in(data, size);
   LevelDesc desc;
-  std::memcpy(&desc, data, sizeof(desc));
-  store->Place(
-      std::string_view(reinterpret_cast<const char*>(data) + sizeof(desc), size - sizeof(desc)));
+  if (!in.TakeRaw(&desc)) return 0;
+  store->Place(in.rest());
   CheckTree(store->Context(true), desc);
   CheckTree(store->Context(false), desc);
   return 0;
