@@ -75,9 +75,9 @@ test-sanitize: sanitize-build
 
 # pg_regress and isolation suites on a private cluster run by the postgres OS user, the
 # contention and crash tests, the replication kill tests (a primary and a backup, tcp and shm,
-# 20 rounds; a backup killed under load; a seeded streaming standby; takeovers after SIGKILL
+# 16 rounds; a backup killed under load; a seeded streaming standby; takeovers after SIGKILL
 # of the primary with two backups, 22 rounds over tcp, shm (by scripts/failover.sh), remote_flush and deferred replay,
-# and 32 with Send-Index backups over tcp and shm, compacting all along, remote_flush too; a
+# and 28 with Send-Index backups over tcp and shm, compacting all along, remote_flush too; a
 # Send-Index backup through DDL, refused reads and a promotion compared table by table;
 # Patroni's failover after a SIGKILL of the leader, 3 rounds with streaming replicas and 3 with
 # Tailwind backups), logical decoding (test_decoding against heap's output, a pgoutput
@@ -92,8 +92,8 @@ test-pg: install
 	tests/pg_contention_test.sh
 	tests/pg_crash_test.sh
 	tests/pg_pinned_stall_test.sh
-	tests/pg_replication_test.sh /tmp/slipstream-replication-tcp 55620 10 tcp
-	tests/pg_replication_test.sh /tmp/slipstream-replication-shm 55630 10 shm
+	tests/pg_replication_test.sh /tmp/slipstream-replication-tcp 55620 8 tcp
+	tests/pg_replication_test.sh /tmp/slipstream-replication-shm 55630 8 shm
 	tests/pg_replication_backup_test.sh /tmp/slipstream-replication-backup 55650 tcp
 	tests/pg_standby_test.sh /tmp/slipstream-standby 55660
 	tests/pg_logical_test.sh /tmp/slipstream-logical 55680
@@ -104,8 +104,8 @@ test-pg: install
 	tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3
 	tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3 tailwind
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-flush 55740 4 tcp remote_flush
-	tests/pg_takeover_test.sh /tmp/slipstream-send-index-tcp 55780 14 tcp remote_memory continuous send_index
-	tests/pg_takeover_test.sh /tmp/slipstream-send-index-shm 55800 14 shm remote_memory continuous send_index
+	tests/pg_takeover_test.sh /tmp/slipstream-send-index-tcp 55780 12 tcp remote_memory continuous send_index
+	tests/pg_takeover_test.sh /tmp/slipstream-send-index-shm 55800 12 shm remote_memory continuous send_index
 	tests/pg_takeover_test.sh /tmp/slipstream-send-index-flush 55840 4 tcp remote_flush continuous send_index
 	tests/pg_send_index_test.sh /tmp/slipstream-send-index 55820 tcp
 	tests/pg_shuffle_test.sh /tmp/slipstream-shuffle 55860
