@@ -287,6 +287,8 @@ class ShmConnection : public Connection, public FaultInjectable {
   // The backend's name.
   std::string backend() const override { return "shm"; }
   uint32_t max_sge() const override { return kSoftwareMaxSge; }
+  // CopyAscending stores upwards, 16 bytes at a time.
+  bool places_in_address_order() const override { return true; }
 
  private:
   // A region of this side. slot < 0: local-only (a private mapping, not in the heap).

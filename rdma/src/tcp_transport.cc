@@ -3,8 +3,10 @@
 // Threads per connection:
 //  * the agent receives frames with plain blocking recv(). Payloads go straight into their
 //    destination (a registered region, a posted receive buffer, or a READ's scatter list), so
-//    bytes land in order and nothing is bounced. Plain recv is enough here: the agent handles
-//    one frame at a time, and a blocking read into the final buffer is already copy-free.
+//    nothing is bounced. Plain recv is enough here: the agent handles one frame at a time, and
+//    a blocking read into the final buffer is already copy-free. The last 16 bytes of a WRITE
+//    are received apart and stored after a fence, so that they are never visible before the
+//    rest (the kernel's copy may store one recv's bytes in any order).
 //  * the sender sends frames with io_uring (IORING_OP_SENDMSG with the header and the work
 //    request's gather list as one iovec array: the payload is never copied into a staging
 //    buffer). The sender is a thread of its own so that the agent never blocks on a send: if
@@ -28,6 +30,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -59,6 +62,8 @@ constexpr size_t kDiscardChunk = 64u << 10;
 // no hand-off to the sender thread (commit latency). Larger ones stay on the sender thread,
 // which keeps the posting thread from blocking while a big payload drains.
 constexpr uint64_t kInlineSendBytes = 64u << 10;
+// The end of an incoming WRITE received and stored apart, after the rest (HandleWrite).
+constexpr size_t kOrderedTailBytes = 16;
 
 // An anonymous mapping; unmapped when the last holder lets go.
 struct Mapping {
@@ -116,6 +121,21 @@ bool RecvAll(int fd, char* out, size_t length) {
   return true;
 }
 
+// Receives up to `length` bytes into `out`, stopping early only at EOF or an error; returns
+// how many arrived.
+size_t RecvUpTo(int fd, char* out, size_t length) {
+  size_t got = 0;
+  while (got < length) {
+    ssize_t n = ::recv(fd, out + got, length - got, MSG_WAITALL);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  return got;
+}
+
 // Reads and drops `length` bytes; false on EOF or error.
 bool DiscardBytes(int fd, uint64_t length) {
   std::vector<char> scratch(std::min<uint64_t>(length, kDiscardChunk));
@@ -167,6 +187,8 @@ class TcpConnection : public Connection, public FaultInjectable {
 
   std::string backend() const override { return "tcp"; }
   uint32_t max_sge() const override { return kSoftwareMaxSge; }
+  // The agent receives a WRITE's payload into the region in order, then acknowledges.
+  bool places_in_address_order() const override { return true; }
 
  private:
   struct LocalEntry {
@@ -840,7 +862,20 @@ bool TcpConnection::HandleWrite(const TcpFrameHeader& header) {
     Refuse(header.sequence, "the peer wrote outside its rights");
     return false;
   }
-  if (!RecvAll(fd_, target, header.length)) {
+  // One recv may store its bytes in any order (the kernel copies with fast string moves), yet a
+  // WRITE's bytes must become visible in address order (places_in_address_order: a checksum
+  // at its end is never seen before the records it covers). So the last kOrderedTailBytes are
+  // received apart and stored after a fence; a WRITE cut short still leaves a prefix.
+  const uint64_t bulk = header.length > kOrderedTailBytes ? header.length - kOrderedTailBytes : 0;
+  char tail[kOrderedTailBytes];
+  size_t tail_length = static_cast<size_t>(header.length - bulk);
+  bool whole = RecvAll(fd_, target, bulk);
+  size_t tail_got = whole ? RecvUpTo(fd_, tail, tail_length) : 0;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (size_t i = 0; i < tail_got; i++) {
+    reinterpret_cast<volatile char*>(target + bulk)[i] = tail[i];
+  }
+  if (!whole || tail_got != tail_length) {
     Fail(Status::Disconnected("the peer closed the connection during a WRITE"));
     return false;
   }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -559,6 +560,42 @@ TEST_P(ConformanceTest, TornWritePlacesExactlyThePrefix) {
   EXPECT_TRUE(AllZero(target.addr + 100, 4096 - 100));
   EXPECT_TRUE(HasPattern(target.addr + 4096, kTorn, 31));
   EXPECT_TRUE(AllZero(target.addr + 4096 + kTorn, kLength - 4096 - kTorn));
+}
+
+// Backends that claim address-ordered placement (a checksum at a WRITE's end needs no WRITE
+// of its own: replication's appends rely on it) never show a WRITE's last byte before the rest:
+// a thread of the target watches blocks written once each into zeroed memory while they land.
+TEST_P(ConformanceTest, AnOrderedWriteNeverShowsItsEndFirst) {
+  ASSERT_TRUE(client_->places_in_address_order());
+  constexpr size_t kBlocks = 400;
+  constexpr size_t kBlock = (32 << 10) + 8;  // long enough to be watched while it lands
+  LocalRegion target = Allocate(server_, kBlocks * kBlock, kRemoteWrite);
+  LocalRegion source = Allocate(client_, kBlock, kLocalOnly);
+  std::memset(source.addr, 0x5a, kBlock);
+  RemoteRegion remote = server_->Describe(target);
+  std::atomic<bool> torn{false};
+  std::atomic<bool> stop{false};
+  std::thread watcher([&] {
+    const volatile char* bytes = target.addr;
+    for (size_t b = 0; b < kBlocks && !stop;) {
+      const volatile char* block = bytes + b * kBlock;
+      if (block[kBlock - 1] == 0) continue;
+      // The first byte at once (a copy that ran downwards stores it last), then the rest.
+      if (block[0] != 0x5a) torn = true;
+      for (size_t i = 1; i < kBlock - 1; i++) {
+        if (block[i] != 0x5a) torn = true;
+      }
+      b++;
+    }
+  });
+  std::vector<Sge> sges = {{source.addr, uint32_t(kBlock), source.lkey}};
+  for (size_t b = 0; b < kBlocks; b++) {
+    WorkRequest wr = OneSided(Opcode::kWrite, b, sges, remote, b * kBlock);
+    if (PostAndWait(client_, wr) != WcStatus::kSuccess) break;
+  }
+  stop = true;
+  watcher.join();
+  EXPECT_FALSE(torn.load()) << "a block's last byte was visible before its other bytes";
 }
 
 TEST_P(ConformanceTest, DroppedWritePlacesNothing) {

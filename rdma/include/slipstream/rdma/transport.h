@@ -132,6 +132,11 @@ class Connection {
   virtual std::string backend() const = 0;
   // The most gather entries one work request may carry here.
   virtual uint32_t max_sge() const = 0;
+  // Whether the bytes of one WRITE become visible at the target in increasing address order,
+  // and a WRITE cut short by a failure leaves exactly a prefix placed. Then a checksum at the
+  // end of a WRITE is never seen before what it covers, and needs no fenced WRITE of its own
+  // (shm copies upwards, tcp receives into the region in order; verbs promises neither).
+  virtual bool places_in_address_order() const { return false; }
 };
 
 class Listener {

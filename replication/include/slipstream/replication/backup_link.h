@@ -1,7 +1,8 @@
 // BackupLink: the primary's connection to one backup. It says hello, opens buffers by RPC,
 // appends to them with one-sided WRITEs only (the records, then their checksum as its own
-// fenced WRITE, so that on every backend the checksum is placed after what it covers), and
-// closes or flushes them by RPC. It learns placement from the checksum WRITEs' completions.
+// fenced WRITE, so that on every backend the checksum is placed after what it covers; one
+// WRITE for both where the transport places a WRITE's bytes in address order), and closes or
+// flushes them by RPC. It learns placement from the checksum WRITEs' completions.
 //
 // Not thread-safe: one thread (the shipper) drives a link.
 #pragma once
