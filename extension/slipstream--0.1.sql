@@ -88,7 +88,8 @@ RETURNS TABLE(name text, address text, transport text, state text, sent_lsn pg_l
               placed_lsn pg_lsn, durable_lsn pg_lsn, placed_lag bigint,
               last_ok timestamptz, error text, shipping text, lz4 boolean,
               index_sent bigint, index_lag bigint, index_frames bigint, index_bytes bigint,
-              index_raw_bytes bigint, index_installs bigint, index_seeds bigint)
+              index_raw_bytes bigint, index_installs bigint, index_seeds bigint,
+              backend_placements bigint)
 AS 'MODULE_PATHNAME', 'slipstream_replication_status' LANGUAGE C VOLATILE;
 
 CREATE FUNCTION backup_buffer_status()

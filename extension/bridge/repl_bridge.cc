@@ -8,10 +8,12 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "bridge_internal.h"
 #include "slipstream/replication/backup_link.h"
 #include "slipstream/replication/backup_server.h"
+#include "slipstream/replication/direct_append.h"
 #include "slipstream/replication/index_stream.h"
 #include "slipstream/replication/stream_shipper.h"
 #include "slipstream/replication/wal_directory_store.h"
@@ -320,6 +322,81 @@ bool ss_backup_start(SsBackupConn* conn, uint64_t start_lsn, char* error) {
         std::make_unique<repl::StreamShipper>(uint32_t(repl::StreamId::kWal), start_lsn, start_lsn,
                                               std::vector<repl::BackupLink*>{conn->link.get()});
     return repl::Status::OK();
+  });
+}
+
+static_assert(sizeof(repl::SharedCursor) <= sizeof(SsDirectCursor::storage));
+static_assert(std::is_trivially_copyable_v<repl::SharedCursor>);
+
+struct SsDirectWriter {
+  std::unique_ptr<slipstream::rdma::ShmPeerWriter> writer;
+};
+
+namespace {
+
+// The cursor kept in a caller's opaque storage.
+repl::SharedCursor LoadCursor(const SsDirectCursor* cursor) {
+  repl::SharedCursor c;
+  std::memcpy(&c, cursor->storage, sizeof(c));
+  return c;
+}
+
+void StoreCursor(const repl::SharedCursor& c, SsDirectCursor* cursor) {
+  std::memset(cursor->storage, 0, sizeof(cursor->storage));
+  std::memcpy(cursor->storage, &c, sizeof(c));
+}
+
+}  // namespace
+
+void ss_backup_export_cursor(SsBackupConn* conn, SsDirectCursor* cursor) {
+  repl::SharedCursor c;
+  try {
+    if (conn->shipper) conn->shipper->ExportCursor(&c);
+  } catch (...) {
+    c = repl::SharedCursor{};
+  }
+  StoreCursor(c, cursor);
+}
+
+void ss_backup_adopt_cursor(SsBackupConn* conn, const SsDirectCursor* cursor) {
+  try {
+    if (conn->shipper) conn->shipper->AdoptCursor(LoadCursor(cursor));
+  } catch (...) {
+    // Nothing to adopt can throw but an allocation; the next round adopts it.
+  }
+}
+
+void ss_direct_cursor_clear(SsDirectCursor* cursor) {
+  StoreCursor(repl::SharedCursor{}, cursor);
+}
+
+bool ss_direct_cursor_valid(const SsDirectCursor* cursor) {
+  return LoadCursor(cursor).valid != 0;
+}
+
+uint64_t ss_direct_cursor_end(const SsDirectCursor* cursor) {
+  return LoadCursor(cursor).end;
+}
+
+bool ss_direct_append(SsDirectCursor* cursor, SsDirectWriter** writer, uint64_t lsn,
+                      const char* data, size_t len, size_t* appended, char* error) {
+  *appended = 0;
+  return Guard(error, [&] {
+    repl::SharedCursor c = LoadCursor(cursor);
+    if (*writer == nullptr) *writer = new SsDirectWriter();
+    if (!(*writer)->writer || !(*writer)->writer->Maps(c.peer)) {
+      (*writer)->writer.reset();
+      repl::Status s = slipstream::rdma::ShmPeerWriter::Open(c.peer, &(*writer)->writer);
+      if (!s.ok()) {
+        c.valid = 0;  // the shipper describes it again after its next round
+        StoreCursor(c, cursor);
+        return s;
+      }
+    }
+    repl::Status s =
+        repl::AppendDirect(&c, (*writer)->writer.get(), lsn, std::string_view(data, len), appended);
+    StoreCursor(c, cursor);
+    return s;
   });
 }
 

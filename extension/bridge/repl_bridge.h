@@ -142,6 +142,37 @@ extern uint64_t ss_backup_index_placed(SsBackupConn *conn);
 
 /* The position after the last shipped byte (0 before ss_backup_start). */
 extern uint64_t ss_backup_sent(SsBackupConn *conn);
+
+/*
+ * Placement by the committing backend (docs/replication.md): the open WAL buffer of a backup
+ * reached over shm, described in memory shared between processes (replication::SharedCursor,
+ * kept opaque here), to which any process of the primary appends while it holds the lock that
+ * guards the cursor.
+ */
+typedef struct SsDirectCursor
+{
+	uint64_t	storage[16];
+} SsDirectCursor;
+/* A process's mapping of a backup for direct appends (opened and replaced as needed). */
+typedef struct SsDirectWriter SsDirectWriter;
+
+/* Describes conn's open WAL buffer (invalid unless the link runs on shm and a buffer is open). */
+extern void ss_backup_export_cursor(SsBackupConn *conn, SsDirectCursor *cursor);
+/* Takes over what was appended through the cursor since it was exported. */
+extern void ss_backup_adopt_cursor(SsBackupConn *conn, const SsDirectCursor *cursor);
+/* Marks a cursor unusable (its link failed or is gone). */
+extern void ss_direct_cursor_clear(SsDirectCursor *cursor);
+extern bool ss_direct_cursor_valid(const SsDirectCursor *cursor);
+/* The WAL position after the last byte appended through the cursor. */
+extern uint64_t ss_direct_cursor_end(const SsDirectCursor *cursor);
+/*
+ * Appends WAL [lsn, lsn + len) (lsn must be the cursor's end) through *writer, opened or
+ * reopened for the cursor's backup as needed; *appended gets how many bytes went, fewer when
+ * the buffer is full. False when the backup refused (it fenced this primary or ended the
+ * session: the cursor is left invalid) or could not be mapped.
+ */
+extern bool ss_direct_append(SsDirectCursor *cursor, SsDirectWriter **writer, uint64_t lsn,
+							 const char *data, size_t len, size_t *appended, char *error);
 extern void ss_backup_disconnect(SsBackupConn *conn);
 
 /* Whether `name` may name a primary or a backup (1..63 of [A-Za-z0-9_.-]). */

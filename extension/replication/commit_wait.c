@@ -10,10 +10,132 @@
 
 #include "access/xlog.h"
 #include "miscadmin.h"
+#include "storage/lwlock.h"
 #include "tcop/tcopprot.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/wait_event.h"
+
+#define SS_DIRECT_CHUNK (256 * 1024)	/* WAL read per append by a backend */
+#define SS_DIRECT_PASSES 8			/* placement passes of one leader at most */
+
+/* This backend's reader of pg_wal and its mappings of the backups (made on first use). */
+static SsWalReader direct_reader;
+static bool direct_reader_ready = false;
+static SsDirectWriter *direct_writers[SS_MAX_BACKUPS];
+
+/*
+ * One pass of placement, under place_lock: appends the WAL flushed now to every streaming
+ * backup whose open buffer backends may append to (shm), as the shipper would. *complete is
+ * cleared when a streaming backup could not be served this way (tcp, no open buffer, a full
+ * buffer, a refusal, WAL that cannot be read); returns the flush position it placed up to.
+ */
+static XLogRecPtr
+place_pass(bool *complete, bool *placed_any)
+{
+	TimeLineID	tli;
+	XLogRecPtr	flush = GetFlushRecPtr(&tli);
+	char		error[SS_REPL_ERROR_SIZE];
+
+	for (int i = 0; i < SS_MAX_BACKUPS; i++)
+	{
+		SsBackupSlot *slot = &ss_repl->backups[i];
+		SsDirectCursor *direct = &slot->direct;
+		XLogRecPtr	end;
+
+		/* The shipper keeps the state current; an old value only sends the commit its way. */
+		if (!slot->in_use || slot->state != SS_BACKUP_STREAMING)
+			continue;
+		if (!ss_direct_cursor_valid(direct))
+		{
+			*complete = false;
+			continue;
+		}
+		end = ss_direct_cursor_end(direct);
+		while (end < flush)
+		{
+			Size		len = ss_wal_read_size(&direct_reader, end, flush);
+			size_t		appended = 0;
+
+			if (!ss_wal_read(&direct_reader, end, len, tli, error) ||
+				!ss_direct_append(direct, &direct_writers[i], end, direct_reader.buffer, len,
+								  &appended, error))
+			{
+				ereport(DEBUG1,
+						(errmsg("slipstream: backend placement on backup \"%s\" gave way to the shipper: %s",
+								slot->name, error)));
+				break;
+			}
+			end += appended;
+			if (appended < len)
+				break;			/* the buffer is full: the shipper opens the next */
+		}
+		if (end < flush)
+			*complete = false;
+		if (end > slot->placed_lsn)
+		{
+			LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
+			if (end > slot->placed_lsn)
+				slot->placed_lsn = end;
+			if (end > slot->sent_lsn)
+				slot->sent_lsn = end;
+			slot->direct_rounds++;
+			LWLockRelease(ss_repl->lock);
+			*placed_any = true;
+		}
+	}
+	return flush;
+}
+
+/*
+ * Places this backend's commit itself, when no other process is appending to the backups:
+ * the commit then needs neither a wake-up of the shipper nor one of its own, which on a
+ * machine whose cores are all busy is what a commit waits for. As the leader of a group
+ * commit, it goes on while more WAL was flushed meanwhile (the commits of backends that found
+ * the lock taken and wait to be woken by its publish), a few passes at most. Backups it cannot
+ * serve are left to the shipper, which it wakes. Returns whether the commit is placed on
+ * enough backups. Never raises an ERROR.
+ */
+static bool
+place_own_commit(XLogRecPtr target)
+{
+	bool		complete = true;
+	bool		wake_shipper = false;
+
+	if (!direct_reader_ready)
+		direct_reader_ready = ss_wal_reader_init(&direct_reader, SS_DIRECT_CHUNK);
+	if (!direct_reader_ready)
+		return false;
+	for (int pass = 0; pass < SS_DIRECT_PASSES; pass++)
+	{
+		bool		placed_any = false;
+		XLogRecPtr	placed_to;
+
+		if (!LWLockConditionalAcquire(ss_repl->place_lock, LW_EXCLUSIVE))
+		{
+			/* Another process took over; the first time, the caller waits as before. */
+			wake_shipper = pass > 0;
+			break;
+		}
+		ss_repl->placing_pgprocno = MyProc->pgprocno;
+		placed_to = place_pass(&complete, &placed_any);
+		ss_repl->placing_pgprocno = -1;
+		LWLockRelease(ss_repl->place_lock);
+		if (placed_any)
+			ss_repl_publish();
+		if (!complete)
+		{
+			wake_shipper = true;	/* for the backups this could not serve */
+			break;
+		}
+		if (GetFlushRecPtr(NULL) <= placed_to)
+			break;
+		wake_shipper = pass == SS_DIRECT_PASSES - 1;	/* WAL is left for it */
+	}
+	if (wake_shipper)
+		ss_repl_wake(ss_repl->shipper_pgprocno);
+	return pg_atomic_read_u64(&ss_repl->placed_lsn) >= target;
+}
 
 /* Waits for this backend's last commit (XactLastCommitEnd) per slipstream.commit_mode. */
 void
@@ -37,8 +159,17 @@ ss_repl_commit_wait(void)
 			   !pg_atomic_compare_exchange_u64(&ss_repl->flush_wanted, &wanted, target))
 			;
 	}
+	if (!flush && ss_backend_placement && place_own_commit(target))
+		return;
 	pg_atomic_write_u64(&ss_repl->waiting[MyProc->pgprocno], target);
-	ss_repl_wake(ss_repl->shipper_pgprocno);
+	/*
+	 * Whoever publishes next (the shipper, or a backend placing now) reads the waits after it
+	 * raised the positions: with this barrier, either it sees ours or we see its position.
+	 */
+	pg_memory_barrier();
+	/* A backend placing now goes on while WAL was flushed meanwhile, ours included. */
+	if (ss_repl->placing_pgprocno < 0)
+		ss_repl_wake(ss_repl->shipper_pgprocno);
 	for (;;)
 	{
 		if (pg_atomic_read_u64(progress) >= target)

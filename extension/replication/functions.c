@@ -372,8 +372,8 @@ slipstream_replication_status(PG_FUNCTION_ARGS)
 	LWLockRelease(ss_repl->lock);
 	for (int i = 0; i < SS_MAX_BACKUPS; i++)
 	{
-		Datum		values[19];
-		bool		nulls[19] = {0};
+		Datum		values[20];
+		bool		nulls[20] = {0};
 		SsBackupSlot *b = &copy[i];
 
 		if (!b->in_use)
@@ -407,6 +407,7 @@ slipstream_replication_status(PG_FUNCTION_ARGS)
 		values[16] = Int64GetDatum((int64) b->index_raw_bytes);
 		values[17] = Int64GetDatum((int64) b->index_installs);
 		values[18] = Int64GetDatum((int64) b->index_seeds);
+		values[19] = Int64GetDatum((int64) b->direct_rounds);
 		if (!b->send_index)
 			for (int c = 12; c <= 18; c++)
 				nulls[c] = true;

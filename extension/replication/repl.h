@@ -62,6 +62,13 @@ typedef struct SsBackupSlot
 	uint64		index_raw_bytes;	/* their bytes before LZ4 */
 	uint64		index_installs;	/* compaction ends shipped */
 	uint64		index_seeds;	/* seeds it was sent */
+	/*
+	 * Its open WAL buffer, when backends may append to it (shm): exported by the shipper after
+	 * its appends, extended by committing backends, adopted by the shipper before it ships
+	 * again; all under place_lock.
+	 */
+	SsDirectCursor direct;
+	uint64		direct_rounds;	/* placements made by committing backends */
 } SsBackupSlot;
 
 /* The backup role of this node. */
@@ -85,9 +92,11 @@ typedef struct SsServeConfig
 typedef struct SsReplShared
 {
 	LWLock	   *lock;			/* backups, serve */
+	LWLock	   *place_lock;		/* appends to the backups' open WAL buffers (direct cursors) */
 	SsBackupSlot backups[SS_MAX_BACKUPS];
 	SsServeConfig serve;
 	int			shipper_pgprocno;	/* -1 while no shipper runs */
+	int			placing_pgprocno;	/* a backend placing WAL under place_lock (-1: none) */
 	int			backup_worker_pgprocno;
 	pg_atomic_uint64 placed_lsn;	/* placed on min_sync_backups backups */
 	pg_atomic_uint64 durable_lsn;	/* durable on min_sync_backups backups */
@@ -150,8 +159,26 @@ extern void ss_repl_shmem_request(void);
 extern void ss_repl_shmem_startup(void);
 extern void ss_repl_save_config(void);
 extern void ss_repl_wake(int pgprocno);
+extern void ss_repl_publish(void);
+extern bool ss_repl_someone_waits(void);
 extern int	ss_repl_configured_backups(void);
 extern const char *ss_backup_state_name(SsBackupState state);
+
+/* wal_reader.c: flushed WAL read from pg_wal, by the shipper and by committing backends */
+typedef struct SsWalReader
+{
+	int			fd;				/* the segment file read last (-1: none) */
+	XLogSegNo	segno;
+	TimeLineID	tli;
+	XLogRecPtr	from;			/* the range in the buffer (Invalid: none) */
+	Size		len;
+	Size		capacity;
+	char	   *buffer;
+} SsWalReader;
+extern bool ss_wal_reader_init(SsWalReader *reader, Size capacity);
+extern bool ss_wal_read(SsWalReader *reader, XLogRecPtr from, Size len, TimeLineID tli,
+						char *error);
+extern Size ss_wal_read_size(const SsWalReader *reader, XLogRecPtr from, XLogRecPtr upto);
 
 /* shipper.c, backup_worker.c */
 extern void ss_register_repl_workers(void);

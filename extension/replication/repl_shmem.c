@@ -76,7 +76,7 @@ void
 ss_repl_shmem_request(void)
 {
 	RequestAddinShmemSpace(repl_shared_size());
-	RequestNamedLWLockTranche("slipstream replication", 1);
+	RequestNamedLWLockTranche("slipstream replication", 2);
 	ss_index_shmem_request();
 }
 
@@ -218,8 +218,10 @@ ss_repl_shmem_startup(void)
 	if (!found)
 	{
 		memset(ss_repl, 0, repl_shared_size());
-		ss_repl->lock = &(GetNamedLWLockTranche("slipstream replication"))->lock;
+		ss_repl->lock = &(GetNamedLWLockTranche("slipstream replication"))[0].lock;
+		ss_repl->place_lock = &(GetNamedLWLockTranche("slipstream replication"))[1].lock;
 		ss_repl->shipper_pgprocno = -1;
+		ss_repl->placing_pgprocno = -1;
 		ss_repl->backup_worker_pgprocno = -1;
 		pg_atomic_init_u64(&ss_repl->placed_lsn, 0);
 		pg_atomic_init_u64(&ss_repl->durable_lsn, 0);
@@ -247,7 +249,83 @@ ss_repl_wake(int pgprocno)
 		SetLatch(&ProcGlobal->allProcs[pgprocno].procLatch);
 }
 
-/* Backups configured now. */
+/* The k-th highest value (k = min_sync_backups) among streaming backups; 0 if fewer. */
+static XLogRecPtr
+kth_highest(bool durable)
+{
+	XLogRecPtr	values[SS_MAX_BACKUPS];
+	int			n = 0;
+	int			k = ss_min_sync_backups;
+
+	for (int i = 0; i < SS_MAX_BACKUPS; i++)
+	{
+		SsBackupSlot *slot = &ss_repl->backups[i];
+
+		if (slot->in_use && slot->state == SS_BACKUP_STREAMING)
+			values[n++] = durable ? slot->durable_lsn : slot->placed_lsn;
+	}
+	if (k <= 0 || n < k)
+		return InvalidXLogRecPtr;
+	/* A small insertion sort, highest first. */
+	for (int a = 1; a < n; a++)
+		for (int b = a; b > 0 && values[b] > values[b - 1]; b--)
+		{
+			XLogRecPtr	t = values[b];
+
+			values[b] = values[b - 1];
+			values[b - 1] = t;
+		}
+	return values[k - 1];
+}
+
+/* Raises *position to `value` unless it is there already (the shipper and backends publish). */
+static void
+advance_to(pg_atomic_uint64 *position, uint64 value)
+{
+	uint64		seen = pg_atomic_read_u64(position);
+
+	while (seen < value && !pg_atomic_compare_exchange_u64(position, &seen, value))
+		;
+}
+
+/*
+ * Publishes the positions reached on slipstream.min_sync_backups backups and wakes every
+ * backend whose wait is over (called by the shipper after a round and by a backend that placed
+ * its own commit).
+ */
+void
+ss_repl_publish(void)
+{
+	XLogRecPtr	placed, durable;
+	int			procs = MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
+
+	LWLockAcquire(ss_repl->lock, LW_SHARED);
+	placed = kth_highest(false);
+	durable = kth_highest(true);
+	LWLockRelease(ss_repl->lock);
+	advance_to(&ss_repl->placed_lsn, placed);
+	advance_to(&ss_repl->durable_lsn, durable);
+	for (int p = 0; p < procs; p++)
+	{
+		uint64		wait = pg_atomic_read_u64(&ss_repl->waiting[p]);
+
+		if (wait != 0 && (wait <= placed || wait <= durable) && p != MyProc->pgprocno)
+			ss_repl_wake(p);
+	}
+}
+
+/* Whether some backend waits for its commit's placement or durability. */
+bool
+ss_repl_someone_waits(void)
+{
+	int			procs = MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
+
+	for (int p = 0; p < procs; p++)
+		if (pg_atomic_read_u64(&ss_repl->waiting[p]) != 0)
+			return true;
+	return false;
+}
+
 /* Publishes how many configured backups take the index stream (the observers look at it). */
 void
 ss_repl_count_index_backups(void)
@@ -259,6 +337,7 @@ ss_repl_count_index_backups(void)
 	pg_atomic_write_u32(&ss_repl->index_backups, n);
 }
 
+/* Backups configured now. */
 int
 ss_repl_configured_backups(void)
 {

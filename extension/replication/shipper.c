@@ -65,7 +65,6 @@ typedef struct ShipLink
 } ShipLink;
 
 static ShipLink links[SS_MAX_BACKUPS];
-static char wal_buffer[SS_SHIP_CHUNK];
 
 /*
  * Registers the shipper and the backup worker (from _PG_init). The backup worker starts once a
@@ -88,60 +87,8 @@ primary_name(void)
 		cluster_name : "primary";
 }
 
-/* The WAL segment file read last, kept open between rounds (-1: none). */
-static int	wal_fd = -1;
-static XLogSegNo wal_fd_segno = 0;
-static TimeLineID wal_fd_tli = 0;
-
-/* The last range read_wal read into the WAL buffer, reused when every backup asks for it. */
-static XLogRecPtr wal_buffer_from = InvalidXLogRecPtr;
-static Size wal_buffer_len = 0;
-
-/*
- * Reads WAL [from, from + len) of timeline `tli` from pg_wal (len stays inside one segment)
- * into the WAL buffer. Backups that are level ask for the same range in a round: it is read
- * once, and the segment file stays open from round to round (the slot keeps it from being
- * recycled while a backup may still need it).
- */
-static bool
-read_wal(XLogRecPtr from, Size len, TimeLineID tli, char *error)
-{
-	XLogSegNo	segno;
-	char		name[MAXFNAMELEN];
-	ssize_t		n;
-
-	if (from == wal_buffer_from && len <= wal_buffer_len && tli == wal_fd_tli)
-		return true;
-	XLByteToSeg(from, segno, wal_segment_size);
-	XLogFileName(name, tli, segno, wal_segment_size);
-	if (wal_fd < 0 || segno != wal_fd_segno || tli != wal_fd_tli)
-	{
-		char		path[MAXPGPATH];
-
-		if (wal_fd >= 0)
-			CloseTransientFile(wal_fd);
-		wal_buffer_from = InvalidXLogRecPtr;
-		snprintf(path, sizeof(path), XLOGDIR "/%s", name);
-		wal_fd = OpenTransientFile(path, O_RDONLY | PG_BINARY);
-		if (wal_fd < 0)
-		{
-			snprintf(error, SS_REPL_ERROR_SIZE, "cannot open WAL file %s: %m (the backup fell too far behind: reseed it)", name);
-			return false;
-		}
-		wal_fd_segno = segno;
-		wal_fd_tli = tli;
-	}
-	n = pg_pread(wal_fd, wal_buffer, len, XLogSegmentOffset(from, wal_segment_size));
-	if (n != (ssize_t) len)
-	{
-		snprintf(error, SS_REPL_ERROR_SIZE, "short read of WAL file %s", name);
-		wal_buffer_from = InvalidXLogRecPtr;
-		return false;
-	}
-	wal_buffer_from = from;
-	wal_buffer_len = len;
-	return true;
-}
+/* The shipper's reader of pg_wal (its buffer holds one chunk). */
+static SsWalReader wal_reader;
 
 /* Where the slot keeps WAL from (invalid if there is no slot yet). */
 static XLogRecPtr
@@ -205,6 +152,23 @@ advance_ship_slot(XLogRecPtr oldest)
 	ss_advance_slot_restart(oldest);
 }
 
+/*
+ * Ends the connection of slot i, after committing backends have stopped appending to its
+ * buffer (its cursor is cleared under the lock they append under).
+ */
+static void
+drop_link(int i)
+{
+	LWLockAcquire(ss_repl->place_lock, LW_EXCLUSIVE);
+	ss_direct_cursor_clear(&ss_repl->backups[i].direct);
+	LWLockRelease(ss_repl->place_lock);
+	if (links[i].conn != NULL)
+	{
+		ss_backup_disconnect(links[i].conn);
+		links[i].conn = NULL;
+	}
+}
+
 /* Records a backup's failure; it is lost once it failed for longer than backup_timeout. */
 static void
 link_failed(int i, const char *error)
@@ -212,11 +176,7 @@ link_failed(int i, const char *error)
 	SsBackupSlot *slot = &ss_repl->backups[i];
 	TimestampTz now = GetCurrentTimestamp();
 
-	if (links[i].conn != NULL)
-	{
-		ss_backup_disconnect(links[i].conn);
-		links[i].conn = NULL;
-	}
+	drop_link(i);
 	links[i].index_started = false;
 	links[i].next_attempt = TimestampTzPlusMilliseconds(now, SS_RECONNECT_MS);
 	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
@@ -406,31 +366,45 @@ connect_link(int i)
 	drop_seed_slot(copy.name);
 }
 
-/* Appends the flushed WAL a connected backup lacks with one-sided writes (no waiting). */
+/*
+ * Appends the flushed WAL a connected backup lacks with one-sided writes (no waiting). First it
+ * takes over what committing backends appended to the open buffer since the last round, and
+ * afterwards it describes the buffer to them again (a rotation opens another), all under the
+ * lock their appends take.
+ */
 static void
 ship_to(int i, XLogRecPtr flush, TimeLineID tli)
 {
 	char		error[SS_REPL_ERROR_SIZE];
 	SsBackupConn *conn = links[i].conn;
+	SsDirectCursor *direct = &ss_repl->backups[i].direct;
+	bool		ok = true;
 
+	LWLockAcquire(ss_repl->place_lock, LW_EXCLUSIVE);
+	ss_backup_adopt_cursor(conn, direct);
 	while (ss_backup_sent(conn) < flush)
 	{
 		XLogRecPtr	from = ss_backup_sent(conn);
-		Size		len = Min((Size) (flush - from), (Size) SS_SHIP_CHUNK);
-		Size		to_segment_end = wal_segment_size - XLogSegmentOffset(from, wal_segment_size);
+		Size		len = ss_wal_read_size(&wal_reader, from, flush);
 
 		/* A backlog can take a while to ship: a crashed postmaster must not wait for it. */
 		if (!PostmasterIsAlive())
 			proc_exit(1);
 
-		len = Min(len, to_segment_end);
-		if (!read_wal(from, len, tli, error) ||
-			!ss_backup_append(conn, from, wal_buffer, len, error))
+		if (!ss_wal_read(&wal_reader, from, len, tli, error) ||
+			!ss_backup_append(conn, from, wal_reader.buffer, len, error))
 		{
-			link_failed(i, error);
-			return;
+			ok = false;
+			break;
 		}
 	}
+	if (ok)
+		ss_backup_export_cursor(conn, direct);
+	else
+		ss_direct_cursor_clear(direct);
+	LWLockRelease(ss_repl->place_lock);
+	if (!ok)
+		link_failed(i, error);
 }
 
 /*
@@ -617,78 +591,15 @@ finish_collect(int i)
 	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
 	if (link->index_started)
 		ss_repl->backups[i].index_placed = ss_backup_index_placed(link->conn);
-	ss_repl->backups[i].sent_lsn = ss_backup_sent(link->conn);
+	/* Committing backends may have appended beyond what this process knows of. */
+	if (ss_backup_sent(link->conn) > ss_repl->backups[i].sent_lsn)
+		ss_repl->backups[i].sent_lsn = ss_backup_sent(link->conn);
 	if (link->placed > ss_repl->backups[i].placed_lsn)
 		ss_repl->backups[i].placed_lsn = link->placed;
 	if (link->durable > ss_repl->backups[i].durable_lsn)
 		ss_repl->backups[i].durable_lsn = link->durable;
 	ss_repl->backups[i].last_ok = GetCurrentTimestamp();
 	LWLockRelease(ss_repl->lock);
-}
-
-/* The k-th highest value (k = min_sync_backups) among streaming backups; 0 if fewer. */
-static XLogRecPtr
-kth_highest(bool durable)
-{
-	XLogRecPtr	values[SS_MAX_BACKUPS];
-	int			n = 0;
-	int			k = ss_min_sync_backups;
-
-	for (int i = 0; i < SS_MAX_BACKUPS; i++)
-	{
-		SsBackupSlot *slot = &ss_repl->backups[i];
-
-		if (slot->in_use && slot->state == SS_BACKUP_STREAMING)
-			values[n++] = durable ? slot->durable_lsn : slot->placed_lsn;
-	}
-	if (k <= 0 || n < k)
-		return InvalidXLogRecPtr;
-	/* A small insertion sort, highest first. */
-	for (int a = 1; a < n; a++)
-		for (int b = a; b > 0 && values[b] > values[b - 1]; b--)
-		{
-			XLogRecPtr	t = values[b];
-
-			values[b] = values[b - 1];
-			values[b - 1] = t;
-		}
-	return values[k - 1];
-}
-
-/* Publishes the positions reached and wakes every backend whose wait is over. */
-static void
-publish_and_wake(void)
-{
-	XLogRecPtr	placed, durable;
-	int			procs = MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
-
-	LWLockAcquire(ss_repl->lock, LW_SHARED);
-	placed = kth_highest(false);
-	durable = kth_highest(true);
-	LWLockRelease(ss_repl->lock);
-	if (placed > pg_atomic_read_u64(&ss_repl->placed_lsn))
-		pg_atomic_write_u64(&ss_repl->placed_lsn, placed);
-	if (durable > pg_atomic_read_u64(&ss_repl->durable_lsn))
-		pg_atomic_write_u64(&ss_repl->durable_lsn, durable);
-	for (int p = 0; p < procs; p++)
-	{
-		uint64		wait = pg_atomic_read_u64(&ss_repl->waiting[p]);
-
-		if (wait != 0 && (wait <= placed || wait <= durable))
-			ss_repl_wake(p);
-	}
-}
-
-/* Whether some backend still waits (it must not sleep long then). */
-static bool
-someone_waits(void)
-{
-	int			procs = MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
-
-	for (int p = 0; p < procs; p++)
-		if (pg_atomic_read_u64(&ss_repl->waiting[p]) != 0)
-			return true;
-	return false;
 }
 
 /* The shipper's main loop. */
@@ -701,6 +612,13 @@ ss_shipper_main(Datum arg)
 	CurrentResourceOwner = ResourceOwnerCreate(NULL, "slipstream shipper");
 	ss_repl->shipper_pgprocno = MyProc->pgprocno;
 	memset(links, 0, sizeof(links));
+	if (!ss_wal_reader_init(&wal_reader, SS_SHIP_CHUNK))
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
+	/* A shipper that restarts has no link: no cursor may describe the old ones' buffers. */
+	LWLockAcquire(ss_repl->place_lock, LW_EXCLUSIVE);
+	for (int i = 0; i < SS_MAX_BACKUPS; i++)
+		ss_direct_cursor_clear(&ss_repl->backups[i].direct);
+	LWLockRelease(ss_repl->place_lock);
 
 	while (!ShutdownRequestPending)
 	{
@@ -711,7 +629,7 @@ ss_shipper_main(Datum arg)
 		XLogRecPtr	oldest = InvalidXLogRecPtr;
 		bool		unknown = false;	/* a backup whose position is not known yet */
 		TimestampTz now = GetCurrentTimestamp();
-		bool		waiters = someone_waits();
+		bool		waiters = ss_repl_someone_waits();
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -729,10 +647,7 @@ ss_shipper_main(Datum arg)
 			generation = ss_repl->backups[i].generation;
 			LWLockRelease(ss_repl->lock);
 			if (links[i].conn != NULL && (!in_use || generation != links[i].generation))
-			{
-				ss_backup_disconnect(links[i].conn);	/* dropped or replaced */
-				links[i].conn = NULL;
-			}
+				drop_link(i);	/* dropped or replaced */
 			if (!in_use)
 				continue;
 			if (links[i].conn == NULL && now >= links[i].next_attempt)
@@ -766,10 +681,10 @@ ss_shipper_main(Datum arg)
 				oldest = ss_repl->backups[i].durable_lsn;
 			LWLockRelease(ss_repl->lock);
 		}
-		publish_and_wake();
+		ss_repl_publish();
 		/* Index frames, after the WAL they are tagged with (placements just collected). */
 		if (pg_atomic_read_u32(&ss_repl->index_backups) > 0)
-			ship_index(someone_waits());
+			ship_index(ss_repl_someone_waits());
 		else
 			drain_index_queue();
 		if (ss_repl_configured_backups() > 0)
@@ -785,7 +700,7 @@ ss_shipper_main(Datum arg)
 				ReplicationSlotRelease();
 			ReplicationSlotDrop(SS_SHIP_SLOT, true);
 		}
-		if (!someone_waits() || ss_repl_configured_backups() == 0)
+		if (!ss_repl_someone_waits() || ss_repl_configured_backups() == 0)
 		{
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
 							 PG_WAIT_EXTENSION);
@@ -801,7 +716,7 @@ ss_shipper_main(Datum arg)
 	}
 	for (int i = 0; i < SS_MAX_BACKUPS; i++)
 		if (links[i].conn != NULL)
-			ss_backup_disconnect(links[i].conn);
+			drop_link(i);
 	ss_repl->shipper_pgprocno = -1;
 	/*
 	 * Exit code 1: the postmaster starts us again unless it is shutting down. A SIGTERM also

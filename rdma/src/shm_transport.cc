@@ -39,6 +39,8 @@
 
 #include "backends.h"
 #include "setup.h"
+#include "shm_heap.h"
+#include "slipstream/rdma/shm_peer.h"
 #include "software_backend.h"
 
 namespace slipstream::rdma {
@@ -54,8 +56,6 @@ constexpr uint64_t kLargeRegion = 64u << 10;  // from here on regions are page a
 constexpr auto kWaitSlice = std::chrono::milliseconds(10);
 // Post and Poll(0) in a hot loop check the socket at most this often (poll() is a syscall).
 constexpr auto kLivenessInterval = std::chrono::microseconds(100);
-// A table entry that stays mid-update this many reads is treated as absent.
-constexpr int kMaxSeqlockRetries = 1 << 16;
 
 // Rounds `value` up to a multiple of `align` (a power of two); the caller rules out overflow.
 uint64_t RoundUp(uint64_t value, uint64_t align) {
@@ -65,64 +65,6 @@ uint64_t RoundUp(uint64_t value, uint64_t align) {
 // Text of errno for messages.
 std::string ErrnoText(const char* what) {
   return std::string(what) + ": " + std::strerror(errno);
-}
-
-// Keeps the compiler from merging, reordering or turning into memcpy the stores around it.
-inline void CompilerBarrier() {
-  asm volatile("" ::: "memory");
-}
-
-// Copies with plain stores in strictly increasing address order. glibc's memcpy does not
-// promise that (it stores the head of a large copy last, and may use non-temporal stores), but
-// a torn WRITE must leave exactly a prefix behind, so placement uses this. Whole 16-byte
-// stores go to 16-byte-aligned addresses, so no store straddles a cache line.
-void CopyAscending(char* dst, const char* src, size_t length) {
-  while (length > 0 && (reinterpret_cast<uintptr_t>(dst) & 15) != 0) {
-    *dst++ = *src++;
-    length--;
-    CompilerBarrier();
-  }
-#if defined(__SSE2__)
-  while (length >= 64) {
-    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
-    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16));
-    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 32));
-    __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 48));
-    _mm_store_si128(reinterpret_cast<__m128i*>(dst), a);
-    CompilerBarrier();
-    _mm_store_si128(reinterpret_cast<__m128i*>(dst + 16), b);
-    CompilerBarrier();
-    _mm_store_si128(reinterpret_cast<__m128i*>(dst + 32), c);
-    CompilerBarrier();
-    _mm_store_si128(reinterpret_cast<__m128i*>(dst + 48), d);
-    CompilerBarrier();
-    dst += 64;
-    src += 64;
-    length -= 64;
-  }
-  while (length >= 16) {
-    _mm_store_si128(reinterpret_cast<__m128i*>(dst),
-                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
-    CompilerBarrier();
-    dst += 16;
-    src += 16;
-    length -= 16;
-  }
-#else
-  // Without SSE2 (not an x86 build) the hardware may reorder plain stores: fence each 16 bytes.
-  while (length >= 16) {
-    for (int i = 0; i < 16; i++) dst[i] = src[i];
-    std::atomic_thread_fence(std::memory_order_release);
-    dst += 16;
-    src += 16;
-    length -= 16;
-  }
-#endif
-  while (length > 0) {
-    *dst++ = *src++;
-    length--;
-    CompilerBarrier();
-  }
 }
 
 // Waits on a futex word shared between processes while it still holds `expected`.
@@ -188,33 +130,6 @@ class ExtentAllocator {
  private:
   std::map<uint64_t, uint64_t> free_;  // offset -> length
 };
-
-// A consistent copy of one table entry.
-struct EntrySnapshot {
-  uint64_t rkey = 0;
-  uint64_t base = 0;
-  uint64_t offset = 0;
-  uint64_t length = 0;
-  uint32_t access = 0;
-  uint32_t state = kShmEntryFree;
-};
-
-// Reads an entry under its seqlock; false if the owner kept it mid-update for too long.
-bool ReadEntry(const ShmTableEntry& entry, EntrySnapshot* out) {
-  for (int attempt = 0; attempt < kMaxSeqlockRetries; attempt++) {
-    const uint64_t before = entry.sequence.load(std::memory_order_acquire);
-    if ((before & 1) != 0) continue;
-    out->rkey = entry.rkey.load(std::memory_order_relaxed);
-    out->base = entry.base.load(std::memory_order_relaxed);
-    out->offset = entry.offset.load(std::memory_order_relaxed);
-    out->length = entry.length.load(std::memory_order_relaxed);
-    out->access = entry.access.load(std::memory_order_relaxed);
-    out->state = entry.state.load(std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (entry.sequence.load(std::memory_order_relaxed) == before) return true;
-  }
-  return false;
-}
 
 // Rewrites an entry under its seqlock (odd while the fields change).
 void WriteEntry(ShmTableEntry* entry, const EntrySnapshot& value) {
@@ -290,6 +205,9 @@ class ShmConnection : public Connection, public FaultInjectable {
   // CopyAscending stores upwards, 16 bytes at a time.
   bool places_in_address_order() const override { return true; }
 
+  // What another process of this user needs to map the peer's heap (ExportShmPeer).
+  const ShmHeapDescription& peer_description() const { return peer_description_; }
+
  private:
   // A region of this side. slot < 0: local-only (a private mapping, not in the heap).
   struct LocalEntry {
@@ -305,8 +223,8 @@ class ShmConnection : public Connection, public FaultInjectable {
   // Sizes, creates, seals and maps our heap, and lays out the header, table and ring.
   Status CreateHeap();
 
-  // Checks the peer's description, opens its memfd through /proc, checks the file (size,
-  // seals, owner) and the header inside it, and maps it. Nothing from the peer is trusted.
+  // Maps the peer's heap (MapShmPeerHeap: nothing from the peer is trusted) and checks that
+  // its receive ring is empty, as it is at setup.
   Status MapPeerHeap(const ShmHeapDescription& theirs);
 
   // Zeroes [offset, offset+length) of our heap: whole pages by punching them out of the memfd
@@ -400,6 +318,7 @@ class ShmConnection : public Connection, public FaultInjectable {
   // The peer's heap as mapped here. peer_ring_tail_ is our private copy of the producer index.
   char* peer_heap_ = nullptr;
   uint64_t peer_heap_size_ = 0;
+  ShmHeapDescription peer_description_{};  // as the peer sent it (ExportShmPeer)
   ShmHeapHeader* peer_header_ = nullptr;
   ShmTableEntry* peer_table_ = nullptr;
   char* peer_ring_ = nullptr;
@@ -732,53 +651,13 @@ Status ShmConnection::CreateHeap() {
 }
 
 Status ShmConnection::MapPeerHeap(const ShmHeapDescription& theirs) {
-  if (theirs.magic != kShmHeapMagic || theirs.version != kShmVersion ||
-      theirs.table_entries != kShmTableEntries || theirs.ring_bytes != kShmRingBytes) {
-    return Status::InvalidArgument("shm heap description of another format");
-  }
-  if (theirs.region_space == 0 || theirs.region_space > kShmMaxRegionSpace ||
-      theirs.region_space % kPageBytes != 0 ||
-      theirs.heap_size != kShmRegionOffset + theirs.region_space) {
-    return Status::InvalidArgument("shm heap description with impossible sizes");
-  }
-  if (theirs.pid <= 0 || theirs.memfd < 0) {
-    return Status::InvalidArgument("shm heap description names no process or file");
-  }
-  const std::string path =
-      "/proc/" + std::to_string(theirs.pid) + "/fd/" + std::to_string(theirs.memfd);
-  int peer_fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (peer_fd < 0) return Status::InvalidArgument(ErrnoText(("open " + path).c_str()));
-  struct stat info {};
-  Status s;
-  if (::fstat(peer_fd, &info) != 0) {
-    s = Status::IOError(ErrnoText("fstat of the peer's heap"));
-  } else if (!S_ISREG(info.st_mode) || info.st_uid != ::geteuid() ||
-             uint64_t(info.st_size) != theirs.heap_size) {
-    s = Status::InvalidArgument("the peer's heap file does not match its description");
-  } else {
-    int seals = ::fcntl(peer_fd, F_GET_SEALS);
-    if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
-      s = Status::InvalidArgument("the peer's heap is not sealed against shrinking");
-    }
-  }
-  if (!s.ok()) {
-    ::close(peer_fd);
-    return s;
-  }
-  void* heap = ::mmap(nullptr, theirs.heap_size, PROT_READ | PROT_WRITE, MAP_SHARED, peer_fd, 0);
-  ::close(peer_fd);  // the mapping keeps the file alive
-  if (heap == MAP_FAILED) return Status::IOError(ErrnoText("mmap of the peer's heap"));
-  peer_heap_ = static_cast<char*>(heap);
+  char* heap = nullptr;
+  Status s = MapShmPeerHeap(theirs, &heap);
+  if (!s.ok()) return s;
+  peer_heap_ = heap;
   peer_heap_size_ = theirs.heap_size;
+  peer_description_ = theirs;
   peer_header_ = reinterpret_cast<ShmHeapHeader*>(peer_heap_);
-  if (peer_header_->magic != kShmHeapMagic || peer_header_->version != kShmVersion ||
-      peer_header_->table_entries != kShmTableEntries ||
-      peer_header_->heap_size != theirs.heap_size ||
-      peer_header_->region_space != theirs.region_space ||
-      peer_header_->ring_bytes != kShmRingBytes || peer_header_->token[0] != theirs.token[0] ||
-      peer_header_->token[1] != theirs.token[1]) {
-    return Status::InvalidArgument("the peer's heap does not carry its description");
-  }
   if (peer_header_->ring_head.load(std::memory_order_acquire) != 0 ||
       peer_header_->ring_tail.load(std::memory_order_acquire) != 0) {
     return Status::InvalidArgument("the peer's receive ring is not empty at setup");
@@ -864,6 +743,13 @@ void ShmConnection::FailLocked(const Status& why) {
     PushCompletionLocked(RecvCompletion(recv, WcStatus::kFlushed, 0, 0, false), now);
   }
   posted_recvs_.clear();
+  // Our regions stop being reachable before the peer can learn of the end: a WRITE it (or a
+  // ShmPeerWriter of its host) validates from now on fails, and one that validated earlier
+  // sees the revocation when it checks again after its copy, so it is not reported placed.
+  for (const auto& [lkey, entry] : by_lkey_) {
+    if (entry.slot >= 0) WriteEntry(&own_table_[entry.slot], EntrySnapshot{});
+  }
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   ::shutdown(fd_, SHUT_RDWR);
   WakeLocalWaiters();
 }
@@ -943,15 +829,7 @@ char* ShmConnection::ResolvePeerLocked(uint64_t rkey, uint64_t remote_addr, uint
   if (rkey == 0 || right == 0) return nullptr;
   EntrySnapshot entry;
   if (!FindPeerEntryLocked(rkey, &entry)) return nullptr;
-  if ((entry.access & right) != right) return nullptr;
-  if (entry.offset < kShmRegionOffset || entry.offset > peer_heap_size_ ||
-      entry.length > peer_heap_size_ - entry.offset) {
-    return nullptr;
-  }
-  if (remote_addr < entry.base) return nullptr;
-  const uint64_t offset = remote_addr - entry.base;
-  if (offset > entry.length || length > entry.length - offset) return nullptr;
-  return peer_heap_ + entry.offset + offset;
+  return ResolveInShmHeap(peer_heap_, peer_heap_size_, entry, remote_addr, length, right);
 }
 
 bool ShmConnection::PeerRingFreeLocked(uint64_t* free_bytes) {
@@ -1024,8 +902,15 @@ void ShmConnection::ExecuteLocked(const PendingRequest& pending, Clock::time_poi
         target += piece;
         limit -= piece;
       }
-      // A later WRITE's bytes must never become visible before this one's.
-      std::atomic_thread_fence(std::memory_order_release);
+      // A later WRITE's bytes must never become visible before this one's; and a region the
+      // peer revoked while we copied (it is ending the connection, and may already have read
+      // the buffer) makes the WRITE fail, since its bytes may not count.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (!tear &&
+          ResolvePeerLocked(wr.rkey, wr.remote_addr, pending.length, kRemoteWrite) == nullptr) {
+        RefuseLocked(pending, now);
+        return;
+      }
       if (tear) {
         PushCompletionLocked(WorkCompletion(pending.wr, WcStatus::kFlushed), now);
         FailLocked(Status::Disconnected("fault injection: torn WRITE"));
@@ -1108,6 +993,20 @@ Status EstablishShm(const TransportOptions& options, int fd, std::unique_ptr<Con
 }
 
 }  // namespace
+
+Status ExportShmPeer(const Connection* connection, ShmPeerRef* ref) {
+  const auto* shm = dynamic_cast<const ShmConnection*>(connection);
+  if (shm == nullptr) return Status::Unavailable("not an shm connection");
+  const ShmHeapDescription& theirs = shm->peer_description();
+  if (theirs.magic != kShmHeapMagic) return Status::Unavailable("the shm connection has no peer");
+  ref->pid = theirs.pid;
+  ref->memfd = theirs.memfd;
+  ref->token[0] = theirs.token[0];
+  ref->token[1] = theirs.token[1];
+  ref->heap_size = theirs.heap_size;
+  ref->region_space = theirs.region_space;
+  return Status::OK();
+}
 
 // A SEND's payload is padded so that the next header starts 16-byte aligned.
 uint64_t ShmRecordBytes(uint32_t kind, uint64_t length) {

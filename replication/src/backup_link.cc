@@ -1,6 +1,7 @@
 // BackupLink: see backup_link.h.
 #include "slipstream/replication/backup_link.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "control_port.h"
@@ -199,6 +200,22 @@ Status BackupLink::Poll(int timeout_ms) {
     failed_ = Status::InvalidArgument("backup sent a message nobody asked for");
   }
   return failed_;
+}
+
+rdma::RemoteRegion BackupLink::remote(uint32_t buffer) const {
+  auto it = open_.find(buffer);
+  return it == open_.end() ? rdma::RemoteRegion{} : it->second.remote;
+}
+
+bool BackupLink::ExportPeer(rdma::ShmPeerRef* peer) const {
+  return failed_.ok() && rdma::ExportShmPeer(connection_.get(), peer).ok();
+}
+
+void BackupLink::AdoptPlaced(uint32_t buffer, uint32_t offset) {
+  auto it = open_.find(buffer);
+  if (it == open_.end() || offset <= it->second.posted || offset > buffer_size_) return;
+  it->second.posted = offset;
+  it->second.placed = std::max(it->second.placed, offset);
 }
 
 Status BackupLink::Close(uint32_t buffer, uint32_t length) {

@@ -6,14 +6,11 @@
 #include <random>
 
 #include "buffer_scan.h"
+#include "slipstream/replication/direct_append.h"
 
 namespace slipstream::replication {
 
 namespace {
-
-// Room kept at a buffer's end so a record of a few bytes and its checksum always fit before
-// rotating.
-constexpr uint32_t kMinRecordRoom = 64;
 
 uint64_t Nonce() {
   static thread_local std::mt19937_64 rng(std::random_device{}());
@@ -138,6 +135,40 @@ Status StreamShipper::Append(uint64_t position, std::string_view bytes) {
     if (live() == 0) return Status::Unavailable("no backup is left for the stream");
   }
   return Status::OK();
+}
+
+void StreamShipper::ExportCursor(SharedCursor* cursor) const {
+  *cursor = SharedCursor{};
+  if (!started_ || targets_.size() != 1) return;
+  const Target& t = targets_[0];
+  if (!t.failed.ok() || !t.has_buffer || !t.link->ExportPeer(&cursor->peer)) return;
+  const rdma::RemoteRegion remote = t.link->remote(t.buffer);
+  cursor->buffer_size = size_;
+  cursor->sequence = sequence_;
+  cursor->rkey = remote.rkey;
+  cursor->remote_addr = remote.addr;
+  cursor->pos = cursor_.pos;
+  cursor->chain = cursor_.chain;
+  cursor->end = end_;
+  cursor->valid = 1;
+}
+
+void StreamShipper::AdoptCursor(const SharedCursor& cursor) {
+  // Appends made through a description of this very buffer (its random key) since it was
+  // exported; a cursor left invalid by a refused WRITE still carries what was placed before.
+  if (!started_ || targets_.size() != 1 || cursor.sequence != sequence_ ||
+      cursor.pos <= cursor_.pos || cursor.pos > size_ || cursor.end <= end_) {
+    return;
+  }
+  Target& t = targets_[0];
+  if (!t.failed.ok() || !t.has_buffer || t.link->remote(t.buffer).rkey != cursor.rkey) return;
+  cursor_.pos = cursor.pos;
+  cursor_.chain = cursor.chain;
+  end_ = cursor.end;
+  shipped_ = cursor.pos;
+  marks_.push_back(Mark{cursor.pos, cursor.end});
+  t.link->AdoptPlaced(t.buffer, cursor.pos);  // a direct WRITE is placed when it returns
+  Refresh();
 }
 
 uint64_t StreamShipper::PositionAt(uint32_t offset) const {

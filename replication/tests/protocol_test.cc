@@ -21,6 +21,7 @@
 #include "slipstream/rdma/testing.h"
 #include "slipstream/replication/backup_link.h"
 #include "slipstream/replication/backup_server.h"
+#include "slipstream/replication/direct_append.h"
 #include "slipstream/replication/stream_shipper.h"
 #include "slipstream/replication/wal_directory_store.h"
 #include "test_util.h"
@@ -659,6 +660,119 @@ TEST_P(Protocol, APruneSparesOpenBuffersAndThePrimaryGoesOn) {
   ASSERT_FALSE(records.empty());
   EXPECT_EQ(records.front().position, open[0].start);
   EXPECT_EQ(ContiguousEnd(records, 0), start + stream.size());
+}
+
+// Placement by other processes of the primary (direct_append.h): appends through an exported
+// cursor and a ShmPeerWriter of its own mapping, interleaved at random with the shipper's own
+// appends and rotations, leave on the backup exactly the stream, as one chain per buffer.
+TEST(DirectAppend, InterleavesWithTheShipperAcrossRotations) {
+  Backup b("shm");
+  std::unique_ptr<BackupLink> link;
+  ASSERT_TRUE(BackupLink::Connect(Link(b, "shm"), &link).ok());
+  StreamShipper shipper(kWal, 1, 500, {link.get()});
+  std::mt19937_64 rng(11);
+  std::string stream = RandomBytes(rng, 100);
+  ASSERT_TRUE(shipper.Append(500, stream).ok());
+  SharedCursor cursor;
+  shipper.ExportCursor(&cursor);
+  ASSERT_EQ(cursor.valid, 1u);
+  ASSERT_EQ(cursor.end, 500 + stream.size());
+  std::unique_ptr<rdma::ShmPeerWriter> writer;
+  ASSERT_TRUE(rdma::ShmPeerWriter::Open(cursor.peer, &writer).ok());
+  int direct = 0, rotations = 0;
+  while (stream.size() < 6 * kBufferSize) {
+    std::string chunk = RandomBytes(rng, 1 + rng() % 4000);
+    const uint64_t at = 500 + stream.size();
+    size_t appended = 0;
+    if (rng() % 3 != 0) {
+      ASSERT_TRUE(AppendDirect(&cursor, writer.get(), at, chunk, &appended).ok());
+      direct += appended > 0 ? 1 : 0;
+    }
+    if (appended < chunk.size()) {  // the shipper's turn, or a full buffer: it rotates
+      const uint64_t sequence = cursor.sequence;
+      shipper.AdoptCursor(cursor);
+      ASSERT_EQ(shipper.end(), at + appended);
+      ASSERT_TRUE(shipper.Append(at + appended, chunk.substr(appended)).ok());
+      shipper.ExportCursor(&cursor);
+      ASSERT_EQ(cursor.valid, 1u);
+      rotations += cursor.sequence != sequence ? 1 : 0;
+    }
+    stream += chunk;
+  }
+  shipper.AdoptCursor(cursor);
+  ASSERT_TRUE(shipper.WaitPlaced(shipper.end(), 1, 5000).ok());
+  size_t appended = 0;
+  ASSERT_TRUE(AppendDirect(&cursor, writer.get(), 500 + stream.size(), "tail", &appended).ok());
+  ASSERT_EQ(appended, 4u);
+  stream += "tail";
+  shipper.AdoptCursor(cursor);
+  EXPECT_EQ(shipper.Placed(1), 500 + stream.size()) << "a direct append is placed when it returns";
+  uint64_t durable = 0;
+  ASSERT_TRUE(shipper.Flush(1, 5000, &durable).ok());
+  EXPECT_EQ(durable, 500 + stream.size());
+  EXPECT_GT(direct, 100);
+  EXPECT_GE(rotations, 4);
+  link.reset();
+  ASSERT_TRUE(Eventually([&] { return b.server->Primaries().empty(); }));
+  EXPECT_EQ(b.PersistedStream("p1", 500), stream);
+  EXPECT_TRUE(b.server->Errors().empty());
+}
+
+// A fenced primary's backends cannot place either: the backup revokes the buffer's key before
+// it persists, so a direct append after the fence is refused and the cursor given up, and what
+// was placed before survives.
+TEST(DirectAppend, AFencedBackupRefusesDirectAppends) {
+  Backup b("shm");
+  std::unique_ptr<BackupLink> link;
+  ASSERT_TRUE(BackupLink::Connect(Link(b, "shm"), &link).ok());
+  StreamShipper shipper(kWal, 1, 0, {link.get()});
+  ASSERT_TRUE(shipper.Append(0, "first").ok());
+  SharedCursor cursor;
+  shipper.ExportCursor(&cursor);
+  std::unique_ptr<rdma::ShmPeerWriter> writer;
+  ASSERT_TRUE(rdma::ShmPeerWriter::Open(cursor.peer, &writer).ok());
+  size_t appended = 0;
+  ASSERT_TRUE(AppendDirect(&cursor, writer.get(), 5, "second", &appended).ok());
+  ASSERT_EQ(appended, 6u);
+  ASSERT_TRUE(b.server->Fence("p1").ok());
+  Status s = AppendDirect(&cursor, writer.get(), 11, "third", &appended);
+  EXPECT_EQ(s.code(), Status::Code::kRemoteAccess) << s.ToString();
+  EXPECT_EQ(appended, 0u);
+  EXPECT_EQ(cursor.valid, 0u);
+  EXPECT_EQ(cursor.end, 11u) << "the cursor keeps what was placed";
+  EXPECT_EQ(b.PersistedStream("p1", 0), "firstsecond");
+}
+
+// Only shm links can be described to other processes; out-of-order appends are refused.
+TEST(DirectAppend, OnlyShmLinksAreExportedAndAppendsStayInOrder) {
+  Backup t("tcp");
+  std::unique_ptr<BackupLink> tcp;
+  ASSERT_TRUE(BackupLink::Connect(Link(t, "tcp"), &tcp).ok());
+  StreamShipper over_tcp(kWal, 1, 0, {tcp.get()});
+  ASSERT_TRUE(over_tcp.Append(0, "bytes").ok());
+  SharedCursor cursor;
+  over_tcp.ExportCursor(&cursor);
+  EXPECT_EQ(cursor.valid, 0u);
+
+  Backup b("shm");
+  std::unique_ptr<BackupLink> link;
+  ASSERT_TRUE(BackupLink::Connect(Link(b, "shm"), &link).ok());
+  StreamShipper shipper(kWal, 1, 0, {link.get()});
+  shipper.ExportCursor(&cursor);
+  EXPECT_EQ(cursor.valid, 0u) << "no buffer is open before the first append";
+  ASSERT_TRUE(shipper.Append(0, "bytes").ok());
+  shipper.ExportCursor(&cursor);
+  ASSERT_EQ(cursor.valid, 1u);
+  std::unique_ptr<rdma::ShmPeerWriter> writer;
+  ASSERT_TRUE(rdma::ShmPeerWriter::Open(cursor.peer, &writer).ok());
+  size_t appended = 0;
+  EXPECT_EQ(AppendDirect(&cursor, writer.get(), 4, "x", &appended).code(),
+            Status::Code::kInvalidArgument);
+  // A description of a process that is not the backup's maps nothing.
+  rdma::ShmPeerRef wrong = cursor.peer;
+  wrong.token[0] ^= 1;
+  std::unique_ptr<rdma::ShmPeerWriter> other;
+  EXPECT_FALSE(rdma::ShmPeerWriter::Open(wrong, &other).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Protocol, ::testing::Values("shm", "tcp"),

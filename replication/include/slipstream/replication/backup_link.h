@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "slipstream/rdma/shm_peer.h"
 #include "slipstream/rdma/transport.h"
 #include "slipstream/replication/wire.h"
 
@@ -62,6 +63,15 @@ class BackupLink {
 
   // Bytes of the buffer known to be placed (every append up to there completed).
   uint32_t placed(uint32_t buffer) const;
+
+  // The backup's description of an open buffer (length 0 if it is not open).
+  rdma::RemoteRegion remote(uint32_t buffer) const;
+  // Where other processes of this host can write into the backup (false unless the link runs
+  // on shm): see direct_append.h.
+  bool ExportPeer(rdma::ShmPeerRef* peer) const;
+  // Records that the buffer's bytes up to `offset` were appended and placed by another
+  // process through ExportPeer; this link's next append starts there.
+  void AdoptPlaced(uint32_t buffer, uint32_t offset);
 
   // Processes completions for up to timeout_ms (0: what is there).
   Status Poll(int timeout_ms);

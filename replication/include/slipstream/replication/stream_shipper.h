@@ -18,8 +18,14 @@
 
 namespace slipstream::replication {
 
+struct SharedCursor;
+
 class StreamShipper {
  public:
+  // Room kept at a buffer's end so a record of a few bytes and its checksum always fit before
+  // rotating (AppendDirect stops there too).
+  static constexpr uint32_t kMinRecordRoom = 64;
+
   // Every link must offer buffers of one size. The first segment is `first_sequence`, and the
   // stream starts at position `start` (for WAL, an LSN).
   StreamShipper(uint32_t stream, uint64_t first_sequence, uint64_t start,
@@ -52,6 +58,14 @@ class StreamShipper {
   // other shippers, so that backups served by different shippers flush at once.
   Status StartFlush(int timeout_ms);
   Status FinishFlush(int count, uint64_t* durable);
+
+  // Direct appends by other processes (direct_append.h), for a shipper of one backup whose
+  // transport lets other processes write into it (shm): ExportCursor describes the open
+  // segment (valid = 0 when there is none, or the backup cannot be written so); AdoptCursor
+  // takes over what was appended through such a description since, before this shipper
+  // appends, rotates or flushes again. The caller holds the lock that serialises the appends.
+  void ExportCursor(SharedCursor* cursor) const;
+  void AdoptCursor(const SharedCursor& cursor);
 
   // Backups still receiving.
   int live() const;
