@@ -11,6 +11,8 @@
 #   twd-T-N-M                  the same with the backups in deferred replay
 #                              (slipstream.backup_replay = deferred: passive backups that replay in
 #                              batches; the replay a run leaves is charged to it, see "A run")
+#   tws-shm-N-memory           tw-shm-N-memory with slipstream.backend_placement = off: the shipper
+#                              places every commit, as before committing backends placed their own
 #   sr-slip-N-M                slipstream tables, PostgreSQL's synchronous streaming replication to
 #                              N standbys (seed_backup.sh --streaming), synchronous_standby_names =
 #                              'ANY N (s1[, s2])', synchronous_commit = M (write = remote_write, on)
@@ -99,6 +101,7 @@ all_configs=(slip-local slip-local-end
   tw-tcp-1-memory tw-tcp-1-flush tw-tcp-2-memory tw-tcp-2-flush
   twd-shm-1-memory twd-shm-1-flush twd-shm-2-memory twd-shm-2-flush
   twd-tcp-1-memory twd-tcp-1-flush twd-tcp-2-memory twd-tcp-2-flush
+  tws-shm-1-memory tws-shm-2-memory
   sr-slip-1-write sr-slip-1-on sr-slip-2-write sr-slip-2-on
   heap-local heap-local-end sr-heap-1-write sr-heap-1-on sr-heap-2-write sr-heap-2-on)
 IFS=, read -ra patterns <<<"$configs"
@@ -180,6 +183,9 @@ describe() {
     twd-*)
       IFS=- read -r _ t n m <<<"$c"
       echo "slipstream tailwind-deferred $t $n remote_$m" ;;
+    tws-*)
+      IFS=- read -r _ t n m <<<"$c"
+      echo "slipstream tailwind-shipper $t $n remote_$m" ;;
     sr-*)
       IFS=- read -r _ am n m <<<"$c"
       [ "$am" = slip ] && am=slipstream
@@ -561,20 +567,20 @@ streaming_phase() {
 }
 
 # --- slipstream tables --------------------------------------------------------------------
-if any_selected 'slip-local*' || any_selected 'tw-*' || any_selected 'twd-*' || any_selected 'sr-slip-*'; then
+if any_selected 'slip-local*' || any_selected 'tw-*' || any_selected 'twd-*' || any_selected 'tws-*' || any_selected 'sr-slip-*'; then
   phase_start=$SECONDS
   init_primary slip-primary slipstream
   log "slip-local: the slipstream baseline"
   run_always slip-local ""
 
-  if any_selected 'tw-*' || any_selected 'twd-*'; then
+  if any_selected 'tw-*' || any_selected 'twd-*' || any_selected 'tws-*'; then
     log "Tailwind backups: seeding"
     need2=0
-    { any_selected 'tw-*-2-*' || any_selected 'twd-*-2-*'; } && need2=1
+    { any_selected 'tw-*-2-*' || any_selected 'twd-*-2-*' || any_selected 'tws-*-2-*'; } && need2=1
     if ! seed_standby slip-s1 s1 0 || { [ "$need2" = 1 ] && ! seed_standby slip-s2 s2 0; }; then
       fail_matching 'tw*-*' "seeding a Tailwind backup failed"
     else
-      for family in tw twd; do
+      for family in tw twd tws; do
         any_selected "$family-*" || continue
         replay=$([ "$family" = twd ] && echo deferred || echo continuous)
         for s in slip-s1 slip-s2; do
@@ -589,7 +595,14 @@ if any_selected 'slip-local*' || any_selected 'tw-*' || any_selected 'twd-*' || 
               continue
             fi
             for m in memory flush; do
-              run_config "$family-$t-$n-$m" "$(mode_options "remote_$m")"
+              if [ "$family" = tws ]; then
+                # The shipper places every commit (no placement by committing backends, which
+                # happens only over shm in remote_memory).
+                [ "$t" = shm ] && [ "$m" = memory ] || continue
+                run_config "$family-$t-$n-$m" "$(mode_options "remote_$m") -c slipstream.backend_placement=off"
+              else
+                run_config "$family-$t-$n-$m" "$(mode_options "remote_$m")"
+              fi
             done
           done
         done
@@ -658,7 +671,7 @@ workload_title() {
     echo "| config | tables | replication | standbys | commit | tps | ratio | p50 / p99 ms | writes p50 / p99 ms | standby recv | standby replay | standby other | primary sender | primary all |"
     echo "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     awk -F, -v w="$w" '$1 == w {
-      repl = ($4 == "tailwind") ? "Tailwind " $5 : ($4 == "tailwind-deferred" ? "Tailwind " $5 ", deferred replay" : ($4 == "streaming" ? "streaming" : "none"))
+      repl = ($4 == "tailwind") ? "Tailwind " $5 : ($4 == "tailwind-deferred" ? "Tailwind " $5 ", deferred replay" : ($4 == "tailwind-shipper" ? "Tailwind " $5 ", shipper places" : ($4 == "streaming" ? "streaming" : "none")))
       if ($22 != "ok") { printf "| %s | %s | %s | %s | %s | %s |  |  |  |  |  |  |  |  |\n", $2, $3, repl, $6, $7, $22; next }
       printf "| %s | %s | %s | %s | %s | %.0f | %s | %s / %s | %s / %s | %s | %s | %s | %s | %s |\n",
         $2, $3, repl, $6, $7, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21

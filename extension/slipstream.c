@@ -55,6 +55,8 @@ on_xact_end(XactEvent event, void *arg)
 	if ((event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT) && ss_shared != NULL &&
 		MyProc != NULL)
 		ss_change_done();
+	if (event == XACT_EVENT_PRE_COMMIT)
+		ss_repl_commit_prepare();
 	if (event == XACT_EVENT_COMMIT)
 		ss_repl_commit_wait();
 }

@@ -8,6 +8,7 @@
 #include "slipstream.h"
 #include "replication/repl.h"
 
+#include "access/xact.h"
 #include "access/xlog.h"
 #include "miscadmin.h"
 #include "storage/lwlock.h"
@@ -137,6 +138,26 @@ place_own_commit(XLogRecPtr target)
 	return pg_atomic_read_u64(&ss_repl->placed_lsn) >= target;
 }
 
+/* What ss_repl_commit_prepare saw of the committing transaction. */
+static bool commit_waits = false;
+static XLogRecPtr commit_end_before = InvalidXLogRecPtr;
+
+/*
+ * At XACT_EVENT_PRE_COMMIT: whether the commit is one PostgreSQL's synchronous replication
+ * would wait for, a transaction with an xid that wrote WAL. Others write no commit record
+ * (a read-only transaction keeps the last one's XactLastCommitEnd) or one PostgreSQL does
+ * not even flush: a read that pruned writes WAL without an xid, and waiting for the
+ * placement of WAL nobody flushes lasted until the WAL writer came by (YCSB's reads
+ * waited 100 ms in 1% of cases).
+ */
+void
+ss_repl_commit_prepare(void)
+{
+	commit_waits = TransactionIdIsValid(GetTopTransactionIdIfAny()) &&
+		XactLastRecEnd != InvalidXLogRecPtr;
+	commit_end_before = XactLastCommitEnd;
+}
+
 /* Waits for this backend's last commit (XactLastCommitEnd) per slipstream.commit_mode. */
 void
 ss_repl_commit_wait(void)
@@ -146,8 +167,16 @@ ss_repl_commit_wait(void)
 	pg_atomic_uint64 *progress;
 
 	if (ss_commit_mode == SS_COMMIT_LOCAL || ss_repl == NULL || target == InvalidXLogRecPtr ||
+		!commit_waits || target == commit_end_before ||
 		ss_min_sync_backups == 0 || MyProc == NULL || ss_repl_configured_backups() == 0)
 		return;
+	commit_waits = false;
+	/*
+	 * Only flushed WAL is shipped: a commit that synchronous_commit = off left unflushed is
+	 * flushed here, since the remote modes promise more than a local flush.
+	 */
+	if (target > GetFlushRecPtr(NULL))
+		XLogFlush(target);
 	progress = flush ? &ss_repl->durable_lsn : &ss_repl->placed_lsn;
 	if (pg_atomic_read_u64(progress) >= target)
 		return;

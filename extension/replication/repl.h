@@ -184,6 +184,7 @@ extern Size ss_wal_read_size(const SsWalReader *reader, XLogRecPtr from, XLogRec
 extern void ss_register_repl_workers(void);
 
 /* commit_wait.c */
+extern void ss_repl_commit_prepare(void);
 extern void ss_repl_commit_wait(void);
 
 #endif							/* SLIPSTREAM_REPL_H */
