@@ -381,23 +381,29 @@ uint64_t ss_direct_cursor_end(const SsDirectCursor* cursor) {
 bool ss_direct_append(SsDirectCursor* cursor, SsDirectWriter** writer, uint64_t lsn,
                       const char* data, size_t len, size_t* appended, char* error) {
   *appended = 0;
-  return Guard(error, [&] {
-    repl::SharedCursor c = LoadCursor(cursor);
+  // The cursor is stored back whatever happens: after an exception too, what was placed
+  // before it stays described (AppendDirect moves the cursor right after each WRITE).
+  repl::SharedCursor c = LoadCursor(cursor);
+  bool ok = Guard(error, [&] {
     if (*writer == nullptr) *writer = new SsDirectWriter();
     if (!(*writer)->writer || !(*writer)->writer->Maps(c.peer)) {
       (*writer)->writer.reset();
       repl::Status s = slipstream::rdma::ShmPeerWriter::Open(c.peer, &(*writer)->writer);
       if (!s.ok()) {
         c.valid = 0;  // the shipper describes it again after its next round
-        StoreCursor(c, cursor);
         return s;
       }
     }
-    repl::Status s =
-        repl::AppendDirect(&c, (*writer)->writer.get(), lsn, std::string_view(data, len), appended);
-    StoreCursor(c, cursor);
-    return s;
+    return repl::AppendDirect(&c, (*writer)->writer.get(), lsn, std::string_view(data, len),
+                              appended);
   });
+  if (!ok) c.valid = 0;
+  StoreCursor(c, cursor);
+  return ok;
+}
+
+void ss_direct_writer_close(SsDirectWriter* writer) {
+  delete writer;
 }
 
 bool ss_backup_append(SsBackupConn* conn, uint64_t lsn, const char* data, size_t len, char* error) {

@@ -173,6 +173,8 @@ extern uint64_t ss_direct_cursor_end(const SsDirectCursor *cursor);
  */
 extern bool ss_direct_append(SsDirectCursor *cursor, SsDirectWriter **writer, uint64_t lsn,
 							 const char *data, size_t len, size_t *appended, char *error);
+/* Unmaps a backup (a writer whose backup went away or changed). */
+extern void ss_direct_writer_close(SsDirectWriter *writer);
 extern void ss_backup_disconnect(SsBackupConn *conn);
 
 /* Whether `name` may name a primary or a backup (1..63 of [A-Za-z0-9_.-]). */

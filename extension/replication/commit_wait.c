@@ -45,11 +45,17 @@ place_pass(bool *complete, bool *placed_any)
 		XLogRecPtr	end;
 
 		/* The shipper keeps the state current; an old value only sends the commit its way. */
-		if (!slot->in_use || slot->state != SS_BACKUP_STREAMING)
-			continue;
-		if (!ss_direct_cursor_valid(direct))
+		if (!slot->in_use || slot->state != SS_BACKUP_STREAMING ||
+			!ss_direct_cursor_valid(direct))
 		{
-			*complete = false;
+			/* A mapping of a backup that went away would keep its memory alive. */
+			if (direct_writers[i] != NULL)
+			{
+				ss_direct_writer_close(direct_writers[i]);
+				direct_writers[i] = NULL;
+			}
+			if (slot->in_use && slot->state == SS_BACKUP_STREAMING)
+				*complete = false;
 			continue;
 		}
 		end = ss_direct_cursor_end(direct);
@@ -139,22 +145,24 @@ place_own_commit(XLogRecPtr target)
 }
 
 /* What ss_repl_commit_prepare saw of the committing transaction. */
-static bool commit_waits = false;
+static bool commit_wrote_wal = false;
+static bool commit_has_xid = false;
 static XLogRecPtr commit_end_before = InvalidXLogRecPtr;
 
 /*
- * At XACT_EVENT_PRE_COMMIT: whether the commit is one PostgreSQL's synchronous replication
- * would wait for, a transaction with an xid that wrote WAL. Others write no commit record
- * (a read-only transaction keeps the last one's XactLastCommitEnd) or one PostgreSQL does
- * not even flush: a read that pruned writes WAL without an xid, and waiting for the
- * placement of WAL nobody flushes lasted until the WAL writer came by (YCSB's reads
- * waited 100 ms in 1% of cases).
+ * At XACT_EVENT_PRE_COMMIT: what the commit wait needs to know of the transaction, whether it
+ * wrote WAL and whether it has an xid. A commit waits as PostgreSQL's synchronous replication
+ * does: one with an xid that wrote WAL, and one without an xid whose WAL PostgreSQL flushed
+ * itself (COMMIT PREPARED, whose record it flushes). Not a read-only transaction (it keeps
+ * the last one's XactLastCommitEnd), nor one that wrote WAL without an xid and that nobody
+ * flushed: a read that pruned, whose wait for the placement of unflushed WAL lasted until
+ * the WAL writer came by (YCSB's reads waited 100 ms about once in a hundred).
  */
 void
 ss_repl_commit_prepare(void)
 {
-	commit_waits = TransactionIdIsValid(GetTopTransactionIdIfAny()) &&
-		XactLastRecEnd != InvalidXLogRecPtr;
+	commit_wrote_wal = XactLastRecEnd != InvalidXLogRecPtr;
+	commit_has_xid = TransactionIdIsValid(GetTopTransactionIdIfAny());
 	commit_end_before = XactLastCommitEnd;
 }
 
@@ -167,16 +175,20 @@ ss_repl_commit_wait(void)
 	pg_atomic_uint64 *progress;
 
 	if (ss_commit_mode == SS_COMMIT_LOCAL || ss_repl == NULL || target == InvalidXLogRecPtr ||
-		!commit_waits || target == commit_end_before ||
+		!commit_wrote_wal || target == commit_end_before ||
 		ss_min_sync_backups == 0 || MyProc == NULL || ss_repl_configured_backups() == 0)
 		return;
-	commit_waits = false;
-	/*
-	 * Only flushed WAL is shipped: a commit that synchronous_commit = off left unflushed is
-	 * flushed here, since the remote modes promise more than a local flush.
-	 */
+	commit_wrote_wal = false;
 	if (target > GetFlushRecPtr(NULL))
+	{
+		if (!commit_has_xid)
+			return;
+		/*
+		 * Only flushed WAL is shipped: a commit that synchronous_commit = off left unflushed
+		 * is flushed here, since the remote modes promise more than a local flush.
+		 */
 		XLogFlush(target);
+	}
 	progress = flush ? &ss_repl->durable_lsn : &ss_repl->placed_lsn;
 	if (pg_atomic_read_u64(progress) >= target)
 		return;

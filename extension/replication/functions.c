@@ -269,12 +269,15 @@ slipstream_add_backup(PG_FUNCTION_ARGS)
 				 errmsg("backups can only be added on a primary"),
 				 errhint("This server is in recovery.")));
 
+	/* The slot's cursor is cleared under the lock its appenders hold (taken first, as they do). */
+	LWLockAcquire(ss_repl->place_lock, LW_EXCLUSIVE);
 	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
 	for (int i = 0; i < SS_MAX_BACKUPS; i++)
 	{
 		if (ss_repl->backups[i].in_use && strcmp(ss_repl->backups[i].name, name) == 0)
 		{
 			LWLockRelease(ss_repl->lock);
+			LWLockRelease(ss_repl->place_lock);
 			ereport(ERROR,
 					(errcode(ERRCODE_DUPLICATE_OBJECT),
 					 errmsg("backup \"%s\" already exists", name),
@@ -286,6 +289,7 @@ slipstream_add_backup(PG_FUNCTION_ARGS)
 	if (free_slot < 0)
 	{
 		LWLockRelease(ss_repl->lock);
+		LWLockRelease(ss_repl->place_lock);
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("a primary can have at most %d backups", SS_MAX_BACKUPS),
@@ -316,11 +320,13 @@ slipstream_add_backup(PG_FUNCTION_ARGS)
 	{
 		ss_repl->backups[free_slot].in_use = false;
 		LWLockRelease(ss_repl->lock);
+		LWLockRelease(ss_repl->place_lock);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 	ss_repl_count_index_backups();
 	LWLockRelease(ss_repl->lock);
+	LWLockRelease(ss_repl->place_lock);
 	ss_repl_wake(ss_repl->shipper_pgprocno);
 	PG_RETURN_VOID();
 }

@@ -101,6 +101,7 @@ typedef struct SsReplShared
 	pg_atomic_uint64 placed_lsn;	/* placed on min_sync_backups backups */
 	pg_atomic_uint64 durable_lsn;	/* durable on min_sync_backups backups */
 	pg_atomic_uint64 flush_wanted;	/* the highest commit waiting in remote_flush mode */
+	pg_atomic_uint32 sync_backups;	/* min_sync_backups as the shipper last read it */
 	bool		replay_held;	/* the backup worker paused replay (deferred replay) */
 	/* Index shipping (index_ship.c). */
 	pg_atomic_uint32 index_backups;	/* configured Send-Index backups */

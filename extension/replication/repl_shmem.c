@@ -226,6 +226,7 @@ ss_repl_shmem_startup(void)
 		pg_atomic_init_u64(&ss_repl->placed_lsn, 0);
 		pg_atomic_init_u64(&ss_repl->durable_lsn, 0);
 		pg_atomic_init_u64(&ss_repl->flush_wanted, 0);
+		pg_atomic_init_u32(&ss_repl->sync_backups, ss_min_sync_backups);
 		for (int i = 0; i < procs; i++)
 			pg_atomic_init_u64(&ss_repl->waiting[i], 0);
 		pg_atomic_init_u32(&ss_repl->index_backups, 0);
@@ -249,13 +250,17 @@ ss_repl_wake(int pgprocno)
 		SetLatch(&ProcGlobal->allProcs[pgprocno].procLatch);
 }
 
-/* The k-th highest value (k = min_sync_backups) among streaming backups; 0 if fewer. */
+/*
+ * The k-th highest value among streaming backups; 0 if fewer. k is min_sync_backups as the
+ * shipper last read it, the same for every process that publishes: a backend that has not
+ * yet reloaded a raised setting must not publish with the old one.
+ */
 static XLogRecPtr
 kth_highest(bool durable)
 {
 	XLogRecPtr	values[SS_MAX_BACKUPS];
 	int			n = 0;
-	int			k = ss_min_sync_backups;
+	int			k = (int) pg_atomic_read_u32(&ss_repl->sync_backups);
 
 	for (int i = 0; i < SS_MAX_BACKUPS; i++)
 	{

@@ -637,6 +637,7 @@ ss_shipper_main(Datum arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
+		pg_atomic_write_u32(&ss_repl->sync_backups, ss_min_sync_backups);
 		for (int i = 0; i < SS_MAX_BACKUPS; i++)
 		{
 			bool		in_use;

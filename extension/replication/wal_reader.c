@@ -56,12 +56,23 @@ ss_wal_read(SsWalReader *reader, XLogRecPtr from, Size len, TimeLineID tli, char
 		char		path[MAXPGPATH];
 
 		if (reader->fd >= 0)
+		{
 			close(reader->fd);
+			ReleaseExternalFD();
+			reader->fd = -1;
+		}
 		reader->from = InvalidXLogRecPtr;
 		snprintf(path, sizeof(path), XLOGDIR "/%s", name);
+		/* Counted against max_files_per_process, as fd.c counts its own. */
+		if (!AcquireExternalFD())
+		{
+			snprintf(error, SS_REPL_ERROR_SIZE, "cannot open WAL file %s: too many open files", name);
+			return false;
+		}
 		reader->fd = BasicOpenFile(path, O_RDONLY | PG_BINARY);
 		if (reader->fd < 0)
 		{
+			ReleaseExternalFD();
 			snprintf(error, SS_REPL_ERROR_SIZE, "cannot open WAL file %s: %m (the backup fell too far behind: reseed it)", name);
 			return false;
 		}

@@ -1,10 +1,15 @@
 // ShmPeerWriter: see slipstream/rdma/shm_peer.h.
 #include "slipstream/rdma/shm_peer.h"
 
+#include <poll.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 
 #include "shm_heap.h"
 
@@ -12,6 +17,7 @@ namespace slipstream::rdma {
 
 ShmPeerWriter::~ShmPeerWriter() {
   if (heap_ != nullptr) ::munmap(heap_, ref_.heap_size);
+  if (pidfd_ >= 0) ::close(pidfd_);
 }
 
 Status ShmPeerWriter::Open(const ShmPeerRef& ref, std::unique_ptr<ShmPeerWriter>* writer) {
@@ -26,12 +32,23 @@ Status ShmPeerWriter::Open(const ShmPeerRef& ref, std::unique_ptr<ShmPeerWriter>
   theirs.ring_bytes = kShmRingBytes;
   theirs.token[0] = ref.token[0];
   theirs.token[1] = ref.token[1];
+  // The process first, then its file: a pid reused in between names another process, whose
+  // file does not carry the description's token.
+#ifdef SYS_pidfd_open
+  const int pidfd = int(::syscall(SYS_pidfd_open, ref.pid, 0));
+#else
+  const int pidfd = -1;
+#endif
   char* heap = nullptr;
   Status s = MapShmPeerHeap(theirs, &heap);
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    if (pidfd >= 0) ::close(pidfd);
+    return s;
+  }
   std::unique_ptr<ShmPeerWriter> opened(new ShmPeerWriter());
   opened->ref_ = ref;
   opened->heap_ = heap;
+  opened->pidfd_ = pidfd;
   *writer = std::move(opened);
   return Status::OK();
 }
@@ -71,7 +88,17 @@ Status ShmPeerWriter::Write(uint64_t rkey, uint64_t remote_addr, const void* dat
       again.state != kShmEntryValid || again.offset != entry.offset) {
     return Status::RemoteAccess("the peer revoked the region during the WRITE");
   }
+  // A peer that died keeps its keys: only its exit tells that nobody holds these bytes.
+  if (!PeerAlive()) return Status::Disconnected("the peer's process has exited");
   return Status::OK();
+}
+
+bool ShmPeerWriter::PeerAlive() const {
+  if (pidfd_ >= 0) {
+    pollfd p{pidfd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 0;  // readable once the process has exited
+  }
+  return ::kill(ref_.pid, 0) == 0 || errno == EPERM;
 }
 
 }  // namespace slipstream::rdma

@@ -137,11 +137,19 @@ Status StreamShipper::Append(uint64_t position, std::string_view bytes) {
   return Status::OK();
 }
 
-void StreamShipper::ExportCursor(SharedCursor* cursor) const {
+void StreamShipper::ExportCursor(SharedCursor* cursor) {
   *cursor = SharedCursor{};
   if (!started_ || targets_.size() != 1) return;
-  const Target& t = targets_[0];
-  if (!t.failed.ok() || !t.has_buffer || !t.link->ExportPeer(&cursor->peer)) return;
+  Target& t = targets_[0];
+  if (!t.failed.ok() || !t.has_buffer) return;
+  // Records appended through the cursor continue the buffer: every byte before them must be
+  // placed, or the backup's valid prefix would end before them (a WRITE that failed).
+  Status s = t.link->Poll(0);
+  if (!s.ok()) {
+    Drop(&t, s);
+    return;
+  }
+  if (t.link->placed(t.buffer) != cursor_.pos || !t.link->ExportPeer(&cursor->peer)) return;
   const rdma::RemoteRegion remote = t.link->remote(t.buffer);
   cursor->buffer_size = size_;
   cursor->sequence = sequence_;

@@ -43,13 +43,19 @@ class ShmPeerWriter {
   // Places `length` bytes at `remote_addr` of the region with key `rkey`, in increasing
   // address order, visible before any later WRITE's bytes; RemoteAccess, placing nothing,
   // when the key is unknown or revoked, the range leaves the region or it is not writable.
+  // After the copy it checks the key again (RemoteAccess if the peer revoked it meanwhile)
+  // and that the peer's process still lives (Disconnected if not: its heap outlives it in
+  // our mapping, and bytes placed there count for nothing).
   Status Write(uint64_t rkey, uint64_t remote_addr, const void* data, size_t length);
 
  private:
   ShmPeerWriter() = default;
+  // Whether the process that owns the heap has not exited.
+  bool PeerAlive() const;
 
   ShmPeerRef ref_;
   char* heap_ = nullptr;
+  int pidfd_ = -1;            // the peer's process (-1: kill(pid, 0) is asked instead)
   uint32_t cached_slot_ = 0;  // the table slot the last WRITE's key was found in
 };
 

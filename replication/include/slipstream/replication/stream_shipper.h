@@ -64,7 +64,9 @@ class StreamShipper {
   // segment (valid = 0 when there is none, or the backup cannot be written so); AdoptCursor
   // takes over what was appended through such a description since, before this shipper
   // appends, rotates or flushes again. The caller holds the lock that serialises the appends.
-  void ExportCursor(SharedCursor* cursor) const;
+  // A cursor is exported only once every append of this shipper to the buffer completed, so
+  // that appends through it never follow a WRITE that failed.
+  void ExportCursor(SharedCursor* cursor);
   void AdoptCursor(const SharedCursor& cursor);
 
   // Backups still receiving.
