@@ -23,6 +23,7 @@
 
 #include "setup.h"
 #include "shm_transport.h"
+#include "slipstream/rdma/shm_peer.h"
 #include "slipstream/rdma/transport.h"
 #include "test_util.h"
 
@@ -247,44 +248,64 @@ TEST(ShmProcessTest, KilledWriterLeavesAnAscendingPrefix) {
   std::printf("[          ] %d of %d kills landed inside a WRITE\n", torn_trials, kTrials);
 }
 
-// The target process is stopped (SIGSTOP) and still serves WRITE and READ: the initiator does
-// all the work.
-TEST(ShmProcessTest, StoppedTargetStillServesWriteAndRead) {
+// A child process that owns a remote region: it connects over shm, registers `length` bytes
+// with `access`, sends the region's description and waits to be killed, never touching the
+// connection again. Returns its pid with the parent's connection and the description; -1 (the
+// child killed) when the setup did not complete, with the reason in *why.
+pid_t ForkRegionOwner(size_t length, uint32_t access, std::unique_ptr<Connection>* parent,
+                      RemoteRegion* remote, std::string* why) {
   std::unique_ptr<Listener> listener;
-  ASSERT_TRUE(Listen(ShmOptions(), "127.0.0.1:0", &listener).ok());
+  Status s = Listen(ShmOptions(), "127.0.0.1:0", &listener);
+  if (!s.ok()) {
+    *why = s.ToString();
+    return -1;
+  }
   const std::string address = listener->address();
   pid_t child = ::fork();
-  ASSERT_GE(child, 0);
+  if (child < 0) {
+    *why = "fork failed";
+    return -1;
+  }
   if (child == 0) {
     listener.reset();
     std::unique_ptr<Connection> connection;
     if (!Connect(ShmOptions(), address, &connection).ok()) _exit(2);
     LocalRegion region, outbox;
-    if (!connection->AllocateRegion(1 << 16, kRemoteWrite | kRemoteRead, &region).ok()) _exit(3);
+    if (!connection->AllocateRegion(length, access, &region).ok()) _exit(3);
     if (!connection->AllocateRegion(64, kLocalOnly, &outbox).ok()) _exit(3);
-    RemoteRegion remote = connection->Describe(region);
-    std::memcpy(outbox.addr, &remote, sizeof(remote));
-    std::vector<Sge> sges = {{outbox.addr, uint32_t(sizeof(remote)), outbox.lkey}};
+    RemoteRegion described = connection->Describe(region);
+    std::memcpy(outbox.addr, &described, sizeof(described));
+    std::vector<Sge> sges = {{outbox.addr, uint32_t(sizeof(described)), outbox.lkey}};
     if (PostAndWait(connection.get(), SendOf(1, sges)) != WcStatus::kSuccess) _exit(4);
-    for (;;) ::pause();  // never touches the connection again
+    for (;;) ::pause();
   }
-  std::unique_ptr<Connection> parent;
-  Status s = listener->Accept(kTimeoutMs, &parent);
+  LocalRegion inbox;
+  s = listener->Accept(kTimeoutMs, parent);
+  if (s.ok()) s = (*parent)->AllocateRegion(64, kLocalOnly, &inbox);
+  RecvRequest recv{1, Sge{inbox.addr, 64, inbox.lkey}};
+  if (s.ok()) s = (*parent)->PostRecv(&recv, 1);
+  if (s.ok() && PollN(parent->get(), 1).size() != 1) s = Status::Timeout("no description came");
   if (!s.ok()) {
     ::kill(child, SIGKILL);
     ::waitpid(child, nullptr, 0);
-    FAIL() << s.ToString();
+    *why = s.ToString();
+    return -1;
   }
-  LocalRegion inbox, source, back;
-  ASSERT_TRUE(parent->AllocateRegion(64, kLocalOnly, &inbox).ok());
+  std::memcpy(remote, inbox.addr, sizeof(*remote));
+  return child;
+}
+
+// The target process is stopped (SIGSTOP) and still serves WRITE and READ: the initiator does
+// all the work.
+TEST(ShmProcessTest, StoppedTargetStillServesWriteAndRead) {
+  std::unique_ptr<Connection> parent;
+  RemoteRegion remote;
+  std::string why;
+  pid_t child = ForkRegionOwner(1 << 16, kRemoteWrite | kRemoteRead, &parent, &remote, &why);
+  ASSERT_GT(child, 0) << why;
+  LocalRegion source, back;
   ASSERT_TRUE(parent->AllocateRegion(1 << 16, kLocalOnly, &source).ok());
   ASSERT_TRUE(parent->AllocateRegion(1 << 16, kLocalOnly, &back).ok());
-  RecvRequest recv{1, Sge{inbox.addr, 64, inbox.lkey}};
-  ASSERT_TRUE(parent->PostRecv(&recv, 1).ok());
-  std::vector<Completion> got = PollN(parent.get(), 1);
-  ASSERT_EQ(got.size(), 1u);
-  RemoteRegion remote;
-  std::memcpy(&remote, inbox.addr, sizeof(remote));
   ::kill(child, SIGSTOP);
   int wstatus = 0;
   ASSERT_EQ(::waitpid(child, &wstatus, WUNTRACED), child);
@@ -299,6 +320,30 @@ TEST(ShmProcessTest, StoppedTargetStillServesWriteAndRead) {
   EXPECT_TRUE(parent->state().ok());
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
+}
+
+// A ShmPeerWriter (another process of the host writing into a connection's peer) must refuse
+// a peer killed without revoking anything: its heap lives on in the writer's mapping and its
+// keys stay valid, yet nobody holds those bytes any more.
+TEST(ShmProcessTest, APeerWriterRefusesAPeerWhoseProcessExited) {
+  std::unique_ptr<Connection> parent;
+  RemoteRegion remote;
+  std::string why;
+  pid_t child = ForkRegionOwner(4096, kRemoteWrite, &parent, &remote, &why);
+  ASSERT_GT(child, 0) << why;
+  ShmPeerRef ref;
+  ASSERT_TRUE(ExportShmPeer(parent.get(), &ref).ok());
+  EXPECT_EQ(ref.pid, child);
+  std::unique_ptr<ShmPeerWriter> writer;
+  ASSERT_TRUE(ShmPeerWriter::Open(ref, &writer).ok());
+  EXPECT_TRUE(writer->Write(remote.rkey, remote.addr, "alive", 5).ok());
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  Status after = writer->Write(remote.rkey, remote.addr, "dead", 4);
+  EXPECT_EQ(after.code(), Status::Code::kDisconnected) << after.ToString();
+  // A description of a process that is gone maps nothing.
+  std::unique_ptr<ShmPeerWriter> again;
+  EXPECT_FALSE(ShmPeerWriter::Open(ref, &again).ok());
 }
 
 // ---------------------------------------------------------------------------------------------
