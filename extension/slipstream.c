@@ -47,7 +47,8 @@ startup_shmem(void)
 
 /*
  * A change interrupted by an error is no longer in flight (the horizon must not stick); a
- * commit waits for the backups in the remote commit modes (replication/commit_wait.c).
+ * commit or a PREPARE TRANSACTION waits for the backups in the remote commit modes
+ * (replication/commit_wait.c).
  */
 static void
 on_xact_end(XactEvent event, void *arg)
@@ -59,6 +60,8 @@ on_xact_end(XactEvent event, void *arg)
 		ss_repl_commit_prepare();
 	if (event == XACT_EVENT_COMMIT)
 		ss_repl_commit_wait();
+	if (event == XACT_EVENT_PREPARE)
+		ss_repl_prepare_wait();
 }
 
 /* Same for subtransactions rolled back by an error. */

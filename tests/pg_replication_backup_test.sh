@@ -4,7 +4,8 @@
 # remote_memory. Commits must go on (the other backup places them), the dead backup must show
 # as lost, and once restarted it must reconnect by itself and catch up. With
 # min_sync_backups = 2 and one backup down, a commit waits; a cancel ends the wait with a
-# WARNING, and the transaction stays committed; a transaction without an xid does not wait.
+# WARNING, and the transaction stays committed; a transaction without an xid does not wait;
+# PREPARE TRANSACTION waits as a commit does, and so does COMMIT PREPARED.
 #   tests/pg_replication_backup_test.sh [scratch dir] [base port] [transport]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +23,7 @@ mkdir -p "$scratch"
 "$pg" init "$b1" "$((base + 1))" >/dev/null
 "$pg" init "$b2" "$((base + 2))" >/dev/null
 "$pg" init "$primary" "$base" "cluster_name = 'p1'" "slipstream.backup_timeout = 1s" \
-  "slipstream.min_sync_backups = 1" >/dev/null
+  "slipstream.min_sync_backups = 1" "max_prepared_transactions = 4" >/dev/null
 for c in "$b1" "$b2" "$primary"; do "$pg" start "$c"; done
 trap 'for c in "$primary" "$b1" "$b2"; do "$pg" stop "$c" immediate >/dev/null 2>&1 || true; done' EXIT
 p_sql() { "$pg" psql "$primary" -qAt "$@"; }
@@ -126,4 +127,43 @@ fi
 grep -q "canceling the wait" "$scratch/noxid.out" &&
   { cat "$scratch/noxid.out"; echo "a transaction without an xid waited for the backups" >&2; exit 1; }
 echo "a transaction without an xid that wrote WAL does not wait for the backups"
+
+# Still one backup short: PREPARE TRANSACTION waits, as PostgreSQL's synchronous replication
+# waits in EndPrepare; a transaction manager told "prepared" relies on it surviving a takeover.
+# A cancel ends the wait with a WARNING, and the transaction stays prepared.
+( "$pg" psql "$primary" -qAt -c "SET slipstream.commit_mode = remote_memory" \
+    -c "BEGIN" -c "INSERT INTO ledger VALUES (9, 2)" -c "PREPARE TRANSACTION 'ledger-9-2'" \
+    >"$scratch/prepare.out" 2>&1 ) &
+waiter=$!
+for _ in $(seq 1 100); do
+  [ "$(p_sql -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")" = 1 ] && break
+  sleep 0.05
+done
+[ "$(p_sql -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")" = 1 ] ||
+  { cat "$scratch/prepare.out"; echo "PREPARE TRANSACTION did not wait for the missing backup" >&2; exit 1; }
+p_sql -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'" >/dev/null
+wait "$waiter" || true
+grep -q "already been prepared locally" "$scratch/prepare.out" ||
+  { cat "$scratch/prepare.out"; echo "no warning on a cancelled PREPARE wait" >&2; exit 1; }
+[ "$(p_sql -c "SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'ledger-9-2'")" = 1 ] ||
+  { echo "the cancelled PREPARE TRANSACTION is not prepared" >&2; exit 1; }
+echo "PREPARE TRANSACTION waits for min_sync_backups; a cancel leaves it prepared"
+# COMMIT PREPARED waits too, and the backup's return (it reconnects by itself) releases it.
+( "$pg" psql "$primary" -qAt -c "SET slipstream.commit_mode = remote_memory" \
+    -c "COMMIT PREPARED 'ledger-9-2'" >"$scratch/commit_prepared.out" 2>&1 ) &
+waiter=$!
+for _ in $(seq 1 100); do
+  [ "$(p_sql -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")" = 1 ] && break
+  sleep 0.05
+done
+[ "$(p_sql -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")" = 1 ] ||
+  { cat "$scratch/commit_prepared.out"; echo "COMMIT PREPARED did not wait for the missing backup" >&2; exit 1; }
+"$pg" start "$b2"
+wait_state b2 streaming
+wait "$waiter" || { cat "$scratch/commit_prepared.out"; echo "COMMIT PREPARED failed" >&2; exit 1; }
+grep -q "canceling the wait" "$scratch/commit_prepared.out" &&
+  { cat "$scratch/commit_prepared.out"; echo "COMMIT PREPARED did not complete its wait" >&2; exit 1; }
+[ "$(p_sql -c "SELECT count(*) FROM ledger WHERE client = 9")" = 2 ] ||
+  { echo "the prepared row is not committed" >&2; exit 1; }
+echo "COMMIT PREPARED waits for min_sync_backups and returns once the backup is back"
 echo "backup failure test ($transport) passed"

@@ -7,6 +7,8 @@
 # random point; a backup chosen at random takes over with slipstream.promote(). On it:
 #   - every commit that returned to its client is there (both rows);
 #   - nothing is half there (the two tables hold the same transactions);
+#   - every PREPARE TRANSACTION that returned is there, committed or still prepared (a fourth
+#     client prepares each transaction and then commits it with COMMIT PREPARED);
 #   - slipstream.verify passes and the node takes writes.
 # Over shm in remote_memory the committing backends place their own WAL most of the time
 # (slipstream.backend_placement), so the kills land among their appends; the test fails if
@@ -139,9 +141,25 @@ workload() {
   done
 }
 
+# The two-phase client: each transaction is prepared (PREPARED once PREPARE TRANSACTION
+# returned), then committed (ACK once COMMIT PREPARED returned).
+preparer() {
+  local first=$1
+  echo "SET slipstream.commit_mode = $mode;"
+  for n in $(seq "$first" $((first + 100000))); do
+    echo "BEGIN;"
+    echo "INSERT INTO ledger VALUES (99, $n, 'prepared');"
+    echo "INSERT INTO audit VALUES (99, $n);"
+    echo "PREPARE TRANSACTION 'p$n';"
+    echo "\\echo PREPARED $n"
+    echo "COMMIT PREPARED 'p$n';"
+    echo "\\echo ACK 99 $n"
+  done
+}
+
 # The first primary: n0, with two fresh backups.
 "$pg" init "${nodes[0]}" "$(port_of 0)" "slipstream.min_sync_backups = 2" \
-  "slipstream.backup_timeout = 2s" "wal_keep_size = 256MB" >/dev/null
+  "slipstream.backup_timeout = 2s" "wal_keep_size = 256MB" "max_prepared_transactions = 8" >/dev/null
 "$pg" start "${nodes[0]}"
 sql 0 -c "CREATE EXTENSION slipstream" \
   -c "CREATE TABLE ledger (client int, seq int, payload text, PRIMARY KEY (client, seq)) USING slipstream" \
@@ -223,6 +241,8 @@ for round in $(seq 1 "$rounds"); do
     workload "$c" $((round * 1000000)) | "$pg" psql "${nodes[$primary]}" -qAt >"$scratch/client$c.out" 2>&1 &
     pids+=($!)
   done
+  preparer $((round * 1000000)) | "$pg" psql "${nodes[$primary]}" -qAt >"$scratch/preparer.out" 2>&1 &
+  pids+=($!)
   if [ "$shipping" = send_index ]; then
     compactor "$primary" &
     pids+=($!)
@@ -237,6 +257,7 @@ for round in $(seq 1 "$rounds"); do
   "$pg" kill "${nodes[$primary]}" 2>/dev/null
   for p in "${pids[@]}"; do wait "$p" || true; done
   for c in $(seq 1 "$clients"); do sed -n 's/^ACK //p' "$scratch/client$c.out" >>"$acked"; done
+  sed -n 's/^ACK //p' "$scratch/preparer.out" >>"$acked"
 
   backups=()
   for n in 0 1 2; do [ "$n" != "$primary" ] && backups+=("$n"); done
@@ -268,19 +289,31 @@ for round in $(seq 1 "$rounds"); do
   sql "$new" -c "SELECT client || ' ' || seq FROM audit" | sort >"$scratch/audit"
   sort "$acked" >"$scratch/acked.sorted"
   missing=$(comm -23 "$scratch/acked.sorted" "$scratch/ledger" | wc -l)
+  # A prepared transaction the client was told of is committed or still prepared.
+  sql "$new" -c "SELECT gid FROM pg_prepared_xacts" | sort >"$scratch/prepared"
+  lost_prepared=0
+  for n in $(sed -n 's/^PREPARED //p' "$scratch/preparer.out"); do
+    grep -qx "99 $n" "$scratch/ledger" || grep -qx "p$n" "$scratch/prepared" ||
+      { echo "round $round: prepared transaction p$n is neither committed nor prepared on n$new" >&2; lost_prepared=$((lost_prepared + 1)); }
+  done
   half=$(comm -3 "$scratch/ledger" "$scratch/audit" | wc -l)
   bad=$(sql "$new" -c "SELECT count(*) FROM slipstream.verify('ledger') WHERE NOT ok")
   if [ "$shipping" = send_index ]; then
     # What the promotion replayed: from the imported horizon, not from the seed.
     grep -h "taking over the imported levels\|replayed .* WAL records" "${nodes[$new]}/server.log" | tail -2 | sed 's/^/  /'
   fi
-  echo "round $round: n$primary killed, n$new took over: $(wc -l <"$scratch/acked.sorted") acknowledged, $missing missing, $half half-visible, verify failures $bad"
-  if [ "$missing" != 0 ] || [ "$half" != 0 ] || [ "$bad" != 0 ]; then
+  echo "round $round: n$primary killed, n$new took over: $(wc -l <"$scratch/acked.sorted") acknowledged, $missing missing, $half half-visible, verify failures $bad, $(wc -l <"$scratch/prepared") still prepared, $lost_prepared prepared lost"
+  if [ "$missing" != 0 ] || [ "$half" != 0 ] || [ "$bad" != 0 ] || [ "$lost_prepared" != 0 ]; then
     comm -23 "$scratch/acked.sorted" "$scratch/ledger" | head -5 >&2
     comm -3 "$scratch/ledger" "$scratch/audit" | head -5 >&2
     echo "takeover test FAILED" >&2
     exit 1
   fi
+  # The transaction manager's part: what is still prepared is committed on the new primary.
+  for gid in $(cat "$scratch/prepared"); do
+    sql "$new" -c "COMMIT PREPARED '$gid'" >/dev/null
+    echo "99 ${gid#p}" >>"$acked"
+  done
   sql "$new" -c "INSERT INTO ledger VALUES (0, $round, 'written on the new primary')" \
     -c "INSERT INTO audit VALUES (0, $round)" >/dev/null
   echo "0 $round" >>"$acked"

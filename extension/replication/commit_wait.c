@@ -166,29 +166,25 @@ ss_repl_commit_prepare(void)
 	commit_end_before = XactLastCommitEnd;
 }
 
-/* Waits for this backend's last commit (XactLastCommitEnd) per slipstream.commit_mode. */
-void
-ss_repl_commit_wait(void)
+/* Whether the remote commit modes apply at all: a mode, a backup, and a process to wait in. */
+static bool
+remote_wait_wanted(void)
 {
-	XLogRecPtr	target = XactLastCommitEnd;
+	return ss_commit_mode != SS_COMMIT_LOCAL && ss_repl != NULL && ss_min_sync_backups > 0 &&
+		MyProc != NULL && ss_repl_configured_backups() > 0;
+}
+
+/*
+ * Waits until the flushed WAL up to `target` is placed (remote_memory) or durable
+ * (remote_flush) on slipstream.min_sync_backups backups. `done` says what the transaction
+ * already is locally ("committed", "been prepared") in the WARNING a cancel gets.
+ */
+static void
+wait_for_backups(XLogRecPtr target, const char *done)
+{
 	bool		flush = ss_commit_mode == SS_COMMIT_REMOTE_FLUSH;
 	pg_atomic_uint64 *progress;
 
-	if (ss_commit_mode == SS_COMMIT_LOCAL || ss_repl == NULL || target == InvalidXLogRecPtr ||
-		!commit_wrote_wal || target == commit_end_before ||
-		ss_min_sync_backups == 0 || MyProc == NULL || ss_repl_configured_backups() == 0)
-		return;
-	commit_wrote_wal = false;
-	if (target > GetFlushRecPtr(NULL))
-	{
-		if (!commit_has_xid)
-			return;
-		/*
-		 * Only flushed WAL is shipped: a commit that synchronous_commit = off left unflushed
-		 * is flushed here, since the remote modes promise more than a local flush.
-		 */
-		XLogFlush(target);
-	}
 	progress = flush ? &ss_repl->durable_lsn : &ss_repl->placed_lsn;
 	if (pg_atomic_read_u64(progress) >= target)
 		return;
@@ -220,7 +216,7 @@ ss_repl_commit_wait(void)
 			ereport(WARNING,
 					(errcode(ERRCODE_ADMIN_SHUTDOWN),
 					 errmsg("canceling the wait for slipstream replication and terminating the connection"),
-					 errdetail("The transaction has already committed locally, but might not have been replicated to the backups.")));
+					 errdetail("The transaction has already %s locally, but might not have been replicated to the backups.", done)));
 			whereToSendOutput = DestNone;
 			break;
 		}
@@ -229,7 +225,7 @@ ss_repl_commit_wait(void)
 			QueryCancelPending = false;
 			ereport(WARNING,
 					(errmsg("canceling the wait for slipstream replication"),
-					 errdetail("The transaction has already committed locally, but might not have been replicated to the backups.")));
+					 errdetail("The transaction has already %s locally, but might not have been replicated to the backups.", done)));
 			break;
 		}
 		/* Not WL_EXIT_ON_PM_DEATH: exiting here would abort a committed transaction. */
@@ -243,4 +239,41 @@ ss_repl_commit_wait(void)
 		ResetLatch(MyLatch);
 	}
 	pg_atomic_write_u64(&ss_repl->waiting[MyProc->pgprocno], 0);
+}
+
+/* Waits for this backend's last commit (XactLastCommitEnd) per slipstream.commit_mode. */
+void
+ss_repl_commit_wait(void)
+{
+	XLogRecPtr	target = XactLastCommitEnd;
+
+	if (!remote_wait_wanted() || target == InvalidXLogRecPtr || !commit_wrote_wal ||
+		target == commit_end_before)
+		return;
+	commit_wrote_wal = false;
+	if (target > GetFlushRecPtr(NULL))
+	{
+		if (!commit_has_xid)
+			return;
+		/*
+		 * Only flushed WAL is shipped: a commit that synchronous_commit = off left unflushed
+		 * is flushed here, since the remote modes promise more than a local flush.
+		 */
+		XLogFlush(target);
+	}
+	wait_for_backups(target, "committed");
+}
+
+/*
+ * At XACT_EVENT_PREPARE: waits for the PREPARE TRANSACTION record, as PostgreSQL's
+ * synchronous replication does (EndPrepare), so that a prepared transaction a transaction
+ * manager was told of survives a takeover. PostgreSQL flushed the record and has already reset
+ * XactLastRecEnd; the record ends at or before the flush position, which is the target.
+ */
+void
+ss_repl_prepare_wait(void)
+{
+	if (!remote_wait_wanted())
+		return;
+	wait_for_backups(GetFlushRecPtr(NULL), "been prepared");
 }

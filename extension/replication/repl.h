@@ -187,5 +187,6 @@ extern void ss_register_repl_workers(void);
 /* commit_wait.c */
 extern void ss_repl_commit_prepare(void);
 extern void ss_repl_commit_wait(void);
+extern void ss_repl_prepare_wait(void);
 
 #endif							/* SLIPSTREAM_REPL_H */
