@@ -24,7 +24,7 @@ Status MemNodeEntry(const MemNode* node, LeafEntry* entry) {
 
 // Lays out the head node with every link null.
 void MemTable::Reset() {
-  size_t head_size = sizeof(MemNode) + kMemMaxHeight * 4;
+  size_t head_size = sizeof(MemNode) + kMemMaxHeight * 4 + 4;
   std::memset(data_ + kHeadOffset, 0, head_size);
   Head()->height = kMemMaxHeight;
   header_->used.store(kHeadOffset + ((head_size + 7) & ~size_t(7)));
@@ -69,6 +69,34 @@ MemNode* MemTable::FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** p
   }
 }
 
+// The newest node holds the key's index slot (the writer published it); a newer version
+// orders right before it. The check that the back link leads to that node costs one node and
+// guards against a link the writer did not keep (it always does).
+MemNode* MemTable::PredecessorOfNewVersion(std::string_view ikey, uint64_t lsn) const {
+  bool answered;
+  const MemNode* newest = IndexFind(ikey, &answered);
+  if (newest == nullptr || newest->lsn >= lsn) return nullptr;
+  MemNode* before = Node(const_cast<MemNode*>(newest)->back());
+  if (before == nullptr || Node(before->next[0].load(std::memory_order_relaxed)) != newest)
+    return nullptr;
+  return before;
+}
+
+bool MemTable::LevelsOrdered() const {
+  int max_height = int(header_->max_height.load(std::memory_order_acquire));
+  for (int level = 0; level < max_height; level++) {
+    MemNode* x = Head();
+    for (;;) {
+      MemNode* next = Node(x->next[level].load(std::memory_order_acquire));
+      if (next == nullptr) break;
+      if (x != Head() && !Before(x, next->key(), next->lsn)) return false;
+      if (level == 0 && Node(next->back()) != x) return false;
+      x = next;
+    }
+  }
+  return true;
+}
+
 // Geometric heights with p = 1/4; the generator is per thread.
 int MemTable::RandomHeight() const {
   thread_local std::mt19937 rng(std::random_device{}());
@@ -81,7 +109,7 @@ int MemTable::RandomHeight() const {
 // half-initialised node.
 void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::string_view value) {
   int height = RandomHeight();
-  size_t size = sizeof(MemNode) + (height - 1) * 4 + ikey.size() + value.size();
+  size_t size = sizeof(MemNode) + height * 4 + ikey.size() + value.size();
   uint64_t off = header_->used.load(std::memory_order_relaxed);
   header_->used.store(off + ((size + 7) & ~size_t(7)), std::memory_order_relaxed);
   auto* node = reinterpret_cast<MemNode*>(data_ + off);
@@ -101,12 +129,18 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
     for (int i = max_height; i < height; i++) prev[i] = Head();
     header_->max_height.store(uint32_t(height), std::memory_order_release);
   }
-  FindPrevious(ikey, lsn, prev, nullptr);
+  // Heights stay random (a key's versions all of height 1 would make a long level-0 run of a
+  // hot key that every search passing it walks): only a height-1 node skips the descent.
+  prev[0] = height == 1 ? PredecessorOfNewVersion(ikey, lsn) : nullptr;
+  if (prev[0] == nullptr) FindPrevious(ikey, lsn, prev, nullptr);
   for (int i = 0; i < height; i++) {
     node->next[i].store(prev[i]->next[i].load(std::memory_order_relaxed),
                         std::memory_order_relaxed);
     prev[i]->next[i].store(uint32_t(off), std::memory_order_release);
   }
+  node->back() = uint32_t(reinterpret_cast<char*>(prev[0]) - data_);
+  if (MemNode* successor = Node(node->next[0].load(std::memory_order_relaxed)))
+    successor->back() = uint32_t(off);
   IndexPublish(ikey, lsn, uint32_t(off));
   header_->entries.fetch_add(1, std::memory_order_relaxed);
   header_->kv_bytes.fetch_add(ikey.size() + value.size(), std::memory_order_relaxed);

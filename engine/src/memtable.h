@@ -5,7 +5,11 @@
 // until compaction: an iterator with an older snapshot LSN still finds the version it saw.
 //
 // A hash index beside the skiplist answers point reads of random keys in a probe or two
-// instead of a descent of some 4 log4(n) nodes, each likely a cache miss. Its slots hold the
+// instead of a descent of some 4 log4(n) nodes, each likely a cache miss. The writer uses it
+// too: a new version of a key already here goes right before that key's newest node, found by
+// the index, and a back link at level 0 gives that node's predecessor, so most writes of a
+// row the memtable holds (the table AM rewrites a version's header when it updates, deletes,
+// locks or prunes it) need no descent either. Its slots hold the
 // offset of each key's newest node (linear probing, 0: empty), published with a release store
 // after the node is linked, so a reader either finds the key there or the insert has not
 // finished. Slots are never emptied before a reset. Once 7/10 of them are taken, keys that find
@@ -33,11 +37,14 @@ struct MemNode {
   uint8_t kind;  // ValueKind
   uint8_t height;
   uint16_t pad;
-  std::atomic<uint32_t> next[1];  // `height` links; key and value bytes follow them
+  // `height` links, then the back link (the level-0 predecessor, kept by the writer alone and
+  // never read by readers), then the key and value bytes.
+  std::atomic<uint32_t> next[1];
 
   const char* key_data() const {
-    return reinterpret_cast<const char*>(&next[0]) + height * sizeof(uint32_t);
+    return reinterpret_cast<const char*>(&next[0]) + (height + 1) * sizeof(uint32_t);
   }
+  uint32_t& back() { return *reinterpret_cast<uint32_t*>(&next[height]); }
   std::string_view key() const { return {key_data(), key_size}; }
   std::string_view value() const { return {key_data() + key_size, value_size}; }
   ValueKind value_kind() const { return static_cast<ValueKind>(kind); }
@@ -62,7 +69,7 @@ class MemTable {
 
   // Bytes an entry takes in the data area (upper bound).
   static uint64_t EntrySpace(size_t key_size, size_t value_size) {
-    return sizeof(MemNode) + kMemMaxHeight * 4 + key_size + value_size + 8;
+    return sizeof(MemNode) + kMemMaxHeight * 4 + 4 + key_size + value_size + 8;
   }
   bool HasRoom(uint64_t space) const { return header_->used.load() + space <= header_->capacity; }
 
@@ -82,6 +89,11 @@ class MemTable {
   const MemNode* Next(const MemNode* n) const {
     return Node(n->next[0].load(std::memory_order_acquire));
   }
+
+  // Whether every level's list is in order (key ascending, newest first) and every back link
+  // names its node's predecessor: a full walk, for checks and tests. Lookups tolerate a
+  // disordered upper level, so only this sees one.
+  bool LevelsOrdered() const;
 
   uint64_t entries() const { return header_->entries.load(); }
   uint64_t kv_bytes() const { return header_->kv_bytes.load(); }
@@ -103,6 +115,10 @@ class MemTable {
   MemNode* FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** prev,
                         MemNode** successor) const;
   int RandomHeight() const;
+  // For a node of height 1 that is a newer version of a key already here: its predecessor,
+  // the one before the key's newest node (by the hash index and that node's back link), or
+  // nullptr if the key is not known so (then a descent finds it).
+  MemNode* PredecessorOfNewVersion(std::string_view ikey, uint64_t lsn) const;
   // The newest node of `ikey` by the index; *answered false if the index cannot say (no index,
   // or the key is absent from an incomplete one).
   const MemNode* IndexFind(std::string_view ikey, bool* answered) const;
