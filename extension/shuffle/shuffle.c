@@ -651,7 +651,12 @@ slipstream_shuffle(PG_FUNCTION_ARGS)
 	run->sequence = next_sequence(run->id);
 	run->group = ss_peer_group_load(group_name);
 	run->result_desc = CreateTupleDescCopy(result_desc);
-	run->store = tuplestore_begin_heap(true, false, work_mem);
+	/*
+	 * Random access only when the caller asks for it (a scroll cursor, a rescan): a store read
+	 * once forward spills a length word less per row past work_mem.
+	 */
+	run->store = tuplestore_begin_heap((rsinfo->allowedModes & SFRM_Materialize_Random) != 0,
+									   false, work_mem);
 	run->batch_context = AllocSetContextCreate(per_query, "slipstream shuffle batch",
 											   ALLOCSET_DEFAULT_SIZES);
 	run->last_progress = GetCurrentTimestamp();
