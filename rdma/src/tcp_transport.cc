@@ -1,7 +1,9 @@
 // The tcp backend (see tcp_transport.h for the wire format).
 //
 // Threads per connection:
-//  * the agent receives frames with plain blocking recv(). Payloads go straight into their
+//  * the agent receives frames with plain blocking recv() (with receive_in_poll there is no
+//    agent: the thread in Poll waits for the socket itself and handles the frames that
+//    arrived, one thread at a time). Payloads go straight into their
 //    destination (a registered region, a posted receive buffer, or a READ's scatter list), so
 //    nothing is bounced. Plain recv is enough here: the agent handles one frame at a time, and
 //    a blocking read into the final buffer is already copy-free. The last 16 bytes of a WRITE
@@ -24,6 +26,7 @@
 #include "tcp_transport.h"
 
 #include <liburing.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -174,7 +177,8 @@ class TcpConnection : public Connection, public FaultInjectable {
   Status PostRecv(const RecvRequest* requests, size_t count) override;
 
   // Returns ready completions; without any, reports a failed connection at once or waits
-  // until the first completion is ready or the timeout passes.
+  // until the first completion is ready or the timeout passes (with receive_in_poll, reading
+  // and handling the peer's frames meanwhile).
   Status Poll(Completion* out, size_t max, int timeout_ms, size_t* count) override;
 
   // OK while usable; the first error otherwise.
@@ -268,6 +272,10 @@ class TcpConnection : public Connection, public FaultInjectable {
   // The agent thread: one frame at a time until the connection ends.
   void AgentLoop();
 
+  // receive_in_poll: waits until the socket is readable, a completion falls due or `until`
+  // passes, and handles one frame if one arrived (receive_mu_ held; false once failed).
+  bool ReceiveInPoll(Clock::time_point until);
+
   // Checks the fixed fields of a frame.
   static bool WellFormed(const TcpFrameHeader& header);
 
@@ -319,14 +327,17 @@ class TcpConnection : public Connection, public FaultInjectable {
   std::deque<UnmatchedMessage> unmatched_;
   size_t unmatched_bytes_ = 0;
 
-  uint64_t next_peer_sequence_ = 0;  // agent thread only
+  uint64_t next_peer_sequence_ = 0;  // the receiving thread only
+
+  // receive_in_poll: held by the one thread that reads and handles frames.
+  std::mutex receive_mu_;
 
   std::thread agent_;
   std::thread sender_;
 };
 
 TcpConnection::TcpConnection(const TransportOptions& options, int fd) : options_(options), fd_(fd) {
-  agent_ = std::thread([this] { AgentLoop(); });
+  if (!options_.receive_in_poll) agent_ = std::thread([this] { AgentLoop(); });
   sender_ = std::thread([this] { SenderLoop(); });
 }
 
@@ -339,7 +350,7 @@ TcpConnection::~TcpConnection() {
   cv_.notify_all();
   sender_.join();
   ::shutdown(fd_, SHUT_RDWR);  // a NAK may have kept the socket open for the sender
-  agent_.join();
+  if (agent_.joinable()) agent_.join();
   ::close(fd_);
 }
 
@@ -482,16 +493,54 @@ Status TcpConnection::Poll(Completion* out, size_t max, int timeout_ms, size_t* 
   const Clock::time_point deadline =
       Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
   std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
+  for (bool first = true;; first = false) {
     Clock::time_point now = Clock::now();
     completions_.PopDue(out, max, now, count);
     if (*count > 0) return Status::OK();
     if (completions_.empty() && !state_.ok()) return state_;
-    if (now >= deadline) return Status::OK();
+    // Without an agent, even Poll(0) reads what already arrived once.
+    if (now >= deadline && !(options_.receive_in_poll && first)) return Status::OK();
     Clock::time_point until = deadline;
     if (!completions_.empty()) until = std::min(until, completions_.next_due());
-    cv_.wait_until(lock, until);
+    if (!options_.receive_in_poll) {
+      cv_.wait_until(lock, until);
+      continue;
+    }
+    lock.unlock();
+    {
+      std::unique_lock<std::mutex> receiving(receive_mu_, std::try_to_lock);
+      if (receiving.owns_lock()) {
+        ReceiveInPoll(until);
+      } else {
+        // Another thread is receiving: its frames' completions wake this one.
+        std::unique_lock<std::mutex> relock(mu_);
+        cv_.wait_until(relock, until);
+      }
+    }
+    lock.lock();
   }
+}
+
+bool TcpConnection::ReceiveInPoll(Clock::time_point until) {
+  auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(until - Clock::now());
+  if (left.count() < 0) left = std::chrono::nanoseconds(0);
+  timespec wait{time_t(left.count() / 1000000000), long(left.count() % 1000000000)};
+  pollfd readable{fd_, POLLIN, 0};
+  // The frames that arrived together (a round's ACKs) are handled in one call.
+  constexpr int kFramesPerCall = 64;
+  for (int frames = 0; frames < kFramesPerCall; frames++) {
+    int rc = ::ppoll(&readable, 1, &wait, nullptr);
+    if (rc < 0) return errno == EINTR;
+    if (rc == 0) return true;  // nothing (more) arrived in time
+    TcpFrameHeader header;
+    if (!RecvAll(fd_, reinterpret_cast<char*>(&header), sizeof(header))) {
+      Fail(Status::Disconnected("the peer closed the connection"));
+      return false;
+    }
+    if (!HandleFrame(header)) return false;
+    wait = timespec{0, 0};
+  }
+  return true;
 }
 
 Status TcpConnection::state() const {

@@ -39,8 +39,12 @@ Status BackupLink::Connect(const LinkOptions& options, std::unique_ptr<BackupLin
   if (!IsValidName(options.primary)) {
     return Status::InvalidArgument("primary name must be 1..63 of [A-Za-z0-9_.-]");
   }
+  // The primary only initiates, and the backup only answers: over tcp the shipper's own Poll
+  // reads the answers, with no receiving thread to hand each completion over (commit latency).
+  rdma::TransportOptions transport = options.transport;
+  transport.receive_in_poll = true;
   std::unique_ptr<rdma::Connection> connection;
-  Status s = rdma::Connect(options.transport, options.address, &connection);
+  Status s = rdma::Connect(transport, options.address, &connection);
   if (!s.ok()) return s;
   return Connect(options, std::move(connection), link);
 }

@@ -102,6 +102,12 @@ struct TransportOptions {
   int connect_timeout_ms = 5000;
   uint32_t max_outstanding = 256;       // posted but not completed requests per connection
   size_t region_capacity = 1ull << 30;  // bytes of registered regions one connection may hold
+  // tcp only: no receiving thread; Poll reads what the peer sent. For an initiator whose peer
+  // never needs it to act unasked (replication's primary: the backups only answer), so that a
+  // completion reaches the polling thread without a hand-off between threads. The peer's own
+  // requests (a WRITE into this side's regions, a SEND, a READ) are then served only while
+  // this side polls, and a dead peer is noticed by the next Poll.
+  bool receive_in_poll = false;
 };
 
 class Connection {

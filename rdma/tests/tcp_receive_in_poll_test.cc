@@ -1,0 +1,229 @@
+// The tcp backend with receive_in_poll (TransportOptions): a connection without a receiving
+// thread, whose Poll reads and handles the peer's frames. Its own requests complete through
+// Poll, the peer's requests are served while it polls, a dead peer is reported by Poll, and two
+// threads may poll at once.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "slipstream/rdma/transport.h"
+#include "test_util.h"
+
+namespace slipstream::rdma {
+namespace {
+
+using namespace test;  // NOLINT: the shared helpers (test_util.h)
+
+// A pair whose server (accepted) has the usual agent and whose client polls to receive.
+class TcpReceiveInPollTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TransportOptions server_options;
+    server_options.backend = "tcp";
+    server_options.secret = "receive-in-poll";
+    server_options.connect_timeout_ms = kTimeoutMs;
+    TransportOptions client_options = server_options;
+    client_options.receive_in_poll = true;
+    std::unique_ptr<Listener> listener;
+    ASSERT_TRUE(Listen(server_options, "127.0.0.1:0", &listener).ok());
+    auto accepted =
+        std::async(std::launch::async, [&] { return listener->Accept(kTimeoutMs, &server_); });
+    ASSERT_TRUE(Connect(client_options, listener->address(), &client_).ok());
+    ASSERT_TRUE(accepted.get().ok());
+  }
+
+  LocalRegion Allocate(Connection* connection, size_t length, uint32_t access) {
+    LocalRegion region;
+    EXPECT_TRUE(connection->AllocateRegion(length, access, &region).ok());
+    return region;
+  }
+
+  // A WRITE, READ or SEND of `sge` (to `remote` + `offset` for the one-sided ones).
+  static WorkRequest Request(Opcode opcode, uint64_t wr_id, const Sge* sge,
+                             const RemoteRegion& remote = {}, uint64_t offset = 0) {
+    WorkRequest wr;
+    wr.wr_id = wr_id;
+    wr.opcode = opcode;
+    wr.sg_list = sge;
+    wr.num_sge = 1;
+    wr.remote_addr = remote.addr + offset;
+    wr.rkey = remote.rkey;
+    return wr;
+  }
+
+  std::unique_ptr<Connection> server_;
+  std::unique_ptr<Connection> client_;
+};
+
+// The client's WRITE, READ and SEND complete through its Poll, with their bytes in place.
+TEST_F(TcpReceiveInPollTest, OwnRequestsCompleteThroughPoll) {
+  LocalRegion target = Allocate(server_.get(), 8192, kRemoteWrite | kRemoteRead);
+  LocalRegion inbox = Allocate(server_.get(), 4096, kLocalOnly);
+  LocalRegion local = Allocate(client_.get(), 3 * 4096, kLocalOnly);
+  FillPattern(local.addr, 4096, 1);
+  FillPattern(target.addr + 4096, 4096, 2);
+  FillPattern(local.addr + 2 * 4096, 4096, 3);
+  RecvRequest recv;
+  recv.wr_id = 40;
+  recv.sge = Sge{inbox.addr, 4096, inbox.lkey};
+  ASSERT_TRUE(server_->PostRecv(&recv, 1).ok());
+
+  RemoteRegion remote = server_->Describe(target);
+  Sge write_sge{local.addr, 4096, local.lkey};
+  Sge read_sge{local.addr + 4096, 4096, local.lkey};
+  Sge send_sge{local.addr + 2 * 4096, 4096, local.lkey};
+  WorkRequest requests[3] = {Request(Opcode::kWrite, 1, &write_sge, remote),
+                             Request(Opcode::kRead, 2, &read_sge, remote, 4096),
+                             Request(Opcode::kSend, 3, &send_sge)};
+  ASSERT_TRUE(client_->Post(requests, 3).ok());
+  std::vector<Completion> done = PollN(client_.get(), 3);
+  ASSERT_EQ(done.size(), 3u);
+  for (size_t i = 0; i < 3; i++) {
+    EXPECT_EQ(done[i].wr_id, i + 1);
+    EXPECT_EQ(done[i].status, WcStatus::kSuccess);
+  }
+  EXPECT_TRUE(HasPattern(target.addr, 4096, 1));
+  EXPECT_TRUE(HasPattern(local.addr + 4096, 4096, 2));
+  std::vector<Completion> received = PollN(server_.get(), 1);
+  ASSERT_EQ(received.size(), 1u);
+  EXPECT_EQ(received[0].wr_id, 40u);
+  EXPECT_TRUE(HasPattern(inbox.addr, 4096, 3));
+}
+
+// Unsignaled WRITEs are acknowledged too: one Poll takes their ACK frames with the signaled
+// one's, and every WRITE is placed, in order.
+TEST_F(TcpReceiveInPollTest, UnsignaledWritesAreAcknowledgedOnTheWay) {
+  constexpr int kWrites = 200;
+  LocalRegion target = Allocate(server_.get(), kWrites * 64, kRemoteWrite);
+  LocalRegion local = Allocate(client_.get(), kWrites * 64, kLocalOnly);
+  FillPattern(local.addr, kWrites * 64, 9);
+  RemoteRegion remote = server_->Describe(target);
+  std::vector<Sge> sges(kWrites);
+  std::vector<WorkRequest> writes(kWrites);
+  for (int i = 0; i < kWrites; i++) {
+    sges[size_t(i)] = Sge{local.addr + i * 64, 64, local.lkey};
+    writes[size_t(i)] = Request(Opcode::kWrite, uint64_t(i), &sges[size_t(i)], remote, i * 64);
+    writes[size_t(i)].signaled = i + 1 == kWrites;
+  }
+  ASSERT_TRUE(client_->Post(writes.data(), writes.size()).ok());
+  std::vector<Completion> done = PollN(client_.get(), 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].wr_id, uint64_t(kWrites - 1));
+  EXPECT_TRUE(HasPattern(target.addr, kWrites * 64, 9));
+  // The connection stays usable: the unsignaled ACKs were all matched to their requests.
+  Sge again{local.addr, 64, local.lkey};
+  WorkRequest write = Request(Opcode::kWrite, 500, &again, remote);
+  ASSERT_TRUE(client_->Post(&write, 1).ok());
+  done = PollN(client_.get(), 1);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, WcStatus::kSuccess);
+}
+
+// The server's WRITE into the client's region and its SEND to the client are served while the
+// client polls (the only time it reads the socket); then the server's requests complete.
+TEST_F(TcpReceiveInPollTest, PeerRequestsAreServedWhilePolling) {
+  LocalRegion client_target = Allocate(client_.get(), 4096, kRemoteWrite);
+  LocalRegion client_inbox = Allocate(client_.get(), 4096, kLocalOnly);
+  LocalRegion server_local = Allocate(server_.get(), 8192, kLocalOnly);
+  FillPattern(server_local.addr, 4096, 5);
+  FillPattern(server_local.addr + 4096, 4096, 6);
+  RecvRequest recv;
+  recv.wr_id = 77;
+  recv.sge = Sge{client_inbox.addr, 4096, client_inbox.lkey};
+  ASSERT_TRUE(client_->PostRecv(&recv, 1).ok());
+  Sge write_sge{server_local.addr, 4096, server_local.lkey};
+  Sge send_sge{server_local.addr + 4096, 4096, server_local.lkey};
+  WorkRequest requests[2] = {
+      Request(Opcode::kWrite, 1, &write_sge, client_->Describe(client_target)),
+      Request(Opcode::kSend, 2, &send_sge)};
+  ASSERT_TRUE(server_->Post(requests, 2).ok());
+  std::vector<Completion> received = PollN(client_.get(), 1);
+  ASSERT_EQ(received.size(), 1u);
+  EXPECT_EQ(received[0].wr_id, 77u);
+  EXPECT_EQ(received[0].opcode, Opcode::kRecv);
+  EXPECT_TRUE(HasPattern(client_target.addr, 4096, 5));
+  EXPECT_TRUE(HasPattern(client_inbox.addr, 4096, 6));
+  std::vector<Completion> done = PollN(server_.get(), 2);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(done[1].status, WcStatus::kSuccess);
+}
+
+// Poll(0) on an idle connection returns at once with nothing and stays usable.
+TEST_F(TcpReceiveInPollTest, PollWithoutTimeoutReturnsAtOnce) {
+  Completion wc[4];
+  size_t n = 99;
+  for (int i = 0; i < 100; i++) {
+    ASSERT_TRUE(client_->Poll(wc, 4, 0, &n).ok());
+    EXPECT_EQ(n, 0u);
+  }
+  EXPECT_TRUE(client_->state().ok());
+}
+
+// A peer that goes away is reported by the next Poll, and a request posted to it is flushed.
+TEST_F(TcpReceiveInPollTest, AGonePeerIsReportedByPoll) {
+  LocalRegion target = Allocate(server_.get(), 4096, kRemoteWrite);
+  RemoteRegion remote = server_->Describe(target);
+  LocalRegion local = Allocate(client_.get(), 4096, kLocalOnly);
+  server_.reset();
+  Status state = Status::OK();
+  for (int i = 0; i < 500 && state.ok(); i++) {
+    Completion wc[4];
+    size_t n = 0;
+    state = client_->Poll(wc, 4, 10, &n);
+    EXPECT_EQ(n, 0u);
+  }
+  EXPECT_EQ(state.code(), Status::Code::kDisconnected) << state.ToString();
+  Sge sge{local.addr, 64, local.lkey};
+  WorkRequest write = Request(Opcode::kWrite, 9, &sge, remote);
+  if (client_->Post(&write, 1).ok()) {
+    std::vector<Completion> done = PollN(client_.get(), 1);
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_EQ(done[0].status, WcStatus::kFlushed);
+  }
+}
+
+// Two threads polling one connection share its completions: each arrives exactly once.
+TEST_F(TcpReceiveInPollTest, TwoPollingThreadsShareTheCompletions) {
+  constexpr int kWrites = 400;
+  LocalRegion target = Allocate(server_.get(), 4096, kRemoteWrite);
+  LocalRegion local = Allocate(client_.get(), 4096, kLocalOnly);
+  RemoteRegion remote = server_->Describe(target);
+  Sge sge{local.addr, 64, local.lkey};
+  std::atomic<int> taken{0};
+  std::vector<uint64_t> got[2];
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(2 * kTimeoutMs);
+  auto poller = [&](int which) {
+    while (taken.load() < kWrites && std::chrono::steady_clock::now() < deadline) {
+      Completion wc[8];
+      size_t n = 0;
+      if (!client_->Poll(wc, 8, 5, &n).ok()) return;
+      for (size_t i = 0; i < n; i++) got[which].push_back(wc[i].wr_id);
+      taken += int(n);
+    }
+  };
+  std::thread a(poller, 0);
+  std::thread b(poller, 1);
+  for (int i = 0; i < kWrites; i++) {
+    WorkRequest write = Request(Opcode::kWrite, uint64_t(i), &sge, remote, uint64_t(i % 64) * 64);
+    while (!client_->Post(&write, 1).ok() && client_->state().ok()) {
+      std::this_thread::yield();  // max_outstanding requests are in flight
+    }
+  }
+  a.join();
+  b.join();
+  std::set<uint64_t> all(got[0].begin(), got[0].end());
+  all.insert(got[1].begin(), got[1].end());
+  EXPECT_EQ(got[0].size() + got[1].size(), size_t(kWrites));
+  EXPECT_EQ(all.size(), size_t(kWrites));
+}
+
+}  // namespace
+}  // namespace slipstream::rdma
