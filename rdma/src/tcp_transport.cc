@@ -29,6 +29,7 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -337,7 +338,15 @@ class TcpConnection : public Connection, public FaultInjectable {
 };
 
 TcpConnection::TcpConnection(const TransportOptions& options, int fd) : options_(options), fd_(fd) {
-  if (!options_.receive_in_poll) agent_ = std::thread([this] { AgentLoop(); });
+  if (options_.receive_in_poll) {
+    // Poll's caller reads a frame to its end: a peer stalled in the middle of one may hold it
+    // for connect_timeout_ms at most, then the connection fails (the agent has no caller).
+    int ms = std::max(options_.connect_timeout_ms, 1);
+    timeval limit{ms / 1000, (ms % 1000) * 1000};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  } else {
+    agent_ = std::thread([this] { AgentLoop(); });
+  }
   sender_ = std::thread([this] { SenderLoop(); });
 }
 

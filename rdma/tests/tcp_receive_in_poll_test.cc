@@ -3,6 +3,8 @@
 // Poll, the peer's requests are served while it polls, a dead peer is reported by Poll, and two
 // threads may poll at once.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -13,7 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "setup.h"
 #include "slipstream/rdma/transport.h"
+#include "tcp_transport.h"
 #include "test_util.h"
 
 namespace slipstream::rdma {
@@ -188,6 +192,39 @@ TEST_F(TcpReceiveInPollTest, AGonePeerIsReportedByPoll) {
     ASSERT_EQ(done.size(), 1u);
     EXPECT_EQ(done[0].status, WcStatus::kFlushed);
   }
+}
+
+// A peer that stops in the middle of a frame holds Poll's caller for connect_timeout_ms at
+// most: the connection then fails, and Poll returns.
+TEST(TcpReceiveInPoll, APeerStalledInAFrameFailsTheConnection) {
+  TransportOptions options;
+  options.backend = "tcp";
+  options.secret = "receive-in-poll";
+  options.connect_timeout_ms = 300;
+  options.receive_in_poll = true;
+  std::unique_ptr<Listener> listener;
+  ASSERT_TRUE(Listen(options, "127.0.0.1:0", &listener).ok());
+  std::unique_ptr<Connection> server;
+  auto accepted =
+      std::async(std::launch::async, [&] { return listener->Accept(kTimeoutMs, &server); });
+  int raw = -1;
+  ASSERT_TRUE(SetupConnect(listener->address(), kTimeoutMs, &raw).ok());
+  std::string backend = "tcp";
+  ASSERT_TRUE(Authenticate(raw, options.secret, /*is_server=*/false, &backend, kTimeoutMs).ok());
+  ASSERT_TRUE(accepted.get().ok());
+  TcpFrameHeader header;
+  header.type = uint8_t(TcpFrameType::kSend);
+  header.length = 8;
+  ASSERT_EQ(::send(raw, &header, sizeof(header) / 2, MSG_NOSIGNAL), ssize_t(sizeof(header) / 2));
+  Status state = Status::OK();
+  for (int i = 0; i < 100 && state.ok(); i++) {
+    Completion wc[4];
+    size_t n = 0;
+    state = server->Poll(wc, 4, 50, &n);
+  }
+  EXPECT_FALSE(state.ok());
+  EXPECT_FALSE(server->state().ok());
+  ::close(raw);
 }
 
 // Two threads polling one connection share its completions: each arrives exactly once.
