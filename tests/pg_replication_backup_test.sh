@@ -49,6 +49,18 @@ wait_state() {
 wait_state b1 streaming
 wait_state b2 streaming
 
+# Waits until one session waits for the backups (wait event SyncRep); fails with "$1" if none
+# does within 5 s; the output of the waiting client, in file "$2", goes with the failure.
+wait_for_waiter() {
+  for _ in $(seq 1 100); do
+    [ "$(p_sql -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")" = 1 ] && return 0
+    sleep 0.05
+  done
+  cat "$2" >&2
+  echo "$1" >&2
+  exit 1
+}
+
 # Clients commit in remote_memory; each ACK line is a commit that returned.
 workload() {
   echo "SET slipstream.commit_mode = remote_memory;"
@@ -102,12 +114,7 @@ sleep 0.5
 ( "$pg" psql "$primary" -qAt -c "SET slipstream.commit_mode = remote_memory" \
     -c "INSERT INTO ledger VALUES (9, 1)" >"$scratch/waiter.out" 2>&1 ) &
 waiter=$!
-for _ in $(seq 1 100); do
-  [ "$(p_sql -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")" = 1 ] && break
-  sleep 0.05
-done
-[ "$(p_sql -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")" = 1 ] ||
-  { echo "a commit did not wait for the missing backup" >&2; exit 1; }
+wait_for_waiter "a commit did not wait for the missing backup" "$scratch/waiter.out"
 p_sql -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'" >/dev/null
 wait "$waiter" || true
 grep -q "canceling the wait for slipstream replication" "$scratch/waiter.out" ||
@@ -135,12 +142,7 @@ echo "a transaction without an xid that wrote WAL does not wait for the backups"
     -c "BEGIN" -c "INSERT INTO ledger VALUES (9, 2)" -c "PREPARE TRANSACTION 'ledger-9-2'" \
     >"$scratch/prepare.out" 2>&1 ) &
 waiter=$!
-for _ in $(seq 1 100); do
-  [ "$(p_sql -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")" = 1 ] && break
-  sleep 0.05
-done
-[ "$(p_sql -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")" = 1 ] ||
-  { cat "$scratch/prepare.out"; echo "PREPARE TRANSACTION did not wait for the missing backup" >&2; exit 1; }
+wait_for_waiter "PREPARE TRANSACTION did not wait for the missing backup" "$scratch/prepare.out"
 p_sql -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'" >/dev/null
 wait "$waiter" || true
 grep -q "already been prepared locally" "$scratch/prepare.out" ||
@@ -152,12 +154,7 @@ echo "PREPARE TRANSACTION waits for min_sync_backups; a cancel leaves it prepare
 ( "$pg" psql "$primary" -qAt -c "SET slipstream.commit_mode = remote_memory" \
     -c "COMMIT PREPARED 'ledger-9-2'" >"$scratch/commit_prepared.out" 2>&1 ) &
 waiter=$!
-for _ in $(seq 1 100); do
-  [ "$(p_sql -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")" = 1 ] && break
-  sleep 0.05
-done
-[ "$(p_sql -c "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")" = 1 ] ||
-  { cat "$scratch/commit_prepared.out"; echo "COMMIT PREPARED did not wait for the missing backup" >&2; exit 1; }
+wait_for_waiter "COMMIT PREPARED did not wait for the missing backup" "$scratch/commit_prepared.out"
 "$pg" start "$b2"
 wait_state b2 streaming
 wait "$waiter" || { cat "$scratch/commit_prepared.out"; echo "COMMIT PREPARED failed" >&2; exit 1; }

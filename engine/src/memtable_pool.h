@@ -20,8 +20,8 @@ class MemtablePool {
   }
   // Slots of one slot's hash index: a power of two, at least one per 48 bytes of data area
   // (an eighth to a sixteenth of it). At the 7/10 cap it fills only with entries below about
-  // 48 bytes on average: a table row's entry takes 56 or more (node, tower, row id key, a
-  // tuple or a 16-byte value pointer), a deletion's tombstone 40. A memtable of mostly
+  // 48 bytes on average: a table row's entry takes 60 or more (node, tower, back link, row
+  // id key, a tuple or a 16-byte value pointer), a deletion's tombstone 44. A memtable of mostly
   // tombstones can fill it; the keys it could not take are then found by the skiplist.
   static uint64_t IndexSlots(const Options& options) {
     uint64_t slots = 1024;

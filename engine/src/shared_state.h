@@ -16,7 +16,8 @@
 namespace slipstream::engine {
 
 constexpr uint64_t kArenaMagic = 0x414e455241535353ull;  // "SSSARENA"
-constexpr uint32_t kArenaVersion = 2;                    // 2: the header split into per-owner parts
+constexpr uint32_t kArenaVersion =
+    3;  // 2: the header split into per-owner parts; 3: memtable back links
 constexpr int kMaxLevels = 12;
 constexpr int kMaxReaders = 1024;
 constexpr int kL0LogBuffers = 4;

@@ -273,8 +273,10 @@ class TcpConnection : public Connection, public FaultInjectable {
   // The agent thread: one frame at a time until the connection ends.
   void AgentLoop();
 
-  // receive_in_poll: waits until the socket is readable, a completion falls due or `until`
-  // passes, and handles one frame if one arrived (receive_mu_ held; false once failed).
+  // receive_in_poll: waits until the socket is readable or `until` passes, and handles the
+  // frames that arrived (by the one thread that set receiving_; false once failed). It
+  // watches only the socket: a completion another thread's call pushes meanwhile (a Post to a
+  // failed connection, a PostRecv matching an early message) is seen when it returns.
   bool ReceiveInPoll(Clock::time_point until);
 
   // Checks the fixed fields of a frame.
@@ -321,17 +323,15 @@ class TcpConnection : public Connection, public FaultInjectable {
   std::deque<std::shared_ptr<PendingRequest>> in_flight_;  // posting order, oldest first
   uint64_t next_sequence_ = 0;
   uint64_t next_to_send_ = 0;
-  bool sending_ = false;  // a thread is writing a frame to the socket (one at a time)
+  bool sending_ = false;    // a thread is writing a frame to the socket (one at a time)
+  bool receiving_ = false;  // receive_in_poll: a thread in Poll reads the socket (one at a time)
   std::deque<Reply> replies_;
   DelayedCompletions completions_{&faults_};
   std::deque<PostedRecv> posted_recvs_;
   std::deque<UnmatchedMessage> unmatched_;
   size_t unmatched_bytes_ = 0;
 
-  uint64_t next_peer_sequence_ = 0;  // the receiving thread only
-
-  // receive_in_poll: held by the one thread that reads and handles frames.
-  std::mutex receive_mu_;
+  uint64_t next_peer_sequence_ = 0;  // the receiving thread (agent, or receiving_) only
 
   std::thread agent_;
   std::thread sender_;
@@ -340,10 +340,13 @@ class TcpConnection : public Connection, public FaultInjectable {
 TcpConnection::TcpConnection(const TransportOptions& options, int fd) : options_(options), fd_(fd) {
   if (options_.receive_in_poll) {
     // Poll's caller reads a frame to its end: a peer stalled in the middle of one may hold it
-    // for connect_timeout_ms at most, then the connection fails (the agent has no caller).
-    int ms = std::max(options_.connect_timeout_ms, 1);
+    // for connect_timeout_ms at most (none when negative, as for shm), then the connection
+    // fails (the agent has no caller to hold).
+    int ms = options_.connect_timeout_ms;
     timeval limit{ms / 1000, (ms % 1000) * 1000};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+    if (ms >= 0 && ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit)) != 0) {
+      state_ = Status::IOError(std::string("setsockopt SO_RCVTIMEO: ") + std::strerror(errno));
+    }
   } else {
     agent_ = std::thread([this] { AgentLoop(); });
   }
@@ -515,18 +518,18 @@ Status TcpConnection::Poll(Completion* out, size_t max, int timeout_ms, size_t* 
       cv_.wait_until(lock, until);
       continue;
     }
-    lock.unlock();
-    {
-      std::unique_lock<std::mutex> receiving(receive_mu_, std::try_to_lock);
-      if (receiving.owns_lock()) {
-        ReceiveInPoll(until);
-      } else {
-        // Another thread is receiving: its frames' completions wake this one.
-        std::unique_lock<std::mutex> relock(mu_);
-        cv_.wait_until(relock, until);
-      }
+    if (receiving_) {
+      // Another thread reads the socket: its frames' completions, or its leaving, wake this
+      // one (both under mu_, which this thread holds from its check to its wait).
+      cv_.wait_until(lock, until);
+      continue;
     }
+    receiving_ = true;
+    lock.unlock();
+    ReceiveInPoll(until);
     lock.lock();
+    receiving_ = false;
+    cv_.notify_all();
   }
 }
 
@@ -542,8 +545,11 @@ bool TcpConnection::ReceiveInPoll(Clock::time_point until) {
     if (rc < 0) return errno == EINTR;
     if (rc == 0) return true;  // nothing (more) arrived in time
     TcpFrameHeader header;
+    errno = 0;
     if (!RecvAll(fd_, reinterpret_cast<char*>(&header), sizeof(header))) {
-      Fail(Status::Disconnected("the peer closed the connection"));
+      Fail(Status::Disconnected(errno == EAGAIN || errno == EWOULDBLOCK
+                                    ? "the peer stalled in the middle of a frame"
+                                    : "the peer closed the connection"));
       return false;
     }
     if (!HandleFrame(header)) return false;
