@@ -61,6 +61,20 @@ wait_for_waiter() {
   exit 1
 }
 
+# Runs the statements "$@" in remote_memory in the background (output in file "$2"), which
+# must wait for the backups; cancels the wait and checks that the WARNING says "$3".
+cancel_wait() {
+  local what=$1 out=$2 warning=$3 waiter
+  shift 3
+  ( "$pg" psql "$primary" -qAt -c "SET slipstream.commit_mode = remote_memory" "$@" >"$out" 2>&1 ) &
+  waiter=$!
+  wait_for_waiter "$what did not wait for the missing backup" "$out"
+  p_sql -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'" >/dev/null
+  wait "$waiter" || true
+  grep -q "canceling the wait for slipstream replication" "$out" && grep -q "$warning" "$out" ||
+    { cat "$out"; echo "no warning on a cancelled wait of $what" >&2; exit 1; }
+}
+
 # Clients commit in remote_memory; each ACK line is a commit that returned.
 workload() {
   echo "SET slipstream.commit_mode = remote_memory;"
@@ -111,14 +125,8 @@ wait || true
 wait_state b2 lost
 p_sql -c "ALTER SYSTEM SET slipstream.min_sync_backups = 2" -c "SELECT pg_reload_conf()" >/dev/null
 sleep 0.5
-( "$pg" psql "$primary" -qAt -c "SET slipstream.commit_mode = remote_memory" \
-    -c "INSERT INTO ledger VALUES (9, 1)" >"$scratch/waiter.out" 2>&1 ) &
-waiter=$!
-wait_for_waiter "a commit did not wait for the missing backup" "$scratch/waiter.out"
-p_sql -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'" >/dev/null
-wait "$waiter" || true
-grep -q "canceling the wait for slipstream replication" "$scratch/waiter.out" ||
-  { cat "$scratch/waiter.out"; echo "no warning on a cancelled wait" >&2; exit 1; }
+cancel_wait "a commit" "$scratch/waiter.out" "already committed locally" \
+  -c "INSERT INTO ledger VALUES (9, 1)"
 [ "$(p_sql -c "SELECT count(*) FROM ledger WHERE client = 9")" = 1 ] ||
   { echo "the cancelled commit is not committed" >&2; exit 1; }
 echo "a commit waits for min_sync_backups and a cancel ends the wait with a warning"
@@ -138,15 +146,8 @@ echo "a transaction without an xid that wrote WAL does not wait for the backups"
 # Still one backup short: PREPARE TRANSACTION waits, as PostgreSQL's synchronous replication
 # waits in EndPrepare; a transaction manager told "prepared" relies on it surviving a takeover.
 # A cancel ends the wait with a WARNING, and the transaction stays prepared.
-( "$pg" psql "$primary" -qAt -c "SET slipstream.commit_mode = remote_memory" \
-    -c "BEGIN" -c "INSERT INTO ledger VALUES (9, 2)" -c "PREPARE TRANSACTION 'ledger-9-2'" \
-    >"$scratch/prepare.out" 2>&1 ) &
-waiter=$!
-wait_for_waiter "PREPARE TRANSACTION did not wait for the missing backup" "$scratch/prepare.out"
-p_sql -c "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'" >/dev/null
-wait "$waiter" || true
-grep -q "already been prepared locally" "$scratch/prepare.out" ||
-  { cat "$scratch/prepare.out"; echo "no warning on a cancelled PREPARE wait" >&2; exit 1; }
+cancel_wait "PREPARE TRANSACTION" "$scratch/prepare.out" "already been prepared locally" \
+  -c "BEGIN" -c "INSERT INTO ledger VALUES (9, 2)" -c "PREPARE TRANSACTION 'ledger-9-2'"
 [ "$(p_sql -c "SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'ledger-9-2'")" = 1 ] ||
   { echo "the cancelled PREPARE TRANSACTION is not prepared" >&2; exit 1; }
 echo "PREPARE TRANSACTION waits for min_sync_backups; a cancel leaves it prepared"
