@@ -16,8 +16,8 @@
 namespace slipstream::engine {
 
 constexpr uint64_t kArenaMagic = 0x414e455241535353ull;  // "SSSARENA"
-constexpr uint32_t kArenaVersion =
-    3;  // 2: the header split into per-owner parts; 3: memtable back links
+// 2: the header split into per-owner parts; 3: memtable nodes carry a back link.
+constexpr uint32_t kArenaVersion = 3;
 constexpr int kMaxLevels = 12;
 constexpr int kMaxReaders = 1024;
 constexpr int kL0LogBuffers = 4;

@@ -652,8 +652,9 @@ slipstream_shuffle(PG_FUNCTION_ARGS)
 	run->group = ss_peer_group_load(group_name);
 	run->result_desc = CreateTupleDescCopy(result_desc);
 	/*
-	 * Random access only when the caller asks for it (a scroll cursor, a rescan): a store read
-	 * once forward spills a length word less per row past work_mem.
+	 * Random access only when the caller asks for it (a backward scan; a rescan rewinds a
+	 * forward-only store too): a store read forward spills a length word less per row past
+	 * work_mem.
 	 */
 	run->store = tuplestore_begin_heap((rsinfo->allowedModes & SFRM_Materialize_Random) != 0,
 									   false, work_mem);

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# module_ab.sh: two builds of slipstream.so against each other on one workload, alternating on
+# one cluster, so that an engine or table AM change is measured in the same run as its
+# baseline (heap is not involved). Each round restarts the cluster with build A, runs the
+# workload, then the same with build B, and prints the transactions per second and the
+# server's CPU per transaction (utime + stime of every process of the cluster, from /proc);
+# the last line is B's ratio to A over all rounds.
+#
+#   bench/module_ab.sh --a=OLD.so --b=NEW.so [--workload=update|read|scan] [--records=100000]
+#       [--seconds=10] [--rounds=3] [--clients=1] [--scratch=DIR] [--port=55490]
+#
+# Workloads over a YCSB-like table of `records` rows (values of 20, 300 and 1500 bytes in
+# YCSB's SD mix, zipfian keys, as bench/ycsb_pg.sh), with synchronous_commit = off so that a
+# commit's fsync does not hide CPU: `update` (a single-row UPDATE of field0), `read` (a point
+# SELECT), `scan` (YCSB E's SELECT of 1-100 rows in key order).
+# Build the two modules first (e.g. `make install` on each commit, copying
+# /usr/lib/postgresql/15/lib/slipstream.so aside). B stays installed afterwards. Run as root
+# (it installs the modules); the cluster runs as the postgres user.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+a="" b="" workload=update records=100000 seconds=10 rounds=3 clients=1
+scratch=${SLIPSTREAM_SCRATCH:-/tmp/slipstream-module-ab}
+port=55490
+for arg in "$@"; do
+  case "$arg" in
+    --a=*) a=${arg#*=} ;;
+    --b=*) b=${arg#*=} ;;
+    --workload=*) workload=${arg#*=} ;;
+    --records=*) records=${arg#*=} ;;
+    --seconds=*) seconds=${arg#*=} ;;
+    --rounds=*) rounds=${arg#*=} ;;
+    --clients=*) clients=${arg#*=} ;;
+    --scratch=*) scratch=${arg#*=} ;;
+    --port=*) port=${arg#*=} ;;
+    *) echo "unknown argument $arg (see the header of $0)" >&2; exit 2 ;;
+  esac
+done
+[ -f "$a" ] && [ -f "$b" ] || { echo "give two built modules: --a=OLD.so --b=NEW.so" >&2; exit 2; }
+pg="$root/scripts/pg_cluster.sh"
+pgbench=/usr/lib/postgresql/15/bin/pgbench
+libdir=$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir 2>/dev/null || echo /usr/lib/postgresql/15/lib)
+cluster="$scratch/cluster"
+
+# Installs module $1 with the cluster stopped (overwriting a mapped library in place would
+# crash the processes that map it; install(1) replaces the file).
+use_module() {
+  "$pg" stop "$cluster" >/dev/null 2>&1 || true
+  install -m 755 "$1" "$libdir/slipstream.so"
+  "$pg" start "$cluster"
+}
+trap '"$pg" stop "$cluster" >/dev/null 2>&1 || true; install -m 755 "$b" "$libdir/slipstream.so"' EXIT
+
+mkdir -p "$scratch"
+[ "$(id -u)" = 0 ] && chown postgres: "$scratch"
+"$pg" init "$cluster" "$port" "shared_buffers = 256MB" "max_wal_size = 4GB" >/dev/null
+use_module "$a"
+"$pg" psql "$cluster" -qAt -c "CREATE EXTENSION slipstream" \
+  -c "CREATE TABLE usertable (ycsb_key int PRIMARY KEY, field0 text) USING slipstream" \
+  -c "INSERT INTO usertable SELECT k, CASE WHEN k % 100 < 60 THEN left(md5(k::text), 20)
+        WHEN k % 100 < 80 THEN left(repeat(md5(k::text), 10), 300)
+        ELSE left(repeat(md5(k::text), 47), 1500) END FROM generate_series(1, $records) k" \
+  -c "VACUUM ANALYZE usertable"
+
+zipf="\\set z random_zipfian(1, $records, 1.01)
+\\set key (:z * 2654435761) % $records + 1"
+case "$workload" in
+  update) body="UPDATE usertable SET field0 = CASE WHEN (:key) % 100 < 60 THEN left(md5(random()::text), 20)
+  WHEN (:key) % 100 < 80 THEN left(repeat(md5(random()::text), 10), 300)
+  ELSE left(repeat(md5(random()::text), 47), 1500) END WHERE ycsb_key = :key;" ;;
+  read) body="SELECT field0 FROM usertable WHERE ycsb_key = :key;" ;;
+  scan) body="\\set len random(1, 100)
+SELECT ycsb_key, field0 FROM usertable WHERE ycsb_key >= :key ORDER BY ycsb_key LIMIT :len;" ;;
+  *) echo "unknown workload $workload (update, read, scan)" >&2; exit 2 ;;
+esac
+printf '%s\n%s\n' "$zipf" "$body" >"$scratch/script.sql"
+chmod 644 "$scratch/script.sql"
+
+# CPU ticks of the postmaster, its children and their reaped children.
+cluster_ticks() {
+  local pm t=0 p f
+  pm=$(head -1 "$cluster/data/postmaster.pid")
+  for p in $pm $(pgrep -P "$pm"); do
+    { read -r -a f <"/proc/$p/stat"; } 2>/dev/null || continue  # a process that just ended
+    t=$((t + f[13] + f[14] + f[15] + f[16]))
+  done
+  echo "$t"
+}
+
+declare -A tx_sum=([A]=0 [B]=0) ticks_sum=([A]=0 [B]=0)
+hz=$(getconf CLK_TCK)
+echo "== $workload, $records records, $clients client(s), ${seconds}s x $rounds rounds; A=$a B=$b"
+for round in $(seq 1 "$rounds"); do
+  for side in A B; do
+    module=$a
+    [ "$side" = B ] && module=$b
+    use_module "$module"
+    "$pg" psql "$cluster" -qAt -c "CHECKPOINT"
+    before=$(cluster_ticks)
+    out=$(PGOPTIONS="-c synchronous_commit=off" "$pgbench" -h "$cluster/sock" -p "$port" -U postgres \
+      -n -c "$clients" -j "$clients" -T "$seconds" -M prepared -f "$scratch/script.sql" postgres 2>&1)
+    after=$(cluster_ticks)
+    tx=$(echo "$out" | sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p')
+    [ -n "$tx" ] && [ "$tx" -gt 0 ] || { echo "pgbench failed: $out" >&2; exit 1; }
+    tx_sum[$side]=$((tx_sum[$side] + tx))
+    ticks_sum[$side]=$((ticks_sum[$side] + after - before))
+    awk -v r="$round" -v s="$side" -v tx="$tx" -v secs="$seconds" -v t=$((after - before)) -v hz="$hz" \
+      'BEGIN { printf "round %d %s %9.0f tps  server CPU %7.1f us per transaction\n", r, s, tx / secs, t * 1e6 / hz / tx }'
+  done
+done
+awk -v ta="${tx_sum[A]}" -v tb="${tx_sum[B]}" -v ca="${ticks_sum[A]}" -v cb="${ticks_sum[B]}" \
+  'BEGIN { printf "B/A: %.3fx transactions, %.3fx server CPU per transaction\n", tb / ta, (cb / tb) / (ca / ta) }'
