@@ -432,6 +432,10 @@ bool ss_backup_poll(SsBackupConn* conn, int timeout_ms, uint64_t* placed, uint64
   });
 }
 
+int ss_backup_wait_fd(SsBackupConn* conn) {
+  return conn->link ? conn->link->wait_fd() : -1;
+}
+
 bool ss_backup_flush_start(SsBackupConn* conn, int timeout_ms, char* error) {
   return Guard(error, [&] {
     repl::StreamShipper* shipper;

@@ -123,6 +123,11 @@ extern bool ss_backup_append(SsBackupConn *conn, uint64_t lsn, const char *data,
 extern bool ss_backup_poll(SsBackupConn *conn, int timeout_ms, uint64_t *placed,
 						   uint64_t *durable, char *error);
 /*
+ * A descriptor that turns readable when ss_backup_poll has the backup's answers to read (a tcp
+ * link's socket), or -1 when its completions need none (shm places as it writes).
+ */
+extern int	ss_backup_wait_fd(SsBackupConn *conn);
+/*
  * Makes everything shipped durable on the backup, in two halves so that several backups flush
  * at once: start waits for the placement and sends the request; finish reads the answer and
  * sets *durable to the durable position. Nothing else may be called on conn in between.

@@ -29,6 +29,7 @@
 #include "storage/latch.h"
 #include "storage/pmsignal.h"
 #include "storage/proc.h"
+#include "utils/memutils.h"
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
@@ -65,6 +66,17 @@ typedef struct ShipLink
 } ShipLink;
 
 static ShipLink links[SS_MAX_BACKUPS];
+
+/*
+ * What the shipper waits on while commits wait: its latch (new WAL to ship) and the sockets of
+ * the links whose answers only a Poll reads (tcp), so that a round's ACKs are read as they
+ * arrive while the WAL flushed meanwhile is already on its way (rounds overlap). Rebuilt when
+ * a link connects or is dropped (links_changed): a closed socket leaves an epoll set by itself,
+ * and a new one may reuse its number.
+ */
+static WaitEventSet *round_events = NULL;
+static uint64 links_changed = 1;
+static uint64 round_events_built = 0;
 
 /*
  * Registers the shipper and the backup worker (from _PG_init). The backup worker starts once a
@@ -166,6 +178,7 @@ drop_link(int i)
 	{
 		ss_backup_disconnect(links[i].conn);
 		links[i].conn = NULL;
+		links_changed++;
 	}
 }
 
@@ -288,6 +301,7 @@ connect_link(int i)
 		link_failed(i, error);
 		return;
 	}
+	links_changed++;
 	if (resume != InvalidXLogRecPtr)
 	{
 		/* Anywhere else leaves a gap in its copy, or ships again what it has. */
@@ -536,15 +550,18 @@ drain_index_queue(void)
 }
 
 /*
- * Collects a backup's placements (waiting a little for them while commits wait: every backup
- * was appended to first, so their round trips overlap) and, when a remote_flush commit waits,
- * sends it a FLUSH whose answer finish_collect reads, after every backup got its own.
+ * Collects a backup's placements and, when a remote_flush commit waits, sends it a FLUSH whose
+ * answer finish_collect reads, after every backup got its own. A link whose answers arrive on
+ * a socket (tcp) takes what is there: the shipper waits for the rest together with new WAL
+ * (wait_for_round). Others are waited for a little while commits wait (every backup was
+ * appended to first, so their round trips overlap).
  */
 static void
 collect_from(int i, bool want_flush, bool waiters)
 {
 	char		error[SS_REPL_ERROR_SIZE];
 	ShipLink   *link = &links[i];
+	bool		waits_by_fd = ss_backup_wait_fd(link->conn) >= 0;
 
 	link->flushing = false;
 	for (int spins = 0;; spins++)
@@ -555,7 +572,7 @@ collect_from(int i, bool want_flush, bool waiters)
 			link_failed(i, error);
 			return;
 		}
-		if (link->placed >= ss_backup_sent(link->conn) || !waiters || spins >= 5)
+		if (link->placed >= ss_backup_sent(link->conn) || !waiters || waits_by_fd || spins >= 5)
 			break;
 	}
 	if (want_flush)
@@ -600,6 +617,44 @@ finish_collect(int i)
 		ss_repl->backups[i].durable_lsn = link->durable;
 	ss_repl->backups[i].last_ok = GetCurrentTimestamp();
 	LWLockRelease(ss_repl->lock);
+}
+
+/* Whether a link whose answers arrive on a socket has appends not known placed yet. */
+static bool
+placements_pending(void)
+{
+	for (int i = 0; i < SS_MAX_BACKUPS; i++)
+		if (links[i].conn != NULL && ss_backup_wait_fd(links[i].conn) >= 0 &&
+			links[i].placed < ss_backup_sent(links[i].conn))
+			return true;
+	return false;
+}
+
+/*
+ * Waits up to timeout_ms for the latch (a backend flushed WAL a commit waits for) or for an
+ * answer on a link's socket, whichever comes first: the next round ships the one and reads
+ * the other, so a commit that arrives during a round trip does not wait for it to end.
+ */
+static void
+wait_for_round(long timeout_ms)
+{
+	WaitEvent	event;
+
+	if (round_events == NULL || round_events_built != links_changed)
+	{
+		if (round_events != NULL)
+			FreeWaitEventSet(round_events);
+		round_events = CreateWaitEventSet(TopMemoryContext, SS_MAX_BACKUPS + 2);
+		AddWaitEventToSet(round_events, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+		AddWaitEventToSet(round_events, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+		for (int i = 0; i < SS_MAX_BACKUPS; i++)
+			if (links[i].conn != NULL && ss_backup_wait_fd(links[i].conn) >= 0)
+				AddWaitEventToSet(round_events, WL_SOCKET_READABLE,
+								  ss_backup_wait_fd(links[i].conn), NULL, NULL);
+		round_events_built = links_changed;
+	}
+	(void) WaitEventSetWait(round_events, timeout_ms, &event, 1, PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
 }
 
 /* The shipper's main loop. */
@@ -707,6 +762,8 @@ ss_shipper_main(Datum arg)
 							 PG_WAIT_EXTENSION);
 			ResetLatch(MyLatch);
 		}
+		else if (placements_pending())
+			wait_for_round(1);
 		else if (GetFlushRecPtr(NULL) == flush)
 		{
 			/* Waiters, nothing new to read: give the placements a moment to complete. */

@@ -19,6 +19,8 @@
 //    when no other thread is writing to the socket and no reply waits; and the agent sends an
 //    ACK itself when the socket is idle and takes it without blocking (MSG_DONTWAIT), handing
 //    whatever did not fit to the sender. One thread writes to the socket at a time (sending_).
+//    The sender sleeps on send_cv_, which is signalled only when it has work: a thread woken
+//    by every frame costs a futex hand-off on the round trip it does nothing for.
 //
 // Memory safety: a region's mapping is reference counted. The agent and the sender hold a
 // reference while they touch a region, so FreeRegion never unmaps memory under a transfer; it
@@ -194,6 +196,8 @@ class TcpConnection : public Connection, public FaultInjectable {
   uint32_t max_sge() const override { return kSoftwareMaxSge; }
   // The agent receives a WRITE's payload into the region in order, then acknowledges.
   bool places_in_address_order() const override { return true; }
+  // With receive_in_poll the socket, which the agent thread would otherwise read.
+  int wait_fd() const override { return options_.receive_in_poll ? fd_ : -1; }
 
  private:
   struct LocalEntry {
@@ -207,6 +211,11 @@ class TcpConnection : public Connection, public FaultInjectable {
   // Validates one work request and copies what the sender and agent need later, keeping
   // every local buffer mapped until the request is done.
   Status Prepare(const WorkRequest& wr, PendingRequest* pending);
+
+  // Announces a change of the state under mu_ (held): to the threads in Poll, and to the
+  // sender thread if it has something to do (a reply, a request not sent yet, or stopping).
+  // Waking the sender for anything else cost a futex hand-off per frame on both sides.
+  void NotifyLocked();
 
   // Queues a completion, to be delivered after completion_delay_us.
   void PushCompletionLocked(const Completion& completion);
@@ -314,9 +323,11 @@ class TcpConnection : public Connection, public FaultInjectable {
   uint32_t next_lkey_ = 1;
   size_t allocated_bytes_ = 0;
 
-  // Everything below is guarded by mu_; cv_ announces any change of it.
+  // Everything below is guarded by mu_. cv_ announces any change of it to the threads in
+  // Poll; send_cv_ wakes the sender thread, only when there is work for it (NotifyLocked).
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable send_cv_;
   Status state_;
   bool stopping_ = false;
   FaultInjection faults_;
@@ -360,6 +371,7 @@ TcpConnection::~TcpConnection() {
     stopping_ = true;
   }
   cv_.notify_all();
+  send_cv_.notify_all();
   sender_.join();
   ::shutdown(fd_, SHUT_RDWR);  // a NAK may have kept the socket open for the sender
   if (agent_.joinable()) agent_.join();
@@ -450,7 +462,7 @@ Status TcpConnection::Post(const WorkRequest* requests, size_t count) {
     for (const auto& pending : prepared) {
       PushCompletionLocked(WorkCompletion(pending->wr, WcStatus::kFlushed));
     }
-    cv_.notify_all();
+    NotifyLocked();
     return Status::OK();
   }
   if (in_flight_.size() + count > options_.max_outstanding) {
@@ -461,7 +473,7 @@ Status TcpConnection::Post(const WorkRequest* requests, size_t count) {
     in_flight_.push_back(std::move(pending));
   }
   SendInlineLocked(lock);
-  cv_.notify_all();
+  NotifyLocked();
   return Status::OK();
 }
 
@@ -495,7 +507,7 @@ Status TcpConnection::PostRecv(const RecvRequest* requests, size_t count) {
       MatchLocked();
     }
   }
-  cv_.notify_all();
+  NotifyLocked();
   return Status::OK();
 }
 
@@ -529,7 +541,7 @@ Status TcpConnection::Poll(Completion* out, size_t max, int timeout_ms, size_t* 
     ReceiveInPoll(until);
     lock.lock();
     receiving_ = false;
-    cv_.notify_all();
+    NotifyLocked();
   }
 }
 
@@ -583,6 +595,13 @@ Status TcpConnection::Prepare(const WorkRequest& wr, PendingRequest* pending) {
         return s;
       },
       pending);
+}
+
+void TcpConnection::NotifyLocked() {
+  cv_.notify_all();
+  if (stopping_ || !replies_.empty() || (state_.ok() && next_to_send_ < next_sequence_)) {
+    send_cv_.notify_one();
+  }
 }
 
 void TcpConnection::PushCompletionLocked(const Completion& completion) {
@@ -640,7 +659,7 @@ void TcpConnection::FailLocked(const Status& why, const TcpFrameHeader* nak) {
   } else {
     ::shutdown(fd_, SHUT_RDWR);  // wakes the agent's recv and the sender's send
   }
-  cv_.notify_all();
+  NotifyLocked();
 }
 
 bool TcpConnection::SendVector(std::vector<iovec>& iov, bool use_ring) {
@@ -715,7 +734,7 @@ void TcpConnection::SendUntilStopped() {
   for (;;) {
     if (stopping_) return;
     if (sending_) {  // a posting thread or the agent is writing a frame
-      cv_.wait(lock);
+      send_cv_.wait(lock);
       continue;
     }
     if (!replies_.empty()) {
@@ -731,7 +750,7 @@ void TcpConnection::SendUntilStopped() {
       if (reply.close_after) ::shutdown(fd_, SHUT_RDWR);
       lock.lock();
       sending_ = false;
-      cv_.notify_all();
+      NotifyLocked();
       if (!ok) FailLocked(Status::Disconnected("the peer stopped receiving"), nullptr);
       continue;
     }
@@ -739,13 +758,13 @@ void TcpConnection::SendUntilStopped() {
       std::shared_ptr<PendingRequest> pending =
           in_flight_[next_to_send_ - in_flight_.front()->sequence];
       if (pending->wr.fence && ReadInFlightBefore(pending->sequence)) {
-        cv_.wait(lock);
+        send_cv_.wait(lock);
         continue;
       }
       SendRequest(lock, pending, true);
       continue;
     }
-    cv_.wait(lock);
+    send_cv_.wait(lock);
   }
 }
 
@@ -803,7 +822,7 @@ void TcpConnection::SendRequest(std::unique_lock<std::mutex>& lock,
   bool ok = SendFrame(header, pending->sges, payload, use_ring);
   lock.lock();
   sending_ = false;
-  cv_.notify_all();
+  NotifyLocked();
   if (tear) {
     FailLocked(Status::Disconnected("fault injection: torn WRITE"), nullptr);
   } else if (!ok) {
@@ -826,7 +845,7 @@ void TcpConnection::QueueReply(Reply reply) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!state_.ok()) return;
   replies_.push_back(std::move(reply));
-  cv_.notify_all();
+  NotifyLocked();
 }
 
 void TcpConnection::Acknowledge(uint64_t sequence) {
@@ -844,7 +863,7 @@ void TcpConnection::Acknowledge(uint64_t sequence) {
     } while (sent < 0 && errno == EINTR);
     lock.lock();
     sending_ = false;
-    cv_.notify_all();
+    NotifyLocked();
     if (sent == ssize_t(sizeof(reply.header))) return;
     // Not (all) taken: the sender finishes it before anything else goes out. A hard error
     // shows there too, as a failed send.
@@ -854,7 +873,7 @@ void TcpConnection::Acknowledge(uint64_t sequence) {
     return;
   }
   replies_.push_back(std::move(reply));
-  cv_.notify_all();
+  NotifyLocked();
 }
 
 void TcpConnection::Refuse(uint64_t sequence, const char* why) {
@@ -1023,7 +1042,7 @@ bool TcpConnection::Notify(const TcpFrameHeader* send, uint32_t length, uint32_t
     unmatched_.push_back(std::move(early));
     MatchLocked();
   }
-  cv_.notify_all();
+  NotifyLocked();
   return true;
 }
 
@@ -1068,7 +1087,7 @@ bool TcpConnection::HandleResponse(const TcpFrameHeader& header) {
   if (!state_.ok()) return false;
   in_flight_.pop_front();
   if (pending->wr.signaled) PushCompletionLocked(WorkCompletion(pending->wr, WcStatus::kSuccess));
-  cv_.notify_all();
+  NotifyLocked();
   return true;
 }
 

@@ -3,6 +3,7 @@
 // Poll, the peer's requests are served while it polls, a dead peer is reported by Poll, and two
 // threads may poll at once.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -169,6 +170,36 @@ TEST_F(TcpReceiveInPollTest, PollWithoutTimeoutReturnsAtOnce) {
     EXPECT_EQ(n, 0u);
   }
   EXPECT_TRUE(client_->state().ok());
+}
+
+// The client's wait_fd is its socket: it turns readable when a WRITE's ACK arrives, a Poll(0)
+// then finds the completion, and afterwards it is quiet again. The server, whose agent reads
+// its socket, has none.
+TEST_F(TcpReceiveInPollTest, WaitFdTurnsReadableWhenPollHasWork) {
+  EXPECT_EQ(server_->wait_fd(), -1);
+  const int fd = client_->wait_fd();
+  ASSERT_GE(fd, 0);
+  LocalRegion target = Allocate(server_.get(), 4096, kRemoteWrite);
+  LocalRegion local = Allocate(client_.get(), 4096, kLocalOnly);
+  FillPattern(local.addr, 4096, 4);
+  pollfd readable{fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&readable, 1, 0), 0) << "readable before anything was sent";
+  for (uint64_t round = 0; round < 3; round++) {
+    Sge sge{local.addr, 4096, local.lkey};
+    WorkRequest write = Request(Opcode::kWrite, round, &sge, server_->Describe(target));
+    ASSERT_TRUE(client_->Post(&write, 1).ok());
+    readable.revents = 0;
+    ASSERT_EQ(::poll(&readable, 1, kTimeoutMs), 1) << "the ACK did not make it readable";
+    Completion wc[4];
+    size_t n = 0;
+    // Poll(0) reads a frame whose start arrived whole (it waits for the rest, bounded).
+    ASSERT_TRUE(client_->Poll(wc, 4, 0, &n).ok());
+    ASSERT_EQ(n, 1u);
+    EXPECT_EQ(wc[0].wr_id, round);
+    EXPECT_EQ(wc[0].status, WcStatus::kSuccess);
+    EXPECT_EQ(::poll(&readable, 1, 0), 0) << "still readable after Poll took the ACK";
+  }
+  EXPECT_TRUE(HasPattern(target.addr, 4096, 4));
 }
 
 // A peer that goes away is reported by the next Poll, and a request posted to it is flushed.

@@ -53,34 +53,39 @@ Status ControlPort::Send(const Message& message,
 
 Status ControlPort::Poll(int timeout_ms,
                          const std::function<void(const rdma::Completion&)>& other) {
-  rdma::Completion completions[32];
-  size_t n = 0;
-  Status s = connection_->Poll(completions, 32, timeout_ms, &n);
-  for (size_t i = 0; i < n; i++) {
-    const rdma::Completion& c = completions[i];
-    if (c.wr_id < kOwnIds) {
-      if (other) other(c);
-      continue;
+  constexpr size_t kBatch = 32;
+  rdma::Completion completions[kBatch];
+  // A full batch may leave completions queued that no descriptor announces (see
+  // Connection::wait_fd): they are taken now, without waiting again.
+  for (int timeout = timeout_ms;; timeout = 0) {
+    size_t n = 0;
+    Status s = connection_->Poll(completions, kBatch, timeout, &n);
+    for (size_t i = 0; i < n; i++) {
+      const rdma::Completion& c = completions[i];
+      if (c.wr_id < kOwnIds) {
+        if (other) other(c);
+        continue;
+      }
+      if (c.status != rdma::WcStatus::kSuccess) {
+        return Status::Disconnected("control message failed on the connection");
+      }
+      if ((c.wr_id & kRecvTag) == kRecvTag) {
+        uint32_t slot = uint32_t(c.wr_id & 0xffff);
+        if (slot >= kRecvSlots) return Status::InvalidArgument("bad receive completion");
+        const char* data = slots_.addr + size_t(kSendSlots + slot) * kMaxMessage;
+        Message m;
+        Status d = Decode(std::string_view(data, c.byte_len), &m);
+        if (!d.ok()) return d;  // a malformed peer: the caller drops it
+        inbox_.push_back(std::move(m));
+        Status r = PostRecv(slot);
+        if (!r.ok()) return r;
+      } else {
+        uint32_t slot = uint32_t(c.wr_id & 0xffff);
+        if (slot < kSendSlots) send_busy_[slot] = false;
+      }
     }
-    if (c.status != rdma::WcStatus::kSuccess) {
-      return Status::Disconnected("control message failed on the connection");
-    }
-    if ((c.wr_id & kRecvTag) == kRecvTag) {
-      uint32_t slot = uint32_t(c.wr_id & 0xffff);
-      if (slot >= kRecvSlots) return Status::InvalidArgument("bad receive completion");
-      const char* data = slots_.addr + size_t(kSendSlots + slot) * kMaxMessage;
-      Message m;
-      Status d = Decode(std::string_view(data, c.byte_len), &m);
-      if (!d.ok()) return d;  // a malformed peer: the caller drops it
-      inbox_.push_back(std::move(m));
-      Status r = PostRecv(slot);
-      if (!r.ok()) return r;
-    } else {
-      uint32_t slot = uint32_t(c.wr_id & 0xffff);
-      if (slot < kSendSlots) send_busy_[slot] = false;
-    }
+    if (!s.ok() || n < kBatch) return s;
   }
-  return s;
 }
 
 bool ControlPort::Next(Message* message) {

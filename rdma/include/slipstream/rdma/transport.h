@@ -143,6 +143,13 @@ class Connection {
   // end of a WRITE is never seen before what it covers, and needs no fenced WRITE of its own
   // (shm copies upwards, tcp receives into the region in order; verbs promises neither).
   virtual bool places_in_address_order() const { return false; }
+  // A descriptor that becomes readable when the peer sent something only Poll handles, so that
+  // a caller can wait for it together with other events and then Poll(0); -1 when no
+  // descriptor tells (completions then come through Poll's own wait). Only a tcp connection
+  // with receive_in_poll has one: its socket. Completions that need no frame (a failure
+  // noticed locally, a delayed completion) do not make it readable: a caller waits with a
+  // timeout.
+  virtual int wait_fd() const { return -1; }
 };
 
 class Listener {

@@ -75,6 +75,10 @@ class BackupLink {
 
   // Processes completions for up to timeout_ms (0: what is there).
   Status Poll(int timeout_ms);
+  // A descriptor that turns readable when Poll has the backup's answers to handle (the
+  // connection's wait_fd: a tcp socket read in Poll), or -1: a caller that waits for other
+  // events too waits for it, then calls Poll(0).
+  int wait_fd() const { return connection_ ? connection_->wait_fd() : -1; }
 
   // Closes a buffer whose valid prefix ends at `length` (after it is placed); the backup makes
   // it durable and frees it.
