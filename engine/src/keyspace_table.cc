@@ -53,11 +53,32 @@ KeyspaceSlot* KeyspaceTable::Reserve(KeyspaceId* id) {
   return slot;
 }
 
+bool KeyspaceTable::IsLiveWithTag(KeyspaceId id, uint64_t tag) const {
+  const KeyspaceSlot* slot = Find(id);
+  // The tag is written before the state turns live (release) and never changes while it is.
+  return slot != nullptr && slot->state.load(std::memory_order_acquire) == KeyspaceSlot::kLive &&
+         slot->tag == tag;
+}
+
 Status KeyspaceTable::Lookup(uint64_t tag, KeyspaceId* id) const {
+  {
+    std::lock_guard<std::mutex> lock(found_mu_);
+    auto it = found_.find(tag);
+    if (it != found_.end()) {
+      if (IsLiveWithTag(it->second, tag)) {
+        *id = it->second;
+        return Status::OK();
+      }
+      found_.erase(it);  // dropped, or deleted: the scan below finds a successor, if any
+    }
+  }
   const KeyspaceSlot* slots = Slots();
   for (uint32_t i = 0; i < kKeyspaceSlots; i++) {
     if (slots[i].state.load() == KeyspaceSlot::kLive && slots[i].tag == tag) {
       *id = slots[i].id;
+      std::lock_guard<std::mutex> lock(found_mu_);
+      if (found_.size() >= kRememberedTags) found_.clear();
+      found_[tag] = *id;
       return Status::OK();
     }
   }

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -35,7 +37,11 @@ class KeyspaceTable {
   void NoteUsed(KeyspaceId id) { shared_->next_id = std::max(shared_->next_id, id + 1); }
   void set_next_id(uint32_t id) { shared_->next_id = id; }
 
-  // The live keyspace named `tag`, or NotFound.
+  // The live keyspace named `tag`, or NotFound. The table is keyed by id, so a tag is found by
+  // a scan of every slot (1 MiB); this process remembers what it found, checked against the
+  // slot (by id: one probe) on every use, so a dropped keyspace or a new one for the tag is
+  // seen at once. Replay looks up the keyspace of every record it applies: the scan was most
+  // of a standby's replay.
   Status Lookup(uint64_t tag, KeyspaceId* id) const;
   // Every live keyspace as (tag, id).
   void List(std::vector<std::pair<uint64_t, KeyspaceId>>* keyspaces) const;
@@ -66,8 +72,15 @@ class KeyspaceTable {
     return reinterpret_cast<KeyspaceSlot*>(arena_ + shared_->table_offset);
   }
 
+  // Whether `id`'s slot is live and named `tag` (what a remembered lookup is checked by).
+  bool IsLiveWithTag(KeyspaceId id, uint64_t tag) const;
+
   char* arena_;
   SharedKeyspaces* shared_;
+  // Lookup's memory of tags found in this process (never trusted without the slot's check).
+  static constexpr size_t kRememberedTags = 4096;
+  mutable std::mutex found_mu_;
+  mutable std::unordered_map<uint64_t, KeyspaceId> found_;
 };
 
 }  // namespace slipstream::engine

@@ -169,6 +169,35 @@ TEST(Engine, ListKeyspacesShowsLiveOnes) {
   EXPECT_EQ(live[0].second, b);
 }
 
+// A tag's lookup follows the keyspace's drop and a new keyspace for the tag, before and after
+// compaction deletes the dropped slot (lookups are remembered per process, and checked).
+TEST(Engine, LookupFollowsDropsAndNewKeyspacesOfATag) {
+  TestEngine t;
+  KeyspaceId a, other, found;
+  ASSERT_TRUE(t->CreateKeyspace(21, &a).ok());
+  ASSERT_TRUE(t->CreateKeyspace(22, &other).ok());
+  ASSERT_TRUE(t->Put(a, "k", "v").ok());
+  for (int i = 0; i < 3; i++) {
+    ASSERT_TRUE(t->LookupKeyspace(21, &found).ok());
+    EXPECT_EQ(found, a);
+  }
+  ASSERT_TRUE(t->DropKeyspace(a).ok());
+  EXPECT_TRUE(t->LookupKeyspace(21, &found).IsNotFound());
+  KeyspaceId b;
+  ASSERT_TRUE(t->CreateKeyspace(21, &b).ok());
+  ASSERT_NE(b, a);
+  ASSERT_TRUE(t->LookupKeyspace(21, &found).ok());
+  EXPECT_EQ(found, b);
+  ASSERT_TRUE(t->CompactAll().ok());  // a's entries are gone: its slot is deleted
+  ASSERT_TRUE(t->LookupKeyspace(21, &found).ok());
+  EXPECT_EQ(found, b);
+  ASSERT_TRUE(t->DropKeyspace(b).ok());
+  ASSERT_TRUE(t->CompactAll().ok());
+  EXPECT_TRUE(t->LookupKeyspace(21, &found).IsNotFound());
+  ASSERT_TRUE(t->LookupKeyspace(22, &found).ok());
+  EXPECT_EQ(found, other);
+}
+
 // ArenaSize validates like Open: options Open would refuse have no arena size (0).
 TEST(Engine, ArenaSizeIsZeroForInvalidOptions) {
   Options defaults;

@@ -738,6 +738,38 @@ TEST(MultiProcess, IteratorSnapshotSurvivesOtherProcessWrites) {
   ASSERT_TRUE(v.ok()) << v.ToString();
 }
 
+// A process that looked a tag up sees another process drop its keyspace and make a new one for
+// the tag (a standby replaying a TRUNCATE while backends read): lookups are checked against
+// the shared table, never answered from what this process found before alone.
+TEST(MultiProcess, TagLookupsSeeOtherProcessesDropAndRecreate) {
+  TestEngine t;
+  KeyspaceId first, found;
+  ASSERT_TRUE(t->CreateKeyspace(31, &first).ok());
+  ASSERT_TRUE(t->LookupKeyspace(31, &found).ok());
+  ASSERT_EQ(found, first);
+  SharedControl ctl;
+  Child c = Spawn(0, "recreate", [&] {
+    std::unique_ptr<Engine> e;
+    if (int rc = OpenChildEngine(t.options, t.arena, ctl.get(), 0, &e)) return rc;
+    KeyspaceId id, second;
+    if (!e->LookupKeyspace(31, &id).ok() || id != first) return 2;
+    if (!e->DropKeyspace(id).ok()) return 3;
+    if (!e->CreateKeyspace(31, &second).ok() || second == first) return 4;
+    return 0;
+  });
+  ASSERT_GT(c.pid, 0);
+  bool hung = false;
+  Reap(&c, 60, &hung);
+  ASSERT_FALSE(hung) << "child hung";
+  ASSERT_TRUE(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) << Outcome(c, ctl.get());
+  ASSERT_TRUE(t->LookupKeyspace(31, &found).ok());
+  EXPECT_NE(found, first);
+  std::vector<std::pair<uint64_t, KeyspaceId>> live;
+  ASSERT_TRUE(t->ListKeyspaces(&live).ok());
+  ASSERT_EQ(live.size(), 1u);
+  EXPECT_EQ(live[0], std::make_pair(uint64_t(31), found));
+}
+
 // The iterator lives in a child; this process rewrites, compacts and GCs meanwhile.
 TEST(MultiProcess, IteratorSnapshotInChildSurvivesParentWrites) {
   TestEngine t;
