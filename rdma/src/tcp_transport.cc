@@ -870,6 +870,7 @@ void TcpConnection::Acknowledge(uint64_t sequence) {
     reply.header_sent = sent > 0 ? size_t(sent) : 0;
     if (!state_.ok()) return;
     replies_.push_front(std::move(reply));
+    NotifyLocked();  // the sender's work now (NotifyLocked above ran before it was queued)
     return;
   }
   replies_.push_back(std::move(reply));
