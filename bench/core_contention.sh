@@ -13,7 +13,7 @@ rounds=3
 for arg in "$@"; do
   case "$arg" in
     --rounds=*) rounds=${arg#*=} ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument $arg (see --help)" >&2; exit 2 ;;
   esac
 done
