@@ -41,7 +41,10 @@ KeyspaceSlot* KeyspaceTable::Insert(KeyspaceId id) {
 
 bool KeyspaceTable::IsLive(KeyspaceId id) const {
   KeyspaceSlot* slot = Find(id);
-  return slot && slot->state.load(std::memory_order_acquire) == KeyspaceSlot::kLive;
+  // The slot may be deleted and taken by another id between Find and the state's load: the
+  // id is read again after it (a new owner writes its id before it turns the state live).
+  return slot && slot->state.load(std::memory_order_acquire) == KeyspaceSlot::kLive &&
+         slot->id == id;
 }
 
 KeyspaceSlot* KeyspaceTable::Reserve(KeyspaceId* id) {
@@ -55,9 +58,11 @@ KeyspaceSlot* KeyspaceTable::Reserve(KeyspaceId* id) {
 
 bool KeyspaceTable::IsLiveWithTag(KeyspaceId id, uint64_t tag) const {
   const KeyspaceSlot* slot = Find(id);
-  // The tag is written before the state turns live (release) and never changes while it is.
+  // Id and tag are written before the state turns live (release) and never change while it
+  // is; the id is read again because the slot may have been deleted and taken by another
+  // keyspace (a TRUNCATE's new one, with the same tag) since Find.
   return slot != nullptr && slot->state.load(std::memory_order_acquire) == KeyspaceSlot::kLive &&
-         slot->tag == tag;
+         slot->id == id && slot->tag == tag;
 }
 
 Status KeyspaceTable::Lookup(uint64_t tag, KeyspaceId* id) const {

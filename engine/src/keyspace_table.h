@@ -78,7 +78,9 @@ class KeyspaceTable {
   char* arena_;
   SharedKeyspaces* shared_;
   // Lookup's memory of tags found in this process (never trusted without the slot's check).
-  static constexpr size_t kRememberedTags = 4096;
+  // As many as the table has slots, so a working set of live keyspaces always fits; dropped
+  // ones' tags accumulate until then, and the map starts over.
+  static constexpr size_t kRememberedTags = kKeyspaceSlots;
   mutable std::mutex found_mu_;
   mutable std::unordered_map<uint64_t, KeyspaceId> found_;
 };

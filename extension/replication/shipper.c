@@ -604,6 +604,8 @@ finish_collect(int i)
 			return;
 		}
 		link->durable = Max(link->durable, flushed);
+		/* What is durable there is placed, though the ACKs the flush read were not counted. */
+		link->placed = Max(link->placed, link->durable);
 	}
 	LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);
 	if (link->index_started)
@@ -644,6 +646,7 @@ wait_for_round(long timeout_ms)
 	{
 		if (round_events != NULL)
 			FreeWaitEventSet(round_events);
+		round_events = NULL;
 		round_events = CreateWaitEventSet(TopMemoryContext, SS_MAX_BACKUPS + 2);
 		AddWaitEventToSet(round_events, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 		AddWaitEventToSet(round_events, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
@@ -762,14 +765,17 @@ ss_shipper_main(Datum arg)
 							 PG_WAIT_EXTENSION);
 			ResetLatch(MyLatch);
 		}
-		else if (placements_pending())
-			wait_for_round(1);
 		else if (GetFlushRecPtr(NULL) == flush)
 		{
 			/* Waiters, nothing new to read: give the placements a moment to complete. */
-			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1,
-							 PG_WAIT_EXTENSION);
-			ResetLatch(MyLatch);
+			if (placements_pending())
+				wait_for_round(1);
+			else
+			{
+				(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1,
+								 PG_WAIT_EXTENSION);
+				ResetLatch(MyLatch);
+			}
 		}
 	}
 	for (int i = 0; i < SS_MAX_BACKUPS; i++)
