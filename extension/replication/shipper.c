@@ -645,8 +645,10 @@ wait_for_round(long timeout_ms)
 	if (round_events == NULL || round_events_built != links_changed)
 	{
 		if (round_events != NULL)
+		{
 			FreeWaitEventSet(round_events);
-		round_events = NULL;
+			round_events = NULL;	/* not left dangling if the next call fails */
+		}
 		round_events = CreateWaitEventSet(TopMemoryContext, SS_MAX_BACKUPS + 2);
 		AddWaitEventToSet(round_events, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 		AddWaitEventToSet(round_events, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
