@@ -330,6 +330,7 @@ class TcpConnection : public Connection, public FaultInjectable {
   std::condition_variable send_cv_;
   Status state_;
   bool stopping_ = false;
+  bool sender_done_ = false;  // the sender thread has left its loop (the destructor waits)
   FaultInjection faults_;
   std::deque<std::shared_ptr<PendingRequest>> in_flight_;  // posting order, oldest first
   uint64_t next_sequence_ = 0;
@@ -367,13 +368,18 @@ TcpConnection::TcpConnection(const TransportOptions& options, int fd) : options_
 TcpConnection::~TcpConnection() {
   Fail(Status::Disconnected("connection closed locally"));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     stopping_ = true;
+    cv_.notify_all();
+    send_cv_.notify_all();
+    // A connection failed by a refusal keeps its socket open so that the sender can send the
+    // NAK; a sender blocked in a send to a peer that stopped reading is cut short after a
+    // while instead of holding the destructor forever.
+    const int bound_ms = options_.connect_timeout_ms > 0 ? options_.connect_timeout_ms : 5000;
+    cv_.wait_for(lock, std::chrono::milliseconds(bound_ms), [this] { return sender_done_; });
   }
-  cv_.notify_all();
-  send_cv_.notify_all();
+  ::shutdown(fd_, SHUT_RDWR);
   sender_.join();
-  ::shutdown(fd_, SHUT_RDWR);  // a NAK may have kept the socket open for the sender
   if (agent_.joinable()) agent_.join();
   ::close(fd_);
 }
@@ -727,6 +733,9 @@ void TcpConnection::SenderLoop() {
   ring_ready_ = ::io_uring_queue_init(8, &ring_, 0) == 0;
   SendUntilStopped();
   if (ring_ready_) ::io_uring_queue_exit(&ring_);
+  std::lock_guard<std::mutex> lock(mu_);
+  sender_done_ = true;
+  cv_.notify_all();
 }
 
 void TcpConnection::SendUntilStopped() {

@@ -258,6 +258,49 @@ TEST(TcpReceiveInPoll, APeerStalledInAFrameFailsTheConnection) {
   ::close(raw);
 }
 
+// A connection failed by a refusal (NAK) while its sender is blocked sending to a peer that
+// stopped reading is still destroyed, within about connect_timeout_ms: the sender's send is cut
+// short then. (Without the bound the destructor waited for that send forever.)
+TEST(TcpReceiveInPoll, DestroyingAConnectionWhosePeerStoppedReadingReturns) {
+  TransportOptions options;
+  options.backend = "tcp";
+  options.secret = "receive-in-poll";
+  options.connect_timeout_ms = 300;
+  std::unique_ptr<Listener> listener;
+  ASSERT_TRUE(Listen(options, "127.0.0.1:0", &listener).ok());
+  std::unique_ptr<Connection> server;
+  auto accepted =
+      std::async(std::launch::async, [&] { return listener->Accept(kTimeoutMs, &server); });
+  int raw = -1;
+  ASSERT_TRUE(SetupConnect(listener->address(), kTimeoutMs, &raw).ok());
+  std::string backend = "tcp";
+  ASSERT_TRUE(Authenticate(raw, options.secret, /*is_server=*/false, &backend, kTimeoutMs).ok());
+  ASSERT_TRUE(accepted.get().ok());
+  // A READ far larger than the sockets buffer, which this side never reads: the server's
+  // sender blocks in its send. Then a READ it must refuse: it fails the connection with a NAK.
+  constexpr size_t kBig = 64u << 20;
+  LocalRegion source;
+  ASSERT_TRUE(server->AllocateRegion(kBig, kRemoteRead, &source).ok());
+  RemoteRegion remote = server->Describe(source);
+  TcpFrameHeader read;
+  read.type = uint8_t(TcpFrameType::kReadRequest);
+  read.sequence = 0;
+  read.rkey = remote.rkey;
+  read.remote_addr = remote.addr;
+  read.length = kBig;
+  TcpFrameHeader refused = read;
+  refused.sequence = 1;
+  refused.rkey = remote.rkey ^ 1;
+  ASSERT_EQ(::send(raw, &read, sizeof(read), MSG_NOSIGNAL), ssize_t(sizeof(read)));
+  ASSERT_EQ(::send(raw, &refused, sizeof(refused), MSG_NOSIGNAL), ssize_t(sizeof(refused)));
+  for (int i = 0; i < 500 && server->state().ok(); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(server->state().ok());
+  server.reset();  // hangs here without the bound
+  ::close(raw);
+}
+
 // Two threads polling one connection share its completions: each arrives exactly once.
 TEST_F(TcpReceiveInPollTest, TwoPollingThreadsShareTheCompletions) {
   constexpr int kWrites = 400;
