@@ -225,24 +225,31 @@ TEST_F(TcpReceiveInPollTest, AGonePeerIsReportedByPoll) {
   }
 }
 
-// A peer that stops in the middle of a frame holds Poll's caller for connect_timeout_ms at
-// most: the connection then fails, and Poll returns.
-TEST(TcpReceiveInPoll, APeerStalledInAFrameFailsTheConnection) {
+// A tcp connection (*server, connect_timeout_ms 300) whose peer is a raw socket (*raw) that
+// authenticated and then sends only what a test writes to it, and reads nothing.
+void ConnectRawPeer(bool receive_in_poll, std::unique_ptr<Connection>* server, int* raw) {
   TransportOptions options;
   options.backend = "tcp";
   options.secret = "receive-in-poll";
   options.connect_timeout_ms = 300;
-  options.receive_in_poll = true;
+  options.receive_in_poll = receive_in_poll;
   std::unique_ptr<Listener> listener;
   ASSERT_TRUE(Listen(options, "127.0.0.1:0", &listener).ok());
-  std::unique_ptr<Connection> server;
   auto accepted =
-      std::async(std::launch::async, [&] { return listener->Accept(kTimeoutMs, &server); });
-  int raw = -1;
-  ASSERT_TRUE(SetupConnect(listener->address(), kTimeoutMs, &raw).ok());
+      std::async(std::launch::async, [&] { return listener->Accept(kTimeoutMs, server); });
+  ASSERT_TRUE(SetupConnect(listener->address(), kTimeoutMs, raw).ok());
   std::string backend = "tcp";
-  ASSERT_TRUE(Authenticate(raw, options.secret, /*is_server=*/false, &backend, kTimeoutMs).ok());
+  ASSERT_TRUE(Authenticate(*raw, options.secret, /*is_server=*/false, &backend, kTimeoutMs).ok());
   ASSERT_TRUE(accepted.get().ok());
+}
+
+// A peer that stops in the middle of a frame holds Poll's caller for connect_timeout_ms at
+// most: the connection then fails, and Poll returns.
+TEST(TcpReceiveInPoll, APeerStalledInAFrameFailsTheConnection) {
+  std::unique_ptr<Connection> server;
+  int raw = -1;
+  ConnectRawPeer(/*receive_in_poll=*/true, &server, &raw);
+  ASSERT_FALSE(HasFatalFailure());
   TcpFrameHeader header;
   header.type = uint8_t(TcpFrameType::kSend);
   header.length = 8;
@@ -262,20 +269,10 @@ TEST(TcpReceiveInPoll, APeerStalledInAFrameFailsTheConnection) {
 // stopped reading is still destroyed, within about connect_timeout_ms: the sender's send is cut
 // short then. (Without the bound the destructor waited for that send forever.)
 TEST(TcpReceiveInPoll, DestroyingAConnectionWhosePeerStoppedReadingReturns) {
-  TransportOptions options;
-  options.backend = "tcp";
-  options.secret = "receive-in-poll";
-  options.connect_timeout_ms = 300;
-  std::unique_ptr<Listener> listener;
-  ASSERT_TRUE(Listen(options, "127.0.0.1:0", &listener).ok());
   std::unique_ptr<Connection> server;
-  auto accepted =
-      std::async(std::launch::async, [&] { return listener->Accept(kTimeoutMs, &server); });
   int raw = -1;
-  ASSERT_TRUE(SetupConnect(listener->address(), kTimeoutMs, &raw).ok());
-  std::string backend = "tcp";
-  ASSERT_TRUE(Authenticate(raw, options.secret, /*is_server=*/false, &backend, kTimeoutMs).ok());
-  ASSERT_TRUE(accepted.get().ok());
+  ConnectRawPeer(/*receive_in_poll=*/false, &server, &raw);
+  ASSERT_FALSE(HasFatalFailure());
   // A READ far larger than the sockets buffer, which this side never reads: the server's
   // sender blocks in its send. Then a READ it must refuse: it fails the connection with a NAK.
   constexpr size_t kBig = 64u << 20;
