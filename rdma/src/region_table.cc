@@ -18,6 +18,18 @@ Status RegionTable::Add(char* addr, size_t length, uint32_t access, uint64_t* rk
   return Status::OK();
 }
 
+// A key drawn by RandomKey for another table is as hard to guess here.
+Status RegionTable::AddWithKey(char* addr, size_t length, uint32_t access, uint64_t rkey) {
+  if (addr == nullptr || length == 0) return Status::InvalidArgument("empty region");
+  if (rkey == 0) return Status::InvalidArgument("a region key is never 0");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!regions_.emplace(rkey, Region{addr, length, access}).second) {
+    return Status::InvalidArgument("the region key is taken on this connection");
+  }
+  bytes_ += length;
+  return Status::OK();
+}
+
 // Forgets a region; later accesses with its key fail to resolve.
 Status RegionTable::Remove(uint64_t rkey) {
   std::lock_guard<std::mutex> lock(mu_);

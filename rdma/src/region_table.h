@@ -15,6 +15,8 @@ class RegionTable {
  public:
   // Registers [addr, addr+length) with `access`; returns its random, unique, non-zero key.
   Status Add(char* addr, size_t length, uint32_t access, uint64_t* rkey);
+  // Registers it under `rkey`, a key drawn elsewhere (InvalidArgument if 0 or taken here).
+  Status AddWithKey(char* addr, size_t length, uint32_t access, uint64_t rkey);
   Status Remove(uint64_t rkey);
   // The local address for a remote access of `length` bytes at `remote_addr` (the region's
   // own numbering: its local address) needing `right`; nullptr if the key is unknown, the range

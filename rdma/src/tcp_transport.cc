@@ -75,7 +75,10 @@ constexpr size_t kOrderedTailBytes = 16;
 struct Mapping {
   char* addr = nullptr;
   size_t length = 0;
-  bool owned = true;  // false: the caller's memory (RegisterLocal)
+  bool owned = true;  // false: the caller's memory (RegisterLocal, RegisterShared)
+  // Incoming WRITEs storing into it now (changed under regions_mu_): a revocation of shared
+  // memory waits for them, since its owner reuses the memory once FreeRegion returns.
+  std::atomic<uint32_t> storing{0};
   // Unmaps the memory if it is ours.
   ~Mapping() {
     if (addr != nullptr && owned) ::munmap(addr, length);
@@ -164,9 +167,13 @@ class TcpConnection : public Connection, public FaultInjectable {
   // mmap gives zeroed pages; remote rights get a random key in the region table.
   Status AllocateRegion(size_t length, uint32_t access, LocalRegion* region) override;
   Status RegisterLocal(void* addr, size_t length, LocalRegion* region) override;
+  // The key goes into this connection's table beside its own random ones.
+  Status RegisterShared(void* addr, size_t length, uint32_t access, uint64_t rkey,
+                        LocalRegion* region) override;
 
   // Removes the key first (the peer's later accesses fail); the memory goes when no transfer
-  // holds it any more.
+  // holds it any more. Shared memory is not ours to keep: a WRITE still storing into it ends
+  // the connection (its recv returns) and FreeRegion waits until it has let go.
   Status FreeRegion(const LocalRegion& region) override;
 
   // The region's own address is its address in the peer's requests.
@@ -265,8 +272,13 @@ class TcpConnection : public Connection, public FaultInjectable {
   void SendRequest(std::unique_lock<std::mutex>& lock,
                    const std::shared_ptr<PendingRequest>& pending, bool use_ring);
 
-  // Finds the remote-accessible region for an incoming access and keeps it mapped.
+  // Finds the remote-accessible region for an incoming access and keeps it mapped; a WRITE is
+  // counted as storing into it until EndStore.
   char* ResolveIncoming(const TcpFrameHeader& header, uint32_t right, MappingRef* holder);
+
+  // Ends a WRITE's store into `holder` (resolved for `rkey`); whether the key still named that
+  // memory when it ended, i.e. whether the WRITE landed before any revocation.
+  bool EndStore(uint64_t rkey, const MappingRef& holder);
 
   // Queues a response frame for the sender.
   void QueueReply(Reply reply);
@@ -432,18 +444,50 @@ Status TcpConnection::RegisterLocal(void* addr, size_t length, LocalRegion* regi
   return Status::OK();
 }
 
-Status TcpConnection::FreeRegion(const LocalRegion& region) {
+Status TcpConnection::RegisterShared(void* addr, size_t length, uint32_t access, uint64_t rkey,
+                                     LocalRegion* region) {
+  if (addr == nullptr || length == 0) return Status::InvalidArgument("empty shared region");
+  if (access == kLocalOnly || (access & ~uint32_t(kRemoteWrite | kRemoteRead)) != 0) {
+    return Status::InvalidArgument("a shared region needs remote rights, and only those");
+  }
+  auto mapping = std::make_shared<Mapping>();
+  mapping->addr = static_cast<char*>(addr);
+  mapping->length = length;
+  mapping->owned = false;
   std::lock_guard<std::mutex> lock(regions_mu_);
-  auto it = by_lkey_.find(region.lkey);
-  if (it == by_lkey_.end() || it->second.mapping->addr != region.addr) {
-    return Status::InvalidArgument("not a region of this connection");
+  Status s = remote_table_.AddWithKey(mapping->addr, length, access, rkey);
+  if (!s.ok()) return s;
+  by_rkey_[rkey] = mapping;
+  uint32_t lkey = next_lkey_++;
+  if (next_lkey_ == 0) next_lkey_ = 1;
+  by_lkey_[lkey] = LocalEntry{mapping, rkey};
+  *region = LocalRegion{mapping->addr, length, rkey, lkey, access};
+  return Status::OK();
+}
+
+Status TcpConnection::FreeRegion(const LocalRegion& region) {
+  MappingRef shared;  // shared memory a WRITE is still storing into
+  {
+    std::lock_guard<std::mutex> lock(regions_mu_);
+    auto it = by_lkey_.find(region.lkey);
+    if (it == by_lkey_.end() || it->second.mapping->addr != region.addr) {
+      return Status::InvalidArgument("not a region of this connection");
+    }
+    if (it->second.rkey != 0) {
+      remote_table_.Remove(it->second.rkey);
+      by_rkey_.erase(it->second.rkey);
+    }
+    const MappingRef& mapping = it->second.mapping;
+    if (mapping->owned) allocated_bytes_ -= mapping->length;
+    if (!mapping->owned && mapping->storing.load() > 0) shared = mapping;
+    by_lkey_.erase(it);
   }
-  if (it->second.rkey != 0) {
-    remote_table_.Remove(it->second.rkey);
-    by_rkey_.erase(it->second.rkey);
+  if (shared) {
+    // Normal use never gets here (the owner revokes between appends); a peer that stalls in
+    // the middle of a frame must not hold the owner, so the connection ends.
+    Fail(Status::RemoteAccess("a shared region was revoked while the peer wrote into it"));
+    while (shared->storing.load() > 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  if (it->second.mapping->owned) allocated_bytes_ -= it->second.mapping->length;
-  by_lkey_.erase(it);
   return Status::OK();
 }
 
@@ -847,7 +891,16 @@ char* TcpConnection::ResolveIncoming(const TcpFrameHeader& header, uint32_t righ
   auto it = by_rkey_.find(header.rkey);
   if (it == by_rkey_.end()) return nullptr;
   *holder = it->second;
+  if (right == kRemoteWrite) (*holder)->storing.fetch_add(1);
   return target;
+}
+
+bool TcpConnection::EndStore(uint64_t rkey, const MappingRef& holder) {
+  std::lock_guard<std::mutex> lock(regions_mu_);
+  auto it = by_rkey_.find(rkey);
+  bool still = it != by_rkey_.end() && it->second == holder;
+  holder->storing.fetch_sub(1);
+  return still;
 }
 
 void TcpConnection::QueueReply(Reply reply) {
@@ -968,8 +1021,15 @@ bool TcpConnection::HandleWrite(const TcpFrameHeader& header) {
   for (size_t i = 0; i < tail_got; i++) {
     reinterpret_cast<volatile char*>(target + bulk)[i] = tail[i];
   }
+  // Only bytes stored while the key was registered count (RegisterShared): the owner reuses
+  // revoked memory, so a WRITE that straddled a revocation is refused, not acknowledged.
+  const bool registered = EndStore(header.rkey, holder);
   if (!whole || tail_got != tail_length) {
     Fail(Status::Disconnected("the peer closed the connection during a WRITE"));
+    return false;
+  }
+  if (!registered) {
+    Refuse(header.sequence, "the peer's region was revoked during its WRITE");
     return false;
   }
   if (TcpFrameType(header.type) == TcpFrameType::kWriteWithImm &&

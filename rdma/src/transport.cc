@@ -102,6 +102,12 @@ class SetupListener : public Listener {
 
 }  // namespace
 
+// Backends that cannot share memory between connections say so.
+Status Connection::RegisterShared(void*, size_t, uint32_t, uint64_t, LocalRegion*) {
+  return Status::InvalidArgument("the " + backend() +
+                                 " backend cannot register memory of another connection");
+}
+
 // "auto" prefers the fastest backend that can reach `host`; explicit names pass through when
 // known, anything else resolves to "" (Connect turns that into InvalidArgument).
 std::string ResolveBackend(const std::string& requested, const std::string& host) {

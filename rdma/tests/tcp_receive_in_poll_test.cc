@@ -233,14 +233,7 @@ void ConnectRawPeer(bool receive_in_poll, std::unique_ptr<Connection>* server, i
   options.secret = "receive-in-poll";
   options.connect_timeout_ms = 300;
   options.receive_in_poll = receive_in_poll;
-  std::unique_ptr<Listener> listener;
-  ASSERT_TRUE(Listen(options, "127.0.0.1:0", &listener).ok());
-  auto accepted =
-      std::async(std::launch::async, [&] { return listener->Accept(kTimeoutMs, server); });
-  ASSERT_TRUE(SetupConnect(listener->address(), kTimeoutMs, raw).ok());
-  std::string backend = "tcp";
-  ASSERT_TRUE(Authenticate(*raw, options.secret, /*is_server=*/false, &backend, kTimeoutMs).ok());
-  ASSERT_TRUE(accepted.get().ok());
+  ConnectRawTcpPeer(options, server, raw);
 }
 
 // A peer that stops in the middle of a frame holds Poll's caller for connect_timeout_ms at

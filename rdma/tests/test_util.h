@@ -8,8 +8,10 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "setup.h"
 #include "slipstream/rdma/transport.h"
 
 namespace slipstream::rdma::test {
@@ -81,6 +83,20 @@ inline std::vector<Completion> PollN(Connection* connection, size_t want,
     if (!s.ok() && n == 0) break;  // a failed connection with nothing left to report
   }
   return got;
+}
+
+// A tcp connection (*server) made with `options` whose peer is a raw socket (*raw) that
+// authenticated and then sends only what a test writes to it, and reads nothing.
+inline void ConnectRawTcpPeer(const TransportOptions& options, std::unique_ptr<Connection>* server,
+                              int* raw) {
+  std::unique_ptr<Listener> listener;
+  ASSERT_TRUE(Listen(options, "127.0.0.1:0", &listener).ok());
+  auto accepted =
+      std::async(std::launch::async, [&] { return listener->Accept(kTimeoutMs, server); });
+  ASSERT_TRUE(SetupConnect(listener->address(), kTimeoutMs, raw).ok());
+  std::string backend = "tcp";
+  ASSERT_TRUE(Authenticate(*raw, options.secret, /*is_server=*/false, &backend, kTimeoutMs).ok());
+  ASSERT_TRUE(accepted.get().ok());
 }
 
 }  // namespace slipstream::rdma::test

@@ -120,6 +120,17 @@ class Connection {
   // or scatter destination, e.g. one buffer scattered to several peers); the memory must
   // outlive the registration, and FreeRegion deregisters it without freeing it.
   virtual Status RegisterLocal(void* addr, size_t length, LocalRegion* region) = 0;
+  // Registers memory this connection does not own (a region of another connection) for the
+  // peer's remote accesses under `rkey`, the random key that memory already has there, so that
+  // several peers reach one buffer through one description (replication's placer links,
+  // docs/replication.md). FreeRegion revokes it without freeing the memory and returns only
+  // once no WRITE of the peer is storing into it (one caught in the middle ends the
+  // connection), so the owner may reuse the memory at once; a WRITE whose key was revoked
+  // while its bytes were stored is refused, never acknowledged. Only the tcp backend offers it
+  // (InvalidArgument elsewhere: shm peers map the owner's memory directly, and verbs would need
+  // the owner's protection domain).
+  virtual Status RegisterShared(void* addr, size_t length, uint32_t access, uint64_t rkey,
+                                LocalRegion* region);
   // Deregisters (the peer's later accesses fail) and frees a region.
   virtual Status FreeRegion(const LocalRegion& region) = 0;
   // What to send to the peer so that it can access `region`.
