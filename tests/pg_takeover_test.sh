@@ -248,9 +248,10 @@ for round in $(seq 1 "$rounds"); do
     pids+=($!)
   fi
   sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.2f", 0.5 + (r % 2000) / 1000 }')"
-  # Over shm in remote_memory, committing backends place their own WAL (backend_placement):
-  # the kills must land among such placements, not only among the shipper's.
-  if [ "$transport" = shm ] && [ "$mode" = remote_memory ]; then
+  # In remote_memory, committing backends place their own WAL (backend_placement; over tcp
+  # through their placer links): the kills must land among such placements, not only among
+  # the shipper's.
+  if [ "$mode" = remote_memory ]; then
     placed=$(sql "$primary" -c "SELECT coalesce(sum(backend_placements), 0) FROM slipstream.replication" 2>/dev/null || echo 0)
     backend_placed=$((backend_placed + ${placed:-0}))
   fi
@@ -350,7 +351,7 @@ for round in $(seq 1 "$rounds"); do
   wait_promotable "$primary" "${others[@]}"
 done
 [ "$(wc -l <"$acked")" -ge 10 ] || { echo "too few commits were acknowledged" >&2; exit 1; }
-if [ "$transport" = shm ] && [ "$mode" = remote_memory ]; then
+if [ "$mode" = remote_memory ]; then
   [ "$backend_placed" -gt 0 ] || { echo "no commit was placed by its own backend" >&2; exit 1; }
   echo "placements by committing backends before the kills: $backend_placed"
 fi

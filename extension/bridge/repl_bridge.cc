@@ -4,6 +4,7 @@
 
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "slipstream/replication/backup_server.h"
 #include "slipstream/replication/direct_append.h"
 #include "slipstream/replication/index_stream.h"
+#include "slipstream/replication/placer_link.h"
 #include "slipstream/replication/stream_shipper.h"
 #include "slipstream/replication/wal_directory_store.h"
 
@@ -328,8 +330,16 @@ bool ss_backup_start(SsBackupConn* conn, uint64_t start_lsn, char* error) {
 static_assert(sizeof(repl::SharedCursor) <= sizeof(SsDirectCursor::storage));
 static_assert(std::is_trivially_copyable_v<repl::SharedCursor>);
 
+// A process's way into one backup's open buffer: a mapping of its heap (shm) or a placer link
+// (tcp), made on first use and replaced when the backup changes or the link fails.
 struct SsDirectWriter {
-  std::unique_ptr<slipstream::rdma::ShmPeerWriter> writer;
+  std::unique_ptr<repl::ShmDirectTarget> shm;
+  std::unique_ptr<repl::PlacerLink> placer;
+  std::string placer_key;  // who the placer link joined: address, version, primary
+  std::chrono::steady_clock::time_point retry_after{};  // after a placer connect failed
+  // How long a backend waits before it tries a placer link again after a connect failed: a
+  // backup that does not answer must not cost every commit a connect timeout.
+  static constexpr std::chrono::milliseconds kRetryDelay{1000};
 };
 
 namespace {
@@ -358,12 +368,10 @@ void ss_backup_export_cursor(SsBackupConn* conn, SsDirectCursor* cursor) {
   StoreCursor(c, cursor);
 }
 
-void ss_backup_adopt_cursor(SsBackupConn* conn, const SsDirectCursor* cursor) {
-  try {
-    if (conn->shipper) conn->shipper->AdoptCursor(LoadCursor(cursor));
-  } catch (...) {
-    // Nothing to adopt can throw but an allocation; the next round adopts it.
-  }
+bool ss_backup_adopt_cursor(SsBackupConn* conn, const SsDirectCursor* cursor, char* error) {
+  return Guard(error, [&] {
+    return conn->shipper ? conn->shipper->AdoptCursor(LoadCursor(cursor)) : repl::Status::OK();
+  });
 }
 
 void ss_direct_cursor_clear(SsDirectCursor* cursor) {
@@ -378,28 +386,95 @@ uint64_t ss_direct_cursor_end(const SsDirectCursor* cursor) {
   return LoadCursor(cursor).end;
 }
 
-bool ss_direct_append(SsDirectCursor* cursor, SsDirectWriter** writer, uint64_t lsn,
-                      const char* data, size_t len, size_t* appended, char* error) {
+namespace {
+
+// The writer's target for cursor `c`, opened or replaced as needed (Unavailable while a failed
+// placer connect waits out its retry delay).
+repl::Status OpenTarget(const repl::SharedCursor& c, const SsPlacerIdentity* placer,
+                        SsDirectWriter* w, repl::DirectTarget** target) {
+  if (c.transport == uint32_t(repl::CursorTransport::kShm)) {
+    w->placer.reset();
+    if (!w->shm || !w->shm->Maps(c.peer)) {
+      w->shm.reset();
+      std::unique_ptr<slipstream::rdma::ShmPeerWriter> mapped;
+      repl::Status s = slipstream::rdma::ShmPeerWriter::Open(c.peer, &mapped);
+      if (!s.ok()) return s;
+      w->shm = std::make_unique<repl::ShmDirectTarget>(std::move(mapped));
+    }
+    *target = w->shm.get();
+    return repl::Status::OK();
+  }
+  if (c.transport != uint32_t(repl::CursorTransport::kTcp) || placer == nullptr) {
+    return repl::Status::InvalidArgument("the cursor names no transport this process can use");
+  }
+  w->shm.reset();
+  const std::string key =
+      std::string(placer->address) + "/" + std::to_string(placer->version) + "/" + placer->primary;
+  if (w->placer && (!w->placer->state().ok() || w->placer_key != key)) w->placer.reset();
+  if (!w->placer) {
+    if (std::chrono::steady_clock::now() < w->retry_after) {
+      return repl::Status::Unavailable("the last placer link to this backup failed to connect");
+    }
+    repl::LinkOptions o;
+    o.address = placer->address;
+    o.transport.backend = "tcp";
+    o.transport.secret = placer->secret;
+    o.transport.connect_timeout_ms = placer->connect_timeout_ms;
+    o.rpc_timeout_ms = placer->connect_timeout_ms;
+    o.system_id = placer->system_id;
+    o.version = placer->version;
+    o.primary = placer->primary;
+    BlockSignals blocked;  // the link's sender thread takes no PostgreSQL signal
+    repl::Status s = repl::PlacerLink::Connect(o, &w->placer);
+    if (!s.ok()) {
+      w->retry_after = std::chrono::steady_clock::now() + SsDirectWriter::kRetryDelay;
+      return s;
+    }
+    w->placer_key = key;
+  }
+  *target = w->placer.get();
+  return repl::Status::OK();
+}
+
+}  // namespace
+
+bool ss_direct_append(SsDirectCursor* cursor, SsDirectWriter** writer,
+                      const SsPlacerIdentity* placer, uint64_t lsn, const char* data, size_t len,
+                      size_t* appended, char* error) {
   *appended = 0;
   // The cursor is stored back whatever happens: after an exception too, what was placed
   // before it stays described (AppendDirect moves the cursor right after each WRITE).
   repl::SharedCursor c = LoadCursor(cursor);
+  bool opened = false;
   bool ok = Guard(error, [&] {
     if (*writer == nullptr) *writer = new SsDirectWriter();
-    if (!(*writer)->writer || !(*writer)->writer->Maps(c.peer)) {
-      (*writer)->writer.reset();
-      repl::Status s = slipstream::rdma::ShmPeerWriter::Open(c.peer, &(*writer)->writer);
-      if (!s.ok()) {
-        c.valid = 0;  // the shipper describes it again after its next round
-        return s;
-      }
-    }
-    return repl::AppendDirect(&c, (*writer)->writer.get(), lsn, std::string_view(data, len),
-                              appended);
+    repl::DirectTarget* target = nullptr;
+    repl::Status s = OpenTarget(c, placer, *writer, &target);
+    if (!s.ok()) return s;
+    opened = true;
+    return repl::AppendDirect(&c, target, lsn, std::string_view(data, len), appended);
   });
-  if (!ok) c.valid = 0;
-  StoreCursor(c, cursor);
+  // A backup this process cannot reach now is left to the shipper for this commit only; one
+  // that refused a WRITE is given up until the shipper describes it again.
+  if (!ok && opened) c.valid = 0;
+  if (ok || opened) StoreCursor(c, cursor);
   return ok;
+}
+
+bool ss_direct_finish(SsDirectCursor* cursor, SsDirectWriter* writer, const SsDirectCursor* before,
+                      int timeout_ms, char* error) {
+  return Guard(error, [&] {
+    if (writer == nullptr || !writer->placer) return repl::Status::OK();  // shm: placed already
+    repl::Status s = writer->placer->Finish(timeout_ms);
+    if (!s.ok()) {
+      // What was posted may still land: the shipper must not append after it (direct_append.h).
+      repl::SharedCursor c = LoadCursor(before);
+      c.valid = 0;
+      c.broken = 1;
+      StoreCursor(c, cursor);
+    }
+    return s;
+  });
 }
 
 void ss_direct_writer_close(SsDirectWriter* writer) {

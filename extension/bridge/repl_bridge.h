@@ -150,21 +150,39 @@ extern uint64_t ss_backup_sent(SsBackupConn *conn);
 
 /*
  * Placement by the committing backend (docs/replication.md): the open WAL buffer of a backup
- * reached over shm, described in memory shared between processes (replication::SharedCursor,
- * kept opaque here), to which any process of the primary appends while it holds the lock that
- * guards the cursor.
+ * reached over shm or tcp, described in memory shared between processes
+ * (replication::SharedCursor, kept opaque here), to which any process of the primary appends
+ * while it holds the lock that guards the cursor: over shm through its own mapping of the
+ * backup's heap, over tcp through its own placer link to the backup.
  */
 typedef struct SsDirectCursor
 {
 	uint64_t	storage[16];
 } SsDirectCursor;
-/* A process's mapping of a backup for direct appends (opened and replaced as needed). */
+/* A process's mapping of, or placer link to, a backup (opened and replaced as needed). */
 typedef struct SsDirectWriter SsDirectWriter;
+/* Whose session a placer link joins at a tcp backup: the shipper's. */
+typedef struct SsPlacerIdentity
+{
+	const char *address;
+	const char *secret;
+	uint64_t	system_id;
+	uint64_t	version;
+	const char *primary;
+	int			connect_timeout_ms;
+} SsPlacerIdentity;
 
-/* Describes conn's open WAL buffer (invalid unless the link runs on shm and a buffer is open). */
+/*
+ * Describes conn's open WAL buffer (invalid unless the link runs on shm or tcp, a buffer is
+ * open and every append of the shipper to it is placed).
+ */
 extern void ss_backup_export_cursor(SsBackupConn *conn, SsDirectCursor *cursor);
-/* Takes over what was appended through the cursor since it was exported. */
-extern void ss_backup_adopt_cursor(SsBackupConn *conn, const SsDirectCursor *cursor);
+/*
+ * Takes over what was appended through the cursor since it was exported. False when an
+ * appender marked it broken: the link is dropped, and the caller reconnects.
+ */
+extern bool ss_backup_adopt_cursor(SsBackupConn *conn, const SsDirectCursor *cursor,
+								   char *error);
 /* Marks a cursor unusable (its link failed or is gone). */
 extern void ss_direct_cursor_clear(SsDirectCursor *cursor);
 extern bool ss_direct_cursor_valid(const SsDirectCursor *cursor);
@@ -172,12 +190,22 @@ extern bool ss_direct_cursor_valid(const SsDirectCursor *cursor);
 extern uint64_t ss_direct_cursor_end(const SsDirectCursor *cursor);
 /*
  * Appends WAL [lsn, lsn + len) (lsn must be the cursor's end) through *writer, opened or
- * reopened for the cursor's backup as needed; *appended gets how many bytes went, fewer when
- * the buffer is full. False when the backup refused (it fenced this primary or ended the
- * session: the cursor is left invalid) or could not be mapped.
+ * reopened for the cursor's backup as needed (`placer` says whom a tcp link joins); *appended
+ * gets how many bytes went, fewer when the buffer is full. Over shm they are placed when it
+ * returns; over tcp only posted, and ss_direct_finish waits for them. False when the backup
+ * refused (it fenced this primary or ended the session: the cursor is left invalid) or could
+ * not be reached (the cursor is left as it was, for the shipper).
  */
-extern bool ss_direct_append(SsDirectCursor *cursor, SsDirectWriter **writer, uint64_t lsn,
-							 const char *data, size_t len, size_t *appended, char *error);
+extern bool ss_direct_append(SsDirectCursor *cursor, SsDirectWriter **writer,
+							 const SsPlacerIdentity *placer, uint64_t lsn, const char *data,
+							 size_t len, size_t *appended, char *error);
+/*
+ * Waits up to timeout_ms until what ss_direct_append posted over tcp is placed (at once over
+ * shm). On failure the cursor is put back as `before` (its value before those appends),
+ * invalid and marked broken, so that the shipper drops and resumes that backup.
+ */
+extern bool ss_direct_finish(SsDirectCursor *cursor, SsDirectWriter *writer,
+							 const SsDirectCursor *before, int timeout_ms, char *error);
 /* Unmaps a backup (a writer whose backup went away or changed). */
 extern void ss_direct_writer_close(SsDirectWriter *writer);
 extern void ss_backup_disconnect(SsBackupConn *conn);

@@ -19,6 +19,11 @@
 
 #define SS_DIRECT_CHUNK (256 * 1024)	/* WAL read per append by a backend */
 #define SS_DIRECT_PASSES 8			/* placement passes of one leader at most */
+/*
+ * How long a backend placing over tcp waits for a backup's ACKs, and for a placer link to
+ * connect, before it leaves that backup to the shipper (which then drops and resumes it).
+ */
+#define SS_PLACER_TIMEOUT_MS 1000
 
 /* This backend's reader of pg_wal and its mappings of the backups (made on first use). */
 static SsWalReader direct_reader;
@@ -26,10 +31,40 @@ static bool direct_reader_ready = false;
 static SsDirectWriter *direct_writers[SS_MAX_BACKUPS];
 
 /*
+ * Whom this backend's placer link to backup i joins: the shipper's session there. The slot's
+ * text may change under add_backup/drop_backup, so it is copied under the lock (a change also
+ * bumps the generation, after which the shipper describes no buffer until it reconnected).
+ */
+static bool
+placer_identity(int i, SsPlacerIdentity *who, char *address, char *secret)
+{
+	SsBackupSlot *slot = &ss_repl->backups[i];
+	bool		tcp;
+
+	LWLockAcquire(ss_repl->lock, LW_SHARED);
+	tcp = slot->in_use && strcmp(slot->transport, "tcp") == 0;
+	if (tcp)
+	{
+		strlcpy(address, slot->address, SS_REPL_TEXT);
+		strlcpy(secret, slot->secret, SS_REPL_TEXT);
+		who->version = slot->version;
+	}
+	LWLockRelease(ss_repl->lock);
+	who->address = address;
+	who->secret = secret;
+	who->system_id = GetSystemIdentifier();
+	who->primary = ss_repl_primary_name();
+	who->connect_timeout_ms = SS_PLACER_TIMEOUT_MS;
+	return tcp;
+}
+
+/*
  * One pass of placement, under place_lock: appends the WAL flushed now to every streaming
- * backup whose open buffer backends may append to (shm), as the shipper would. *complete is
- * cleared when a streaming backup could not be served this way (tcp, no open buffer, a full
- * buffer, a refusal, WAL that cannot be read); returns the flush position it placed up to.
+ * backup whose open buffer backends may append to (shm, and tcp through this backend's placer
+ * links), as the shipper would. Over tcp the WRITEs to every backup go out first and their
+ * ACKs are awaited after, so the round trips overlap. *complete is cleared when a streaming
+ * backup could not be served this way (no open buffer, a full buffer, a refusal, a link that
+ * failed, WAL that cannot be read); returns the flush position it placed up to.
  */
 static XLogRecPtr
 place_pass(bool *complete, bool *placed_any)
@@ -37,12 +72,20 @@ place_pass(bool *complete, bool *placed_any)
 	TimeLineID	tli;
 	XLogRecPtr	flush = GetFlushRecPtr(&tli);
 	char		error[SS_REPL_ERROR_SIZE];
+	XLogRecPtr	ends[SS_MAX_BACKUPS];
+	SsDirectCursor before[SS_MAX_BACKUPS];
 
 	for (int i = 0; i < SS_MAX_BACKUPS; i++)
 	{
 		SsBackupSlot *slot = &ss_repl->backups[i];
 		SsDirectCursor *direct = &slot->direct;
 		XLogRecPtr	end;
+		SsPlacerIdentity who;
+		char		address[SS_REPL_TEXT];
+		char		secret[SS_REPL_TEXT];
+		bool		tcp;
+
+		ends[i] = InvalidXLogRecPtr;
 
 		/* The shipper keeps the state current; an old value only sends the commit its way. */
 		if (!slot->in_use || slot->state != SS_BACKUP_STREAMING ||
@@ -58,6 +101,8 @@ place_pass(bool *complete, bool *placed_any)
 				*complete = false;
 			continue;
 		}
+		tcp = placer_identity(i, &who, address, secret);
+		before[i] = *direct;
 		end = ss_direct_cursor_end(direct);
 		while (end < flush)
 		{
@@ -65,8 +110,8 @@ place_pass(bool *complete, bool *placed_any)
 			size_t		appended = 0;
 
 			if (!ss_wal_read(&direct_reader, end, len, tli, error) ||
-				!ss_direct_append(direct, &direct_writers[i], end, direct_reader.buffer, len,
-								  &appended, error))
+				!ss_direct_append(direct, &direct_writers[i], tcp ? &who : NULL, end,
+								  direct_reader.buffer, len, &appended, error))
 			{
 				ereport(DEBUG1,
 						(errmsg("slipstream: backend placement on backup \"%s\" gave way to the shipper: %s",
@@ -79,6 +124,25 @@ place_pass(bool *complete, bool *placed_any)
 		}
 		if (end < flush)
 			*complete = false;
+		ends[i] = end;
+	}
+	/* Every backup was written to: now their acknowledgements (none to wait for over shm). */
+	for (int i = 0; i < SS_MAX_BACKUPS; i++)
+	{
+		SsBackupSlot *slot = &ss_repl->backups[i];
+		XLogRecPtr	end = ends[i];
+
+		if (end == InvalidXLogRecPtr || end <= ss_direct_cursor_end(&before[i]))
+			continue;
+		if (!ss_direct_finish(&slot->direct, direct_writers[i], &before[i], SS_PLACER_TIMEOUT_MS,
+							  error))
+		{
+			ereport(DEBUG1,
+					(errmsg("slipstream: backend placement on backup \"%s\" gave way to the shipper: %s",
+							slot->name, error)));
+			*complete = false;
+			continue;
+		}
 		if (end > slot->placed_lsn)
 		{
 			LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);

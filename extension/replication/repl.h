@@ -183,6 +183,7 @@ extern Size ss_wal_read_size(const SsWalReader *reader, XLogRecPtr from, XLogRec
 
 /* shipper.c, backup_worker.c */
 extern void ss_register_repl_workers(void);
+extern const char *ss_repl_primary_name(void);
 
 /* commit_wait.c */
 extern void ss_repl_commit_prepare(void);

@@ -92,8 +92,8 @@ ss_register_repl_workers(void)
 }
 
 /* The name this primary gives itself at its backups: cluster_name, or "primary". */
-static const char *
-primary_name(void)
+const char *
+ss_repl_primary_name(void)
 {
 	return (cluster_name != NULL && cluster_name[0] != '\0' && ss_repl_valid_name(cluster_name)) ?
 		cluster_name : "primary";
@@ -294,7 +294,7 @@ connect_link(int i)
 	LWLockRelease(ss_repl->lock);
 	links[i].generation = copy.generation;
 	if (!ss_backup_connect(copy.address, copy.transport, copy.secret, GetSystemIdentifier(),
-						   GetWALInsertionTimeLine(), copy.version, primary_name(),
+						   GetWALInsertionTimeLine(), copy.version, ss_repl_primary_name(),
 						   &links[i].conn, &resume, error))
 	{
 		links[i].conn = NULL;
@@ -395,8 +395,9 @@ ship_to(int i, XLogRecPtr flush, TimeLineID tli)
 	bool		ok = true;
 
 	LWLockAcquire(ss_repl->place_lock, LW_EXCLUSIVE);
-	ss_backup_adopt_cursor(conn, direct);
-	while (ss_backup_sent(conn) < flush)
+	if (!ss_backup_adopt_cursor(conn, direct, error))
+		ok = false;				/* a backend's WRITEs may still land: resume afresh */
+	while (ok && ss_backup_sent(conn) < flush)
 	{
 		XLogRecPtr	from = ss_backup_sent(conn);
 		Size		len = ss_wal_read_size(&wal_reader, from, flush);
@@ -586,6 +587,37 @@ collect_from(int i, bool want_flush, bool waiters)
 	}
 }
 
+/*
+ * Describes a tcp link's open buffer to the committing backends once the shipper's own appends
+ * to it are placed, which over tcp is known only after ship_to, when the ACKs were read. A
+ * backend that holds place_lock now is placing: the next round describes it.
+ */
+static void
+describe_placed_buffer(int i)
+{
+	char		error[SS_REPL_ERROR_SIZE];
+	ShipLink   *link = &links[i];
+	SsDirectCursor *direct = &ss_repl->backups[i].direct;
+	bool		ok = true;
+
+	if (!ss_backend_placement || ss_backup_wait_fd(link->conn) < 0 ||
+		ss_direct_cursor_valid(direct) || link->placed < ss_backup_sent(link->conn))
+		return;
+	if (!LWLockConditionalAcquire(ss_repl->place_lock, LW_EXCLUSIVE))
+		return;
+	if (!ss_direct_cursor_valid(direct))
+	{
+		ok = ss_backup_adopt_cursor(link->conn, direct, error);
+		if (ok)
+			ss_backup_export_cursor(link->conn, direct);
+		else
+			ss_direct_cursor_clear(direct);
+	}
+	LWLockRelease(ss_repl->place_lock);
+	if (!ok)
+		link_failed(i, error);
+}
+
 /* Reads the answer to a FLUSH collect_from sent, then publishes the backup's progress. */
 static void
 finish_collect(int i)
@@ -619,6 +651,7 @@ finish_collect(int i)
 		ss_repl->backups[i].durable_lsn = link->durable;
 	ss_repl->backups[i].last_ok = GetCurrentTimestamp();
 	LWLockRelease(ss_repl->lock);
+	describe_placed_buffer(i);
 }
 
 /* Whether a link whose answers arrive on a socket has appends not known placed yet. */

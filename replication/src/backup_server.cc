@@ -10,8 +10,11 @@
 
 namespace slipstream::replication {
 
-// One primary's connection: its buffers, and the thread that answers its control messages.
-class BackupServer::Session {
+// One primary's connection: its buffers, and the thread that answers its control messages. Or,
+// after a JOIN, a placer link: a second connection of a primary's session (one of its
+// committing backends) on which that session registers the buffers it holds open, under their
+// own keys, so that the backend appends to them directly.
+class BackupServer::Session : public std::enable_shared_from_this<BackupServer::Session> {
  public:
   Session(BackupServer* server, std::unique_ptr<rdma::Connection> connection)
       : server_(server), connection_(std::move(connection)), port_(connection_.get()) {}
@@ -28,10 +31,20 @@ class BackupServer::Session {
     std::lock_guard<std::mutex> lock(mu_);
     return primary_;
   }
+  // Whether this is the session of `primary` at `version` (not a placer link).
+  bool Serves(const std::string& primary, uint64_t version) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return primary_ == primary && version_ == version;
+  }
   // The open buffers, scanned now.
   void AppendStatus(std::vector<BufferStatus>* out);
   // The segments of the open buffers.
   void AppendOpen(std::vector<SegmentId>* out);
+  // Registers the open buffers on `placer`'s connection and keeps registering the buffers it
+  // opens there until RemovePlacer or the end of this session; returns how many were open.
+  Status AddPlacer(const std::shared_ptr<Session>& placer, uint32_t* registered);
+  // Revokes what AddPlacer registered on `placer` (its link ended).
+  void RemovePlacer(const Session* placer);
 
  private:
   // An open buffer remembers how far its scans got, so that each scan reads only the bytes
@@ -44,6 +57,12 @@ class BackupServer::Session {
     ScanPoint scanned;  // the furthest valid end a scan found (>= durable)
   };
 
+  // A placer link and the buffers registered on it (by buffer number; lkey 0: none).
+  struct Placer {
+    std::shared_ptr<Session> session;
+    std::vector<rdma::LocalRegion> shared;
+  };
+
   void Run();
   // Answers one message; an error means a protocol violation (the peer is dropped).
   Status Handle(const Message& message);
@@ -51,6 +70,17 @@ class BackupServer::Session {
   Status OnOpen(const Open& open);
   Status OnClose(const Close& close);
   Status OnFlush(const Flush& flush);
+  Status OnJoin(const replication::Join& join);
+  // Registers open buffer `buffer` on a placer's connection (mu_ held).
+  Status ShareLocked(Placer* placer, uint32_t buffer);
+  // Revokes buffer `buffer` (every buffer if kAll) from every placer link before its bytes are
+  // read for persisting and it is zeroed for reuse: no late WRITE of theirs lands after this
+  // (mu_ held).
+  static constexpr uint32_t kAll = UINT32_MAX;
+  void RevokeLocked(Placer* placer, uint32_t buffer);
+  void RevokeFromPlacersLocked(uint32_t buffer);
+  // Readies a closed buffer for its next use: zeroed, and over tcp under a new key (mu_ held).
+  void RenewLocked(Buffer* b);
   Status Reply(const Message& message) { return port_.Send(message, nullptr); }
   Status Refuse(ErrorCode code, const std::string& why) {
     return Reply(Error{uint32_t(code), why});
@@ -72,10 +102,19 @@ class BackupServer::Session {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> finished_{false};
-  std::mutex mu_;  // primary_ and buffers_, read by status calls from other threads
+  std::mutex mu_;  // primary_, version_, buffers_, placers_, ending_
   std::string primary_;
+  uint64_t version_ = 0;  // the primary's version in its HELLO
   std::vector<Buffer> buffers_;
+  std::vector<Placer> placers_;
+  bool ending_ = false;     // Shutdown began: no placer joins any more
+  bool is_placer_ = false;  // this session is a placer link of owner_
+  std::weak_ptr<Session> owner_;
 };
+
+// A placer link per committing backend and backup: bounded so that an authenticated but
+// misbehaving primary cannot make a backup run threads without end.
+constexpr size_t kMaxPlacers = 256;
 
 // A storage failure of the periodic persist ends the session like a protocol error: the primary
 // reconnects and resumes where the durable copy ends.
@@ -120,7 +159,9 @@ void BackupServer::Session::Run() {
 }
 
 Status BackupServer::Session::Handle(const Message& message) {
+  if (is_placer_) return Status::InvalidArgument("a placer link sends nothing after JOIN");
   if (const auto* m = std::get_if<Hello>(&message)) return OnHello(*m);
+  if (const auto* m = std::get_if<replication::Join>(&message)) return OnJoin(*m);
   if (primary().empty()) return Status::InvalidArgument("a request before HELLO");
   if (const auto* m = std::get_if<Open>(&message)) return OnOpen(*m);
   if (const auto* m = std::get_if<Close>(&message)) return OnClose(*m);
@@ -181,6 +222,7 @@ Status BackupServer::Session::OnHello(const Hello& hello) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     primary_ = hello.primary;
+    version_ = hello.version;
     buffers_ = std::move(buffers);
   }
   // Asked only now that an older session has persisted its open buffers: they count.
@@ -202,6 +244,17 @@ Status BackupServer::Session::OnOpen(const Open& open) {
     b.durable = ScanPoint{};
     b.scanned = ScanPoint{};
     b.segment = SegmentId{primary_, open.stream, open.sequence, open.start};
+    // Shared before the primary learns of the buffer, so that no backend's append finds it
+    // missing; a placer that cannot take it ends (its backend reconnects).
+    for (auto it = placers_.begin(); it != placers_.end();) {
+      if (ShareLocked(&*it, i).ok()) {
+        ++it;
+      } else {
+        RevokeLocked(&*it, kAll);
+        it->session->RequestStop();
+        it = placers_.erase(it);
+      }
+    }
     rdma::RemoteRegion r = connection_->Describe(b.region);
     return Reply(OpenOk{i, r.addr, r.length, r.rkey});
   }
@@ -256,6 +309,7 @@ Status BackupServer::Session::OnClose(const Close& close) {
                   "buffer " + std::to_string(close.buffer) + " is not open");
   }
   Buffer& b = buffers_[close.buffer];
+  RevokeFromPlacersLocked(close.buffer);
   engine::LogScan scan = ScanFromDurable(&b);
   if (scan.valid_end != close.length) {
     return Refuse(ErrorCode::kBadLength, "close at " + std::to_string(close.length) +
@@ -264,7 +318,7 @@ Status BackupServer::Session::OnClose(const Close& close) {
   }
   Status s = Persist(&b, scan, true);
   if (!s.ok()) return Refuse(ErrorCode::kStorage, s.ToString());
-  std::memset(b.region.addr, 0, b.region.length);  // pre-zeroed for its next use
+  RenewLocked(&b);
   b.open = false;
   return Reply(CloseOk{close.buffer});
 }
@@ -288,6 +342,22 @@ Status BackupServer::Session::OnFlush(const Flush& flush) {
 }
 
 void BackupServer::Session::Shutdown() {
+  if (is_placer_) {
+    if (auto owner = owner_.lock()) owner->RemovePlacer(this);
+    connection_->Disconnect();
+    return;
+  }
+  {
+    // The placer links first: once revoked, their late WRITEs land nowhere.
+    std::lock_guard<std::mutex> lock(mu_);
+    ending_ = true;
+    RevokeFromPlacersLocked(kAll);
+    for (Placer& p : placers_) {
+      p.session->RequestStop();
+      p.session->connection_->Disconnect();
+    }
+    placers_.clear();
+  }
   connection_->Disconnect();  // no WRITE lands after this
   std::vector<std::string> errors;
   uint32_t returned;
@@ -309,6 +379,103 @@ void BackupServer::Session::Shutdown() {
   // The server's lock is taken only without the session's (Buffers() nests them the other way).
   for (const std::string& e : errors) server_->RecordError(e);
   server_->ReturnBuffers(returned);
+}
+
+// A JOIN is refused unless a live session of that primary at exactly that version exists here:
+// a placer of an older or newer incarnation of the primary never reaches today's buffers.
+Status BackupServer::Session::OnJoin(const replication::Join& join) {
+  if (!primary().empty()) return Status::InvalidArgument("a JOIN after HELLO");
+  const BackupOptions& o = server_->options_;
+  if (o.system_id != 0 && join.system_id != o.system_id) {
+    return Refuse(ErrorCode::kWrongCluster,
+                  "this backup copies the cluster with system identifier " +
+                      std::to_string(o.system_id) + ", not " + std::to_string(join.system_id));
+  }
+  std::shared_ptr<Session> owner = server_->FindSession(join.primary, join.version);
+  if (!owner) {
+    return Refuse(ErrorCode::kNoSession, "no session of primary " + join.primary + " at version " +
+                                             std::to_string(join.version));
+  }
+  uint32_t registered = 0;
+  is_placer_ = true;  // before AddPlacer: from then on the owner may stop this session
+  owner_ = owner;
+  Status s = owner->AddPlacer(shared_from_this(), &registered);
+  if (!s.ok()) {
+    is_placer_ = false;
+    owner_.reset();
+    return Refuse(s.code() == Status::Code::kInvalidArgument ? ErrorCode::kCannotShare
+                                                             : ErrorCode::kNoSession,
+                  s.ToString());
+  }
+  return Reply(JoinOk{registered});
+}
+
+Status BackupServer::Session::AddPlacer(const std::shared_ptr<Session>& placer,
+                                        uint32_t* registered) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ending_) return Status::Unavailable("the session is ending");
+  if (placers_.size() >= kMaxPlacers) {
+    return Status::Unavailable("too many placer links for one session");
+  }
+  Placer p{placer, std::vector<rdma::LocalRegion>(buffers_.size())};
+  *registered = 0;
+  for (uint32_t i = 0; i < buffers_.size(); i++) {
+    if (!buffers_[i].open) continue;
+    Status s = ShareLocked(&p, i);
+    if (!s.ok()) {
+      RevokeLocked(&p, kAll);
+      return s;
+    }
+    ++*registered;
+  }
+  placers_.push_back(std::move(p));
+  return Status::OK();
+}
+
+void BackupServer::Session::RemovePlacer(const Session* placer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = placers_.begin(); it != placers_.end(); ++it) {
+    if (it->session.get() == placer) {
+      RevokeLocked(&*it, kAll);
+      placers_.erase(it);
+      return;
+    }
+  }
+}
+
+Status BackupServer::Session::ShareLocked(Placer* placer, uint32_t buffer) {
+  const rdma::LocalRegion& r = buffers_[buffer].region;
+  return placer->session->connection_->RegisterShared(r.addr, r.length, rdma::kRemoteWrite, r.rkey,
+                                                      &placer->shared[buffer]);
+}
+
+void BackupServer::Session::RevokeLocked(Placer* placer, uint32_t buffer) {
+  for (uint32_t i = 0; i < placer->shared.size(); i++) {
+    if ((buffer == kAll || i == buffer) && placer->shared[i].lkey != 0) {
+      placer->session->connection_->FreeRegion(placer->shared[i]);
+      placer->shared[i] = rdma::LocalRegion{};
+    }
+  }
+}
+
+// Where the transport shares buffers with placer links (tcp), a closed buffer gets fresh memory
+// under a fresh key: a frame a backend aimed at this segment can then never land in a later
+// one, whatever becomes of it. Fresh anonymous pages are zero, and cost no memset. Elsewhere
+// (or if no memory is left for the swap) the buffer is zeroed in place.
+void BackupServer::Session::RenewLocked(Buffer* b) {
+  if (connection_->backend() == "tcp") {
+    rdma::LocalRegion fresh;
+    if (connection_->AllocateRegion(b->region.length, rdma::kRemoteWrite, &fresh).ok()) {
+      connection_->FreeRegion(b->region);
+      b->region = fresh;
+      return;
+    }
+  }
+  std::memset(b->region.addr, 0, b->region.length);
+}
+
+void BackupServer::Session::RevokeFromPlacersLocked(uint32_t buffer) {
+  for (Placer& p : placers_) RevokeLocked(&p, buffer);
 }
 
 // Each buffer is scanned from the furthest valid end found before, which moves on.
@@ -428,6 +595,15 @@ Status BackupServer::Fence(const std::string& primary) {
 
 // Ends every live session of `primary` but `keep`, and waits until each has persisted its
 // open buffers and freed its regions.
+std::shared_ptr<BackupServer::Session> BackupServer::FindSession(const std::string& primary,
+                                                                 uint64_t version) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& s : sessions_) {
+    if (!s->finished() && s->Serves(primary, version)) return s;
+  }
+  return nullptr;
+}
+
 size_t BackupServer::EndSessions(const std::string& primary, const Session* keep) {
   std::vector<std::shared_ptr<Session>> targets;
   {

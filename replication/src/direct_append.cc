@@ -10,7 +10,7 @@
 
 namespace slipstream::replication {
 
-Status AppendDirect(SharedCursor* cursor, rdma::ShmPeerWriter* writer, uint64_t position,
+Status AppendDirect(SharedCursor* cursor, DirectTarget* target, uint64_t position,
                     std::string_view bytes, size_t* appended) {
   *appended = 0;
   if (cursor->valid == 0) return Status::Unavailable("no open buffer to append to");
@@ -33,7 +33,7 @@ Status AppendDirect(SharedCursor* cursor, rdma::ShmPeerWriter* writer, uint64_t 
                          {bytes.substr(0, n)});
     engine::AppendChecksum(scratch.data(), &local);
     Status s =
-        writer->Write(cursor->rkey, cursor->remote_addr + cursor->pos, scratch.data(), local.pos);
+        target->Write(cursor->rkey, cursor->remote_addr + cursor->pos, scratch.data(), local.pos);
     if (!s.ok()) {
       cursor->valid = 0;
       return s;

@@ -149,7 +149,14 @@ void StreamShipper::ExportCursor(SharedCursor* cursor) {
     Drop(&t, s);
     return;
   }
-  if (t.link->placed(t.buffer) != cursor_.pos || !t.link->ExportPeer(&cursor->peer)) return;
+  if (t.link->placed(t.buffer) != cursor_.pos) return;
+  if (t.link->ExportPeer(&cursor->peer)) {
+    cursor->transport = uint32_t(CursorTransport::kShm);
+  } else if (t.link->shares_buffers()) {
+    cursor->transport = uint32_t(CursorTransport::kTcp);
+  } else {
+    return;
+  }
   const rdma::RemoteRegion remote = t.link->remote(t.buffer);
   cursor->buffer_size = size_;
   cursor->sequence = sequence_;
@@ -161,15 +168,21 @@ void StreamShipper::ExportCursor(SharedCursor* cursor) {
   cursor->valid = 1;
 }
 
-void StreamShipper::AdoptCursor(const SharedCursor& cursor) {
+Status StreamShipper::AdoptCursor(const SharedCursor& cursor) {
   // Appends made through a description of this very buffer (its random key) since it was
   // exported; a cursor left invalid by a refused WRITE still carries what was placed before.
-  if (!started_ || targets_.size() != 1 || cursor.sequence != sequence_ ||
-      cursor.pos <= cursor_.pos || cursor.pos > size_ || cursor.end <= end_) {
-    return;
-  }
+  if (!started_ || targets_.size() != 1 || cursor.sequence != sequence_) return Status::OK();
   Target& t = targets_[0];
-  if (!t.failed.ok() || !t.has_buffer || t.link->remote(t.buffer).rkey != cursor.rkey) return;
+  if (!t.failed.ok() || !t.has_buffer || t.link->remote(t.buffer).rkey != cursor.rkey) {
+    return Status::OK();
+  }
+  if (cursor.broken != 0) {
+    Status why = Status::Disconnected(
+        "a committing backend's WRITEs to the open buffer were not acknowledged");
+    Drop(&t, why);
+    return why;
+  }
+  if (cursor.pos <= cursor_.pos || cursor.pos > size_ || cursor.end <= end_) return Status::OK();
   cursor_.pos = cursor.pos;
   cursor_.chain = cursor.chain;
   end_ = cursor.end;
@@ -177,6 +190,7 @@ void StreamShipper::AdoptCursor(const SharedCursor& cursor) {
   marks_.push_back(Mark{cursor.pos, cursor.end});
   t.link->AdoptPlaced(t.buffer, cursor.pos);  // a direct WRITE is placed when it returns
   Refresh();
+  return Status::OK();
 }
 
 uint64_t StreamShipper::PositionAt(uint32_t offset) const {

@@ -17,6 +17,8 @@ enum class Type : uint32_t {
   kFlush,
   kFlushOk,
   kError,
+  kJoin,
+  kJoinOk,
 };
 
 // Appends little-endian fields.
@@ -154,6 +156,14 @@ std::string Encode(const Message& message) {
           w.U32(m.buffer);
           w.U32(m.durable);
           return w.Finish(Type::kFlushOk);
+        } else if constexpr (std::is_same_v<T, Join>) {
+          w.U64(m.system_id);
+          w.U64(m.version);
+          w.Text(m.primary);
+          return w.Finish(Type::kJoin);
+        } else if constexpr (std::is_same_v<T, JoinOk>) {
+          w.U32(m.registered);
+          return w.Finish(Type::kJoinOk);
         } else {
           w.U32(m.code);
           w.Text(m.message.substr(0, kMaxMessage - 32));
@@ -242,6 +252,22 @@ Status Decode(std::string_view bytes, Message* message) {
       m.buffer = r.U32();
       m.durable = r.U32();
       if (!r.Done()) return bad("flush reply");
+      *message = m;
+      return Status::OK();
+    }
+    case Type::kJoin: {
+      Join m;
+      m.system_id = r.U64();
+      m.version = r.U64();
+      m.primary = r.Text(kMaxNameLength);
+      if (!r.Done() || !IsValidName(m.primary)) return bad("join");
+      *message = m;
+      return Status::OK();
+    }
+    case Type::kJoinOk: {
+      JoinOk m;
+      m.registered = r.U32();
+      if (!r.Done()) return bad("join reply");
       *message = m;
       return Status::OK();
     }

@@ -16,107 +16,20 @@
 
 #include "buffer_scan.h"
 #include "control_port.h"
+#include "protocol_util.h"
 #include "slipstream/engine/log_scanner.h"
 #include "slipstream/engine/log_writer.h"
 #include "slipstream/rdma/testing.h"
 #include "slipstream/replication/backup_link.h"
 #include "slipstream/replication/backup_server.h"
-#include "slipstream/replication/direct_append.h"
 #include "slipstream/replication/stream_shipper.h"
 #include "slipstream/replication/wal_directory_store.h"
-#include "test_util.h"
 #include "wal_files.h"
 
 namespace slipstream::replication {
 namespace {
 
-constexpr char kSecret[] = "replication-test-secret";
-constexpr uint32_t kBufferSize = 64 * 1024;
-constexpr uint32_t kWal = uint32_t(StreamId::kWal);
-
-using test::TempDir;
-
-rdma::TransportOptions Transport(const std::string& backend, const std::string& secret = kSecret) {
-  rdma::TransportOptions t;
-  t.backend = backend;
-  t.secret = secret;
-  t.connect_timeout_ms = 5000;
-  return t;
-}
-
-// A backup server with a file store in its own directory.
-struct Backup {
-  Backup(const std::string& backend, uint32_t buffers = 8, uint32_t per_primary = 4,
-         uint64_t system_id = 0)
-      : store(dir.path()) {
-    BackupOptions o;
-    o.transport = Transport(backend);
-    o.buffers = buffers;
-    o.buffers_per_primary = per_primary;
-    o.buffer_size = kBufferSize;
-    o.system_id = system_id;
-    server = std::make_unique<BackupServer>(o, &store);
-    Status s = server->Start();
-    EXPECT_TRUE(s.ok()) << s.ToString();
-  }
-  // The stream bytes of every persisted segment of a primary's WAL stream, in order, checked
-  // to be contiguous.
-  std::string PersistedStream(const std::string& primary, uint64_t start) {
-    std::string out;
-    uint64_t position = start;
-    for (const std::string& file : store.SegmentFiles(primary, kWal)) {
-      std::ifstream in(file, std::ios::binary);
-      std::string image((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      image.resize(kBufferSize, '\0');
-      engine::LogScan scan = engine::ScanLogSegment(image.data(), image.size());
-      EXPECT_TRUE(scan.header_ok) << file;
-      for (const engine::ScannedRecord& r : scan.records) {
-        EXPECT_EQ(r.lsn, position) << file;
-        out.append(r.payload);
-        position += r.payload.size();
-      }
-    }
-    return out;
-  }
-
-  TempDir dir;
-  FileBackupStore store;
-  std::unique_ptr<BackupServer> server;
-};
-
-// Options for primary `primary` to connect to `server` over `backend`.
-LinkOptions LinkTo(const BackupServer& server, const std::string& backend, uint64_t version = 1,
-                   const std::string& primary = "p1") {
-  LinkOptions o;
-  o.address = server.address();
-  o.transport = Transport(backend);
-  o.version = version;
-  o.primary = primary;
-  return o;
-}
-
-// The same for the server of `b`.
-LinkOptions Link(const Backup& b, const std::string& backend, uint64_t version = 1,
-                 const std::string& primary = "p1") {
-  return LinkTo(*b.server, backend, version, primary);
-}
-
-std::string RandomBytes(std::mt19937_64& rng, size_t n) {
-  std::string s(n, '\0');
-  for (char& c : s) c = char(rng());
-  return s;
-}
-
-// Polls the backup's view until `pred` holds (or 5 s pass).
-template <typename Pred>
-bool Eventually(Pred pred) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
-}
+using namespace test;  // NOLINT: the shared helpers (protocol_util.h)
 
 class Protocol : public ::testing::TestWithParam<std::string> {};
 
@@ -660,119 +573,6 @@ TEST_P(Protocol, APruneSparesOpenBuffersAndThePrimaryGoesOn) {
   ASSERT_FALSE(records.empty());
   EXPECT_EQ(records.front().position, open[0].start);
   EXPECT_EQ(ContiguousEnd(records, 0), start + stream.size());
-}
-
-// Placement by other processes of the primary (direct_append.h): appends through an exported
-// cursor and a ShmPeerWriter of its own mapping, interleaved at random with the shipper's own
-// appends and rotations, leave on the backup exactly the stream, as one chain per buffer.
-TEST(DirectAppend, InterleavesWithTheShipperAcrossRotations) {
-  Backup b("shm");
-  std::unique_ptr<BackupLink> link;
-  ASSERT_TRUE(BackupLink::Connect(Link(b, "shm"), &link).ok());
-  StreamShipper shipper(kWal, 1, 500, {link.get()});
-  std::mt19937_64 rng(11);
-  std::string stream = RandomBytes(rng, 100);
-  ASSERT_TRUE(shipper.Append(500, stream).ok());
-  SharedCursor cursor;
-  shipper.ExportCursor(&cursor);
-  ASSERT_EQ(cursor.valid, 1u);
-  ASSERT_EQ(cursor.end, 500 + stream.size());
-  std::unique_ptr<rdma::ShmPeerWriter> writer;
-  ASSERT_TRUE(rdma::ShmPeerWriter::Open(cursor.peer, &writer).ok());
-  int direct = 0, rotations = 0;
-  while (stream.size() < 6 * kBufferSize) {
-    std::string chunk = RandomBytes(rng, 1 + rng() % 4000);
-    const uint64_t at = 500 + stream.size();
-    size_t appended = 0;
-    if (rng() % 3 != 0) {
-      ASSERT_TRUE(AppendDirect(&cursor, writer.get(), at, chunk, &appended).ok());
-      direct += appended > 0 ? 1 : 0;
-    }
-    if (appended < chunk.size()) {  // the shipper's turn, or a full buffer: it rotates
-      const uint64_t sequence = cursor.sequence;
-      shipper.AdoptCursor(cursor);
-      ASSERT_EQ(shipper.end(), at + appended);
-      ASSERT_TRUE(shipper.Append(at + appended, chunk.substr(appended)).ok());
-      shipper.ExportCursor(&cursor);
-      ASSERT_EQ(cursor.valid, 1u);
-      rotations += cursor.sequence != sequence ? 1 : 0;
-    }
-    stream += chunk;
-  }
-  shipper.AdoptCursor(cursor);
-  ASSERT_TRUE(shipper.WaitPlaced(shipper.end(), 1, 5000).ok());
-  size_t appended = 0;
-  ASSERT_TRUE(AppendDirect(&cursor, writer.get(), 500 + stream.size(), "tail", &appended).ok());
-  ASSERT_EQ(appended, 4u);
-  stream += "tail";
-  shipper.AdoptCursor(cursor);
-  EXPECT_EQ(shipper.Placed(1), 500 + stream.size()) << "a direct append is placed when it returns";
-  uint64_t durable = 0;
-  ASSERT_TRUE(shipper.Flush(1, 5000, &durable).ok());
-  EXPECT_EQ(durable, 500 + stream.size());
-  EXPECT_GT(direct, 100);
-  EXPECT_GE(rotations, 4);
-  link.reset();
-  ASSERT_TRUE(Eventually([&] { return b.server->Primaries().empty(); }));
-  EXPECT_EQ(b.PersistedStream("p1", 500), stream);
-  EXPECT_TRUE(b.server->Errors().empty());
-}
-
-// A fenced primary's backends cannot place either: the backup revokes the buffer's key before
-// it persists, so a direct append after the fence is refused and the cursor given up, and what
-// was placed before survives.
-TEST(DirectAppend, AFencedBackupRefusesDirectAppends) {
-  Backup b("shm");
-  std::unique_ptr<BackupLink> link;
-  ASSERT_TRUE(BackupLink::Connect(Link(b, "shm"), &link).ok());
-  StreamShipper shipper(kWal, 1, 0, {link.get()});
-  ASSERT_TRUE(shipper.Append(0, "first").ok());
-  SharedCursor cursor;
-  shipper.ExportCursor(&cursor);
-  std::unique_ptr<rdma::ShmPeerWriter> writer;
-  ASSERT_TRUE(rdma::ShmPeerWriter::Open(cursor.peer, &writer).ok());
-  size_t appended = 0;
-  ASSERT_TRUE(AppendDirect(&cursor, writer.get(), 5, "second", &appended).ok());
-  ASSERT_EQ(appended, 6u);
-  ASSERT_TRUE(b.server->Fence("p1").ok());
-  Status s = AppendDirect(&cursor, writer.get(), 11, "third", &appended);
-  EXPECT_EQ(s.code(), Status::Code::kRemoteAccess) << s.ToString();
-  EXPECT_EQ(appended, 0u);
-  EXPECT_EQ(cursor.valid, 0u);
-  EXPECT_EQ(cursor.end, 11u) << "the cursor keeps what was placed";
-  EXPECT_EQ(b.PersistedStream("p1", 0), "firstsecond");
-}
-
-// Only shm links can be described to other processes; out-of-order appends are refused.
-TEST(DirectAppend, OnlyShmLinksAreExportedAndAppendsStayInOrder) {
-  Backup t("tcp");
-  std::unique_ptr<BackupLink> tcp;
-  ASSERT_TRUE(BackupLink::Connect(Link(t, "tcp"), &tcp).ok());
-  StreamShipper over_tcp(kWal, 1, 0, {tcp.get()});
-  ASSERT_TRUE(over_tcp.Append(0, "bytes").ok());
-  SharedCursor cursor;
-  over_tcp.ExportCursor(&cursor);
-  EXPECT_EQ(cursor.valid, 0u);
-
-  Backup b("shm");
-  std::unique_ptr<BackupLink> link;
-  ASSERT_TRUE(BackupLink::Connect(Link(b, "shm"), &link).ok());
-  StreamShipper shipper(kWal, 1, 0, {link.get()});
-  shipper.ExportCursor(&cursor);
-  EXPECT_EQ(cursor.valid, 0u) << "no buffer is open before the first append";
-  ASSERT_TRUE(shipper.Append(0, "bytes").ok());
-  shipper.ExportCursor(&cursor);
-  ASSERT_EQ(cursor.valid, 1u);
-  std::unique_ptr<rdma::ShmPeerWriter> writer;
-  ASSERT_TRUE(rdma::ShmPeerWriter::Open(cursor.peer, &writer).ok());
-  size_t appended = 0;
-  EXPECT_EQ(AppendDirect(&cursor, writer.get(), 4, "x", &appended).code(),
-            Status::Code::kInvalidArgument);
-  // A description of a process that is not the backup's maps nothing.
-  rdma::ShmPeerRef wrong = cursor.peer;
-  wrong.token[0] ^= 1;
-  std::unique_ptr<rdma::ShmPeerWriter> other;
-  EXPECT_FALSE(rdma::ShmPeerWriter::Open(wrong, &other).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Protocol, ::testing::Values("shm", "tcp"),

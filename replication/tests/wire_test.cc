@@ -18,7 +18,9 @@ std::vector<Message> Samples() {
           CloseOk{2},
           Flush{1, 4096},
           FlushOk{1, 4096},
-          Error{uint32_t(ErrorCode::kStaleVersion), "stale"}};
+          Error{uint32_t(ErrorCode::kStaleVersion), "stale"},
+          Join{42, 7, "primary-1"},
+          JoinOk{2}};
 }
 
 TEST(Wire, EveryMessageRoundTrips) {

@@ -69,6 +69,11 @@ class BackupLink {
   // Where other processes of this host can write into the backup (false unless the link runs
   // on shm): see direct_append.h.
   bool ExportPeer(rdma::ShmPeerRef* peer) const;
+  // Whether the backup can register its buffers on a second connection, for placer links
+  // (placer_link.h): a live tcp link.
+  bool shares_buffers() const {
+    return failed_.ok() && connection_ && connection_->backend() == "tcp";
+  }
   // Records that the buffer's bytes up to `offset` were appended and placed by another
   // process through ExportPeer; this link's next append starts there.
   void AdoptPlaced(uint32_t buffer, uint32_t offset);

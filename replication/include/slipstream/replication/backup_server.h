@@ -7,6 +7,11 @@
 // When a primary's connection ends (it died, or was fenced), the valid prefix of every buffer
 // it held open is found by the Tailwind scan and persisted: what the primary was told was
 // placed survives it.
+//
+// A primary's committing backends may open placer links (a JOIN instead of a HELLO, over tcp):
+// its session registers each buffer it holds open on them under the buffer's own key, and
+// revokes it from them before it persists and re-zeroes the buffer (close, fence, the
+// session's end), so a backend appends to the very buffer the primary's shipper does.
 #pragma once
 
 #include <atomic>
@@ -96,6 +101,8 @@ class BackupServer {
   // Starts a session on `connection` and lists it; the caller holds mu_.
   void AddSessionLocked(std::unique_ptr<rdma::Connection> connection);
   size_t EndSessions(const std::string& primary, const Session* keep);
+  // The live session of `primary` at `version`, if any (a placer link's JOIN names it).
+  std::shared_ptr<Session> FindSession(const std::string& primary, uint64_t version);
   void RecordError(const std::string& error);
   // Takes up to `want` buffers from the budget; returns how many it got.
   uint32_t TakeBuffers(uint32_t want);

@@ -60,14 +60,17 @@ class StreamShipper {
   Status FinishFlush(int count, uint64_t* durable);
 
   // Direct appends by other processes (direct_append.h), for a shipper of one backup whose
-  // transport lets other processes write into it (shm): ExportCursor describes the open
-  // segment (valid = 0 when there is none, or the backup cannot be written so); AdoptCursor
-  // takes over what was appended through such a description since, before this shipper
-  // appends, rotates or flushes again. The caller holds the lock that serialises the appends.
-  // A cursor is exported only once every append of this shipper to the buffer completed, so
-  // that appends through it never follow a WRITE that failed.
+  // transport lets other processes write into it (shm through the backup's heap, tcp through
+  // placer links): ExportCursor describes the open segment (valid = 0 when there is none, or
+  // the backup cannot be written so); AdoptCursor takes over what was appended through such a
+  // description since, before this shipper appends, rotates or flushes again. The caller holds
+  // the lock that serialises the appends. A cursor is exported only once every append of this
+  // shipper to the buffer completed, so that appends through it never follow a WRITE that
+  // failed. A cursor an appender marked broken (WRITEs that may land unannounced) drops the
+  // backup: AdoptCursor returns why, and the caller reconnects (the backup revokes the
+  // appender's registrations and persists the valid prefix, which the new link resumes from).
   void ExportCursor(SharedCursor* cursor);
-  void AdoptCursor(const SharedCursor& cursor);
+  Status AdoptCursor(const SharedCursor& cursor);
 
   // Backups still receiving.
   int live() const;

@@ -42,6 +42,8 @@ enum class ErrorCode : uint32_t {
   kBadLength = 6,      // a close or flush length that is not the end of a valid prefix
   kStorage = 7,        // the backup could not make the data durable
   kWrongTimeline = 8,  // the primary writes another WAL timeline than the backup replays
+  kNoSession = 9,      // a JOIN that names no live session of that primary at that version
+  kCannotShare = 10,   // a JOIN over a transport that cannot share a session's buffers
 };
 
 // The primary introduces itself; `version` orders primaries of the same name (a rejoining
@@ -97,8 +99,21 @@ struct Error {
   uint32_t code;  // ErrorCode
   std::string message;
 };
+// Instead of HELLO, on a placer link: a second connection of the primary (one of its committing
+// backends) that appends to the buffers its session holds open, with the session's keys, and
+// asks for no buffers of its own. Accepted only while a session of that primary at exactly
+// that version lives (docs/replication.md, "Placement by the committing backend").
+struct Join {
+  uint64_t system_id;
+  uint64_t version;
+  std::string primary;
+};
+struct JoinOk {
+  uint32_t registered;  // open buffers of the session registered on the link now
+};
 
-using Message = std::variant<Hello, HelloOk, Open, OpenOk, Close, CloseOk, Flush, FlushOk, Error>;
+using Message =
+    std::variant<Hello, HelloOk, Open, OpenOk, Close, CloseOk, Flush, FlushOk, Error, Join, JoinOk>;
 
 // The bytes of a message (at most kMaxMessage; longer names are refused by Decode).
 std::string Encode(const Message& message);
