@@ -130,16 +130,32 @@ bool RecvAll(int fd, char* out, size_t length) {
   return true;
 }
 
-// Receives up to `length` bytes into `out`, stopping early only at EOF or an error; returns
-// how many arrived.
-size_t RecvUpTo(int fd, char* out, size_t length) {
+// Receives up to `first_length` bytes into `first`, then up to `second_length` into `second`,
+// with as few recvmsg calls as the bytes' arrival allows (one, for a frame already in the
+// socket), stopping early only at EOF or an error; returns how many arrived in all.
+size_t RecvTwo(int fd, char* first, size_t first_length, char* second, size_t second_length) {
+  iovec iov[2] = {{first, first_length}, {second, second_length}};
+  size_t next = first_length > 0 ? 0 : second_length > 0 ? 1 : 2;
   size_t got = 0;
-  while (got < length) {
-    ssize_t n = ::recv(fd, out + got, length - got, MSG_WAITALL);
-    if (n > 0) {
-      got += static_cast<size_t>(n);
-    } else if (n == 0 || errno != EINTR) {
+  while (next < 2) {
+    msghdr message{};
+    message.msg_iov = iov + next;
+    message.msg_iovlen = 2 - next;
+    ssize_t n = ::recvmsg(fd, &message, MSG_WAITALL);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
       break;
+    }
+    got += static_cast<size_t>(n);
+    size_t left = static_cast<size_t>(n);
+    while (next < 2 && left >= iov[next].iov_len) {
+      left -= iov[next].iov_len;
+      iov[next].iov_len = 0;
+      next++;
+    }
+    if (left > 0) {
+      iov[next].iov_base = static_cast<char*>(iov[next].iov_base) + left;
+      iov[next].iov_len -= left;
     }
   }
   return got;
@@ -223,6 +239,11 @@ class TcpConnection : public Connection, public FaultInjectable {
   // sender thread if it has something to do (a reply, a request not sent yet, or stopping).
   // Waking the sender for anything else cost a futex hand-off per frame on both sides.
   void NotifyLocked();
+
+  // Wakes the sender thread if it has something to do (mu_ held), and nobody else: after a
+  // frame went out, which no thread in Poll waits for (an ACK from the agent woke the
+  // application's polling thread for nothing, on every WRITE it received).
+  void WakeSenderLocked();
 
   // Queues a completion, to be delivered after completion_delay_us.
   void PushCompletionLocked(const Completion& completion);
@@ -649,6 +670,10 @@ Status TcpConnection::Prepare(const WorkRequest& wr, PendingRequest* pending) {
 
 void TcpConnection::NotifyLocked() {
   cv_.notify_all();
+  WakeSenderLocked();
+}
+
+void TcpConnection::WakeSenderLocked() {
   if (stopping_ || !replies_.empty() || (state_.ok() && next_to_send_ < next_sequence_)) {
     send_cv_.notify_one();
   }
@@ -875,7 +900,7 @@ void TcpConnection::SendRequest(std::unique_lock<std::mutex>& lock,
   bool ok = SendFrame(header, pending->sges, payload, use_ring);
   lock.lock();
   sending_ = false;
-  NotifyLocked();
+  WakeSenderLocked();
   if (tear) {
     FailLocked(Status::Disconnected("fault injection: torn WRITE"), nullptr);
   } else if (!ok) {
@@ -925,14 +950,14 @@ void TcpConnection::Acknowledge(uint64_t sequence) {
     } while (sent < 0 && errno == EINTR);
     lock.lock();
     sending_ = false;
-    NotifyLocked();
+    WakeSenderLocked();
     if (sent == ssize_t(sizeof(reply.header))) return;
     // Not (all) taken: the sender finishes it before anything else goes out. A hard error
     // shows there too, as a failed send.
     reply.header_sent = sent > 0 ? size_t(sent) : 0;
     if (!state_.ok()) return;
     replies_.push_front(std::move(reply));
-    NotifyLocked();  // the sender's work now (NotifyLocked above ran before it was queued)
+    WakeSenderLocked();  // the sender's work now (the call above ran before it was queued)
     return;
   }
   replies_.push_back(std::move(reply));
@@ -1015,8 +1040,9 @@ bool TcpConnection::HandleWrite(const TcpFrameHeader& header) {
   const uint64_t bulk = header.length > kOrderedTailBytes ? header.length - kOrderedTailBytes : 0;
   char tail[kOrderedTailBytes];
   size_t tail_length = static_cast<size_t>(header.length - bulk);
-  bool whole = RecvAll(fd_, target, bulk);
-  size_t tail_got = whole ? RecvUpTo(fd_, tail, tail_length) : 0;
+  const size_t got = RecvTwo(fd_, target, bulk, tail, tail_length);
+  const bool whole = got >= bulk;
+  const size_t tail_got = whole ? got - bulk : 0;
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (size_t i = 0; i < tail_got; i++) {
     reinterpret_cast<volatile char*>(target + bulk)[i] = tail[i];
