@@ -394,7 +394,17 @@ ship_to(int i, XLogRecPtr flush, TimeLineID tli)
 	SsDirectCursor *direct = &ss_repl->backups[i].direct;
 	bool		ok = true;
 
-	LWLockAcquire(ss_repl->place_lock, LW_EXCLUSIVE);
+	/*
+	 * A backend that holds the lock while the buffer is described is placing what was flushed
+	 * (and wakes this process for anything it leaves): queueing behind it would only cost it a
+	 * wake-up of this process when it lets go. The next round looks again.
+	 */
+	if (!LWLockConditionalAcquire(ss_repl->place_lock, LW_EXCLUSIVE))
+	{
+		if (ss_direct_cursor_valid(direct))
+			return;
+		LWLockAcquire(ss_repl->place_lock, LW_EXCLUSIVE);
+	}
 	if (!ss_backup_adopt_cursor(conn, direct, error))
 		ok = false;				/* a backend's WRITEs may still land: resume afresh */
 	while (ok && ss_backup_sent(conn) < flush)
