@@ -454,10 +454,13 @@ bool ss_direct_append(SsDirectCursor* cursor, SsDirectWriter** writer,
     opened = true;
     return repl::AppendDirect(&c, target, lsn, std::string_view(data, len), appended);
   });
-  // A backup this process cannot reach now is left to the shipper for this commit only; one
-  // that refused a WRITE is given up until the shipper describes it again.
-  if (!ok && opened) c.valid = 0;
-  if (ok || opened) StoreCursor(c, cursor);
+  // A tcp backup this process cannot connect to now is left to the shipper for this commit
+  // only (its connects are spaced out); a backup that refused a WRITE, or whose heap cannot be
+  // mapped, is given up until the shipper describes it again. Over tcp ss_direct_finish then
+  // decides what the WRITEs posted so far count for.
+  const bool tcp = c.transport == uint32_t(repl::CursorTransport::kTcp);
+  if (!ok && (opened || !tcp)) c.valid = 0;
+  if (ok || opened || !tcp) StoreCursor(c, cursor);
   return ok;
 }
 

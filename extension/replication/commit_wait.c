@@ -132,8 +132,8 @@ place_pass(bool *complete, bool *placed_any)
 		SsBackupSlot *slot = &ss_repl->backups[i];
 		XLogRecPtr	end = ends[i];
 
-		if (end == InvalidXLogRecPtr || end <= ss_direct_cursor_end(&before[i]))
-			continue;
+		if (end == InvalidXLogRecPtr)
+			continue;			/* not tried */
 		if (!ss_direct_finish(&slot->direct, direct_writers[i], &before[i], SS_PLACER_TIMEOUT_MS,
 							  error))
 		{
@@ -143,6 +143,8 @@ place_pass(bool *complete, bool *placed_any)
 			*complete = false;
 			continue;
 		}
+		if (end <= ss_direct_cursor_end(&before[i]))
+			continue;
 		if (end > slot->placed_lsn)
 		{
 			LWLockAcquire(ss_repl->lock, LW_EXCLUSIVE);

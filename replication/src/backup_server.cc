@@ -593,8 +593,7 @@ Status BackupServer::Fence(const std::string& primary) {
   return Status::OK();
 }
 
-// Ends every live session of `primary` but `keep`, and waits until each has persisted its
-// open buffers and freed its regions.
+// Placer links never match: they have no primary of their own.
 std::shared_ptr<BackupServer::Session> BackupServer::FindSession(const std::string& primary,
                                                                  uint64_t version) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -604,6 +603,8 @@ std::shared_ptr<BackupServer::Session> BackupServer::FindSession(const std::stri
   return nullptr;
 }
 
+// Ends every live session of `primary` but `keep`, and waits until each has persisted its
+// open buffers and freed its regions.
 size_t BackupServer::EndSessions(const std::string& primary, const Session* keep) {
   std::vector<std::shared_ptr<Session>> targets;
   {
