@@ -2,7 +2,8 @@
 # pg_replication_backup_test.sh: a backup dies under load. A primary ships to two backups with
 # slipstream.min_sync_backups = 1; one backup's postmaster is killed while clients commit in
 # remote_memory. Commits must go on (the other backup places them), the dead backup must show
-# as lost, and once restarted it must reconnect by itself and catch up. With
+# as lost, and once restarted it must reconnect by itself and catch up; the same when its
+# backup server stalls (SIGSTOP) instead, and resumes. With
 # min_sync_backups = 2 and one backup down, a commit waits; a cancel ends the wait with a
 # WARNING, and the transaction stays committed; a transaction without an xid does not wait;
 # PREPARE TRANSACTION waits as a commit does, and so does COMMIT PREPARED.
@@ -103,14 +104,37 @@ fi
 "$pg" start "$b2"
 wait_state b2 streaming
 # Caught up: b2 places what the primary flushed after it came back.
-target=$(p_sql -c "SELECT pg_current_wal_flush_lsn()")
-for _ in $(seq 1 200); do
-  [ "$(p_sql -c "SELECT placed_lsn >= '$target' FROM slipstream.replication WHERE name = 'b2'")" = t ] && break
-  sleep 0.05
-done
-[ "$(p_sql -c "SELECT placed_lsn >= '$target' FROM slipstream.replication WHERE name = 'b2'")" = t ] ||
-  { echo "b2 did not catch up" >&2; exit 1; }
-echo "b2 reconnected and caught up to $target"
+caught_up() {
+  local target
+  target=$(p_sql -c "SELECT pg_current_wal_flush_lsn()")
+  for _ in $(seq 1 200); do
+    [ "$(p_sql -c "SELECT placed_lsn >= '$target' FROM slipstream.replication WHERE name = 'b2'")" = t ] && break
+    sleep 0.05
+  done
+  [ "$(p_sql -c "SELECT placed_lsn >= '$target' FROM slipstream.replication WHERE name = 'b2'")" = t ] ||
+    { echo "b2 did not catch up $1" >&2; exit 1; }
+  echo "b2 $1 and caught up to $target"
+}
+caught_up "reconnected"
+# A backup that stalls (its backup server stopped: alive, answering nothing) must not stop the
+# commits either. Over tcp the committing backends place through links of their own: the one
+# waiting on b2 gives it up after a second (the links' timeout), marks its placement broken,
+# the shipper drops b2, and b1 places the commits. Resumed, b2 reconnects and catches up.
+server=$(pgrep -P "$(head -1 "$b2/data/postmaster.pid")" -f 'slipstream backup server' || true)
+[ -n "$server" ] || { echo "no backup server process on b2" >&2; exit 1; }
+kill -STOP "$server"
+sleep 2
+before=$(acks)
+sleep 2
+after=$(acks)
+kill -CONT "$server"
+echo "commits while b2 is stalled: $((after - before))"
+if [ "$after" -le "$before" ]; then
+  echo "commits stopped when one of two backups stalled (min_sync_backups = 1)" >&2
+  exit 1
+fi
+wait_state b2 streaming
+caught_up "resumed after a stall"
 # The clients' psql runs below pg_cluster.sh (and runuser): stop every process of each client.
 kill_tree() {
   local child
