@@ -38,10 +38,7 @@ class TcpReceiveInPollTest : public ::testing::Test {
     client_options.receive_in_poll = true;
     std::unique_ptr<Listener> listener;
     ASSERT_TRUE(Listen(server_options, "127.0.0.1:0", &listener).ok());
-    auto accepted =
-        std::async(std::launch::async, [&] { return listener->Accept(kTimeoutMs, &server_); });
-    ASSERT_TRUE(Connect(client_options, listener->address(), &client_).ok());
-    ASSERT_TRUE(accepted.get().ok());
+    ConnectThroughListener(listener.get(), client_options, &server_, &client_);
   }
 
   LocalRegion Allocate(Connection* connection, size_t length, uint32_t access) {

@@ -31,12 +31,9 @@ class TcpSharedRegionTest : public ::testing::Test {
     client_options.receive_in_poll = true;
     std::unique_ptr<Listener> listener;
     ASSERT_TRUE(Listen(options, "127.0.0.1:0", &listener).ok());
-    for (auto [client, server] : {std::pair{&first_, &owner_}, std::pair{&second_, &sharer_}}) {
-      auto accepted =
-          std::async(std::launch::async, [&] { return listener->Accept(kTimeoutMs, server); });
-      ASSERT_TRUE(Connect(client_options, listener->address(), client).ok());
-      ASSERT_TRUE(accepted.get().ok());
-    }
+    ConnectThroughListener(listener.get(), client_options, &owner_, &first_);
+    ConnectThroughListener(listener.get(), client_options, &sharer_, &second_);
+    ASSERT_FALSE(HasFatalFailure());
     ASSERT_TRUE(owner_->AllocateRegion(8192, kRemoteWrite, &buffer_).ok());
     remote_ = owner_->Describe(buffer_);
   }

@@ -85,6 +85,16 @@ inline std::vector<Completion> PollN(Connection* connection, size_t want,
   return got;
 }
 
+// Connects *client to `listener` with `client_options` while the listener accepts *server.
+inline void ConnectThroughListener(Listener* listener, const TransportOptions& client_options,
+                                   std::unique_ptr<Connection>* server,
+                                   std::unique_ptr<Connection>* client) {
+  auto accepted =
+      std::async(std::launch::async, [&] { return listener->Accept(kTimeoutMs, server); });
+  ASSERT_TRUE(Connect(client_options, listener->address(), client).ok());
+  ASSERT_TRUE(accepted.get().ok());
+}
+
 // A tcp connection (*server) made with `options` whose peer is a raw socket (*raw) that
 // authenticated and then sends only what a test writes to it, and reads nothing.
 inline void ConnectRawTcpPeer(const TransportOptions& options, std::unique_ptr<Connection>* server,

@@ -71,6 +71,8 @@ class BackupServer::Session : public std::enable_shared_from_this<BackupServer::
   Status OnClose(const Close& close);
   Status OnFlush(const Flush& flush);
   Status OnJoin(const replication::Join& join);
+  // Why a peer of cluster `system_id` is not served here, or "" if it is.
+  std::string ClusterMismatch(uint64_t system_id) const;
   // Registers open buffer `buffer` on a placer's connection (mu_ held).
   Status ShareLocked(Placer* placer, uint32_t buffer);
   // Revokes buffer `buffer` (every buffer if kAll) from every placer link before its bytes are
@@ -169,15 +171,20 @@ Status BackupServer::Session::Handle(const Message& message) {
   return Status::InvalidArgument("a message a primary does not send");
 }
 
+std::string BackupServer::Session::ClusterMismatch(uint64_t system_id) const {
+  const uint64_t mine = server_->options_.system_id;
+  if (mine == 0 || system_id == mine) return "";
+  return "this backup copies the cluster with system identifier " + std::to_string(mine) +
+         ", not " + std::to_string(system_id);
+}
+
 // Checks cluster and version, registers this primary's share of pre-zeroed buffers, and tells
 // where the durable copy of its WAL ends.
 Status BackupServer::Session::OnHello(const Hello& hello) {
   if (!primary().empty()) return Status::InvalidArgument("a second HELLO");
   const BackupOptions& o = server_->options_;
-  if (o.system_id != 0 && hello.system_id != o.system_id) {
-    return Refuse(ErrorCode::kWrongCluster,
-                  "this backup copies the cluster with system identifier " +
-                      std::to_string(o.system_id) + ", not " + std::to_string(hello.system_id));
+  if (std::string why = ClusterMismatch(hello.system_id); !why.empty()) {
+    return Refuse(ErrorCode::kWrongCluster, why);
   }
   if (o.timeline != 0 && hello.timeline != 0 && hello.timeline != o.timeline) {
     return Refuse(ErrorCode::kWrongTimeline,
@@ -385,11 +392,8 @@ void BackupServer::Session::Shutdown() {
 // a placer of an older or newer incarnation of the primary never reaches today's buffers.
 Status BackupServer::Session::OnJoin(const replication::Join& join) {
   if (!primary().empty()) return Status::InvalidArgument("a JOIN after HELLO");
-  const BackupOptions& o = server_->options_;
-  if (o.system_id != 0 && join.system_id != o.system_id) {
-    return Refuse(ErrorCode::kWrongCluster,
-                  "this backup copies the cluster with system identifier " +
-                      std::to_string(o.system_id) + ", not " + std::to_string(join.system_id));
+  if (std::string why = ClusterMismatch(join.system_id); !why.empty()) {
+    return Refuse(ErrorCode::kWrongCluster, why);
   }
   std::shared_ptr<Session> owner = server_->FindSession(join.primary, join.version);
   if (!owner) {
