@@ -30,15 +30,9 @@ using namespace test;  // NOLINT: the shared helpers (test_util.h)
 class TcpReceiveInPollTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    TransportOptions server_options;
-    server_options.backend = "tcp";
-    server_options.secret = "receive-in-poll";
-    server_options.connect_timeout_ms = kTimeoutMs;
-    TransportOptions client_options = server_options;
-    client_options.receive_in_poll = true;
     std::unique_ptr<Listener> listener;
-    ASSERT_TRUE(Listen(server_options, "127.0.0.1:0", &listener).ok());
-    ConnectThroughListener(listener.get(), client_options, &server_, &client_);
+    ASSERT_TRUE(Listen(TcpOptions("receive-in-poll"), "127.0.0.1:0", &listener).ok());
+    ConnectThroughListener(listener.get(), TcpOptions("receive-in-poll", true), &server_, &client_);
   }
 
   LocalRegion Allocate(Connection* connection, size_t length, uint32_t access) {

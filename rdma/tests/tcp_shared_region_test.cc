@@ -23,14 +23,9 @@ using namespace test;  // NOLINT: the shared helpers (test_util.h)
 class TcpSharedRegionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    TransportOptions options;
-    options.backend = "tcp";
-    options.secret = "shared-region";
-    options.connect_timeout_ms = kTimeoutMs;
-    TransportOptions client_options = options;
-    client_options.receive_in_poll = true;
     std::unique_ptr<Listener> listener;
-    ASSERT_TRUE(Listen(options, "127.0.0.1:0", &listener).ok());
+    ASSERT_TRUE(Listen(TcpOptions("shared-region"), "127.0.0.1:0", &listener).ok());
+    const TransportOptions client_options = TcpOptions("shared-region", true);
     ConnectThroughListener(listener.get(), client_options, &owner_, &first_);
     ConnectThroughListener(listener.get(), client_options, &sharer_, &second_);
     ASSERT_FALSE(HasFatalFailure());
@@ -117,11 +112,8 @@ TEST(SharedRegion, ShmRefusesToShare) {
 // payload) returns at once rather than waiting for the peer, ends that connection, and the
 // WRITE is never acknowledged: the owner may zero and reuse the memory right away.
 TEST(SharedRegion, RevokingDuringAStalledWriteEndsThatConnection) {
-  TransportOptions options;
-  options.backend = "tcp";
-  options.secret = "shared-region";
-  options.connect_timeout_ms = kTimeoutMs;
-  std::unique_ptr<Connection> owner, sharer;
+  const TransportOptions options = TcpOptions("shared-region");
+  std::unique_ptr<Connection> sharer;
   int raw = -1;
   ConnectRawTcpPeer(options, &sharer, &raw);
   ASSERT_FALSE(::testing::Test::HasFatalFailure());

@@ -85,6 +85,16 @@ inline std::vector<Completion> PollN(Connection* connection, size_t want,
   return got;
 }
 
+// Options of a tcp connection with `secret` (and receive_in_poll as given).
+inline TransportOptions TcpOptions(const std::string& secret, bool receive_in_poll = false) {
+  TransportOptions options;
+  options.backend = "tcp";
+  options.secret = secret;
+  options.connect_timeout_ms = kTimeoutMs;
+  options.receive_in_poll = receive_in_poll;
+  return options;
+}
+
 // Connects *client to `listener` with `client_options` while the listener accepts *server.
 inline void ConnectThroughListener(Listener* listener, const TransportOptions& client_options,
                                    std::unique_ptr<Connection>* server,
