@@ -43,6 +43,7 @@ Status PlacerLink::Connect(const LinkOptions& options, std::unique_ptr<PlacerLin
   const auto* ok = std::get_if<JoinOk>(&reply);
   if (ok == nullptr) return Status::InvalidArgument("backup answered JOIN with something else");
   l->registered_ = ok->registered;
+  l->rpc_timeout_ms_ = options.rpc_timeout_ms;
   s = l->connection_->AllocateRegion(kStagingBytes, rdma::kLocalOnly, &l->staging_);
   if (!s.ok()) return s;
   *link = std::move(l);
@@ -54,15 +55,16 @@ Status PlacerLink::Write(uint64_t rkey, uint64_t remote_addr, const void* data, 
   if (length == 0 || length > kStagingBytes) {
     return Status::InvalidArgument("a placer WRITE must be 1 byte to 1 MiB");
   }
-  if (staged_ + length > kStagingBytes) {
-    Status s = WaitPosted(5000);  // the staging memory is reused only once its WRITEs are done
+  if (staged_ + length > kStagingBytes || posted_ - completed_ >= kMaxPosted) {
+    // The staging memory is reused only once its WRITEs are done.
+    Status s = WaitPosted(rpc_timeout_ms_);
     if (!s.ok()) return s;
   }
   char* source = staging_.addr + staged_;
   std::memcpy(source, data, length);
   rdma::Sge sge{source, uint32_t(length), staging_.lkey};
   rdma::WorkRequest wr;
-  wr.wr_id = posted_ + completed_;  // any id below ControlPort::kOwnIds
+  wr.wr_id = posted_;  // any id below ControlPort::kOwnIds
   wr.opcode = rdma::Opcode::kWrite;
   wr.sg_list = &sge;
   wr.num_sge = 1;

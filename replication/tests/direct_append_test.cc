@@ -217,6 +217,28 @@ TEST(PlacerLink, JoinsOnlyTheLiveSessionOfItsPrimaryAndVersion) {
   EXPECT_TRUE(b.server->Errors().empty());
 }
 
+// More WRITEs than the transport keeps in flight may be posted before one Finish: the link
+// waits for the earlier ones itself.
+TEST(PlacerLink, ManyWritesBeforeOneFinish) {
+  Backup b("tcp");
+  std::unique_ptr<BackupLink> link;
+  ASSERT_TRUE(BackupLink::Connect(Link(b, "tcp"), &link).ok());
+  StreamShipper shipper(kWal, 1, 0, {link.get()});
+  ASSERT_TRUE(shipper.Append(0, "bytes").ok());
+  ASSERT_TRUE(shipper.WaitPlaced(shipper.end(), 1, 5000).ok());
+  SharedCursor cursor;
+  shipper.ExportCursor(&cursor);
+  ASSERT_EQ(cursor.valid, 1u);
+  std::unique_ptr<PlacerLink> placer;
+  ASSERT_TRUE(PlacerLink::Connect(Link(b, "tcp"), &placer).ok());
+  for (uint64_t i = 0; i < 1000; i++) {
+    Status s = placer->Write(cursor.rkey, cursor.remote_addr + cursor.pos + 8 * i, &i, 8);
+    ASSERT_TRUE(s.ok()) << "WRITE " << i << ": " << s.ToString();
+  }
+  Status s = placer->Finish(5000);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
 // Closing a buffer revokes it from the placer links before it is persisted and re-zeroed: a
 // backend's WRITE with the old key is refused, and its link ends, instead of landing in the
 // buffer's next use. The shipper, told so by the broken cursor, drops the backup; a new link

@@ -29,7 +29,8 @@ class PlacerLink : public DirectTarget {
   ~PlacerLink() override;
 
   // Copies the bytes into the link's staging memory and posts their WRITE (waiting for the
-  // earlier ones first only when the staging memory is full).
+  // earlier ones first, up to the options' rpc_timeout_ms, only when the staging memory is
+  // full or kMaxPosted are in flight).
   Status Write(uint64_t rkey, uint64_t remote_addr, const void* data, size_t length) override;
   // Waits up to timeout_ms until every WRITE posted since the last Finish is placed (the
   // backup's ACKs). Anything but OK ends the link: what it posted may land or not, and a
@@ -47,10 +48,12 @@ class PlacerLink : public DirectTarget {
 
  private:
   PlacerLink() = default;
-  // Polls until `posted_` WRITEs have completed or `deadline_ms` of waiting is spent.
+  // Polls until the posted WRITEs have completed, for timeout_ms at most.
   Status WaitPosted(int timeout_ms);
 
   static constexpr size_t kStagingBytes = 1u << 20;
+  // WRITEs in flight at most, below the transport's max_outstanding (256 by default).
+  static constexpr uint64_t kMaxPosted = 128;
 
   std::unique_ptr<rdma::Connection> connection_;
   std::unique_ptr<ControlPort> port_;
@@ -59,6 +62,7 @@ class PlacerLink : public DirectTarget {
   uint64_t posted_ = 0;  // WRITEs posted since the last wait ended
   uint64_t completed_ = 0;
   uint32_t registered_ = 0;
+  int rpc_timeout_ms_ = 5000;  // the longest wait for room in the staging memory
   Status failed_;
 };
 
