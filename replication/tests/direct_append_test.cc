@@ -175,20 +175,6 @@ TEST(DirectAppendShm, AppendsStayInOrderAndForeignHeapsAreRefused) {
   EXPECT_FALSE(rdma::ShmPeerWriter::Open(wrong, &other).ok());
 }
 
-// A tcp shipper describes its buffer only once its own WRITEs to it are placed.
-TEST(PlacerLink, ATcpBufferIsDescribedOnceTheShippersWritesArePlaced) {
-  Backup b("tcp");
-  std::unique_ptr<BackupLink> link;
-  ASSERT_TRUE(BackupLink::Connect(Link(b, "tcp"), &link).ok());
-  StreamShipper shipper(kWal, 1, 0, {link.get()});
-  ASSERT_TRUE(shipper.Append(0, "bytes").ok());
-  ASSERT_TRUE(shipper.WaitPlaced(shipper.end(), 1, 5000).ok());
-  SharedCursor cursor;
-  shipper.ExportCursor(&cursor);
-  EXPECT_EQ(cursor.valid, 1u);
-  EXPECT_EQ(cursor.transport, uint32_t(CursorTransport::kTcp));
-}
-
 // A JOIN must name a live session of the primary at its exact version, over a transport that
 // can share buffers; a placer link registers the buffers open when it joins and those opened
 // later.
@@ -217,8 +203,9 @@ TEST(PlacerLink, JoinsOnlyTheLiveSessionOfItsPrimaryAndVersion) {
   EXPECT_TRUE(b.server->Errors().empty());
 }
 
-// More WRITEs than the transport keeps in flight may be posted before one Finish: the link
-// waits for the earlier ones itself.
+// A tcp shipper describes its buffer (once its own WRITEs to it are placed), and more WRITEs
+// than the transport keeps in flight may be posted through a placer link before one Finish:
+// the link waits for the earlier ones itself.
 TEST(PlacerLink, ManyWritesBeforeOneFinish) {
   Backup b("tcp");
   std::unique_ptr<BackupLink> link;
@@ -229,6 +216,7 @@ TEST(PlacerLink, ManyWritesBeforeOneFinish) {
   SharedCursor cursor;
   shipper.ExportCursor(&cursor);
   ASSERT_EQ(cursor.valid, 1u);
+  EXPECT_EQ(cursor.transport, uint32_t(CursorTransport::kTcp));
   std::unique_ptr<PlacerLink> placer;
   ASSERT_TRUE(PlacerLink::Connect(Link(b, "tcp"), &placer).ok());
   for (uint64_t i = 0; i < 1000; i++) {
