@@ -104,6 +104,10 @@ namespace {
 // persisted this often, so that hot-standby reads trail the primary by about this much.
 constexpr uint32_t kStandbyPersistIntervalMs = 100;
 
+// How long the shipper's connect (and authentication) to a backup may take: a backup on this
+// network answers in milliseconds.
+constexpr int kShipperConnectTimeoutMs = 1000;
+
 // Copies a message into a caller's error buffer (SS_REPL_ERROR_SIZE bytes).
 void SetError(char* error, const std::string& message) {
   if (error != nullptr) std::snprintf(error, SS_REPL_ERROR_SIZE, "%s", message.c_str());
@@ -303,6 +307,9 @@ bool ss_backup_connect(const char* address, const char* transport, const char* s
     o.address = address;
     o.transport.backend = transport;
     o.transport.secret = secret;
+    // The shipper connects on its own thread: a backup that stalls (its TCP port still accepts,
+    // its server never answers) holds every other backup's rotations for this long per attempt.
+    o.transport.connect_timeout_ms = kShipperConnectTimeoutMs;
     o.system_id = system_id;
     o.timeline = timeline;
     o.version = version;

@@ -628,6 +628,32 @@ describe_placed_buffer(int i)
 		link_failed(i, error);
 }
 
+/*
+ * A connect may block for its timeout (a backup that stalls accepts the TCP connection and
+ * never answers): before one, the other tcp links' buffers are described to the committing
+ * backends, waiting briefly for the shipper's own appends to them to be acknowledged, so that
+ * the backends place their commits on those backups meanwhile.
+ */
+static void
+describe_before_connecting(void)
+{
+	for (int i = 0; i < SS_MAX_BACKUPS; i++)
+	{
+		char		error[SS_REPL_ERROR_SIZE];
+		ShipLink   *link = &links[i];
+
+		if (link->conn == NULL || ss_backup_wait_fd(link->conn) < 0)
+			continue;
+		if (link->placed < ss_backup_sent(link->conn) &&
+			!ss_backup_poll(link->conn, 50, &link->placed, &link->durable, error))
+		{
+			link_failed(i, error);
+			continue;
+		}
+		describe_placed_buffer(i);
+	}
+}
+
 /* Reads the answer to a FLUSH collect_from sent, then publishes the backup's progress. */
 static void
 finish_collect(int i)
@@ -755,7 +781,10 @@ ss_shipper_main(Datum arg)
 			if (!in_use)
 				continue;
 			if (links[i].conn == NULL && now >= links[i].next_attempt)
+			{
+				describe_before_connecting();
 				connect_link(i);
+			}
 			if (links[i].conn != NULL)
 				ship_to(i, flush, tli);
 		}
