@@ -381,6 +381,25 @@ connect_link(int i)
 }
 
 /*
+ * Ends a change of backup i's buffer description under place_lock: describes the buffer to the
+ * committing backends again (or forgets it when the link failed), lets go of the lock, and
+ * drops a failed link.
+ */
+static void
+release_cursor(int i, bool ok, const char *error)
+{
+	SsDirectCursor *direct = &ss_repl->backups[i].direct;
+
+	if (ok)
+		ss_backup_export_cursor(links[i].conn, direct);
+	else
+		ss_direct_cursor_clear(direct);
+	LWLockRelease(ss_repl->place_lock);
+	if (!ok)
+		link_failed(i, error);
+}
+
+/*
  * Appends the flushed WAL a connected backup lacks with one-sided writes (no waiting). First it
  * takes over what committing backends appended to the open buffer since the last round, and
  * afterwards it describes the buffer to them again (a rotation opens another), all under the
@@ -423,13 +442,7 @@ ship_to(int i, XLogRecPtr flush, TimeLineID tli)
 			break;
 		}
 	}
-	if (ok)
-		ss_backup_export_cursor(conn, direct);
-	else
-		ss_direct_cursor_clear(direct);
-	LWLockRelease(ss_repl->place_lock);
-	if (!ok)
-		link_failed(i, error);
+	release_cursor(i, ok, error);
 }
 
 /*
@@ -615,17 +628,13 @@ describe_placed_buffer(int i)
 		return;
 	if (!LWLockConditionalAcquire(ss_repl->place_lock, LW_EXCLUSIVE))
 		return;
-	if (!ss_direct_cursor_valid(direct))
+	if (ss_direct_cursor_valid(direct))
 	{
-		ok = ss_backup_adopt_cursor(link->conn, direct, error);
-		if (ok)
-			ss_backup_export_cursor(link->conn, direct);
-		else
-			ss_direct_cursor_clear(direct);
+		LWLockRelease(ss_repl->place_lock);
+		return;
 	}
-	LWLockRelease(ss_repl->place_lock);
-	if (!ok)
-		link_failed(i, error);
+	ok = ss_backup_adopt_cursor(link->conn, direct, error);
+	release_cursor(i, ok, error);
 }
 
 /*
