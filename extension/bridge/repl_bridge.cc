@@ -472,10 +472,10 @@ bool ss_direct_append(SsDirectCursor* cursor, SsDirectWriter** writer,
 }
 
 bool ss_direct_finish(SsDirectCursor* cursor, SsDirectWriter* writer, const SsDirectCursor* before,
-                      int timeout_ms, char* error) {
+                      int timeout_ms, int spin_us, char* error) {
   return Guard(error, [&] {
     if (writer == nullptr || !writer->placer) return repl::Status::OK();  // shm: placed already
-    repl::Status s = writer->placer->Finish(timeout_ms);
+    repl::Status s = writer->placer->Finish(timeout_ms, spin_us);
     if (!s.ok()) {
       // What was posted may still land: the shipper must not append after it (direct_append.h).
       repl::SharedCursor c = LoadCursor(before);

@@ -201,13 +201,14 @@ extern bool ss_direct_append(SsDirectCursor *cursor, SsDirectWriter **writer,
 							 size_t len, size_t *appended, char *error);
 /*
  * Waits up to timeout_ms until what ss_direct_append posted over tcp is placed (at once over
- * shm). Called after every pass that tried a backup, whether its appends succeeded or not. On
+ * shm), polling without sleeping for the first spin_us microseconds. Called after every pass that tried a backup, whether its appends succeeded or not. On
  * failure (the link failed, now or during the appends) the cursor is put back as `before` (its
  * value before the pass), invalid and marked broken, so that the shipper drops and resumes
  * that backup: WRITEs whose fate is unknown are never counted, nor appended after.
  */
 extern bool ss_direct_finish(SsDirectCursor *cursor, SsDirectWriter *writer,
-							 const SsDirectCursor *before, int timeout_ms, char *error);
+							 const SsDirectCursor *before, int timeout_ms, int spin_us,
+							 char *error);
 /* Unmaps a backup (a writer whose backup went away or changed). */
 extern void ss_direct_writer_close(SsDirectWriter *writer);
 extern void ss_backup_disconnect(SsBackupConn *conn);

@@ -15,6 +15,7 @@
 #include "tcop/tcopprot.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
+#include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
 #define SS_DIRECT_CHUNK (256 * 1024)	/* WAL read per append by a backend */
@@ -74,6 +75,7 @@ place_pass(bool *complete, bool *placed_any)
 	char		error[SS_REPL_ERROR_SIZE];
 	XLogRecPtr	ends[SS_MAX_BACKUPS];
 	SsDirectCursor before[SS_MAX_BACKUPS];
+	TimestampTz spin_end;
 
 	for (int i = 0; i < SS_MAX_BACKUPS; i++)
 	{
@@ -126,16 +128,22 @@ place_pass(bool *complete, bool *placed_any)
 			*complete = false;
 		ends[i] = end;
 	}
-	/* Every backup was written to: now their acknowledgements (none to wait for over shm). */
+	/*
+	 * Every backup was written to: now their acknowledgements (none to wait for over shm),
+	 * polled for without sleeping during slipstream.placement_spin_us in all.
+	 */
+	spin_end = GetCurrentTimestamp() + ss_placement_spin_us;
 	for (int i = 0; i < SS_MAX_BACKUPS; i++)
 	{
 		SsBackupSlot *slot = &ss_repl->backups[i];
 		XLogRecPtr	end = ends[i];
+		int			spin_us;
 
 		if (end == InvalidXLogRecPtr)
 			continue;			/* not tried */
+		spin_us = (int) Max(spin_end - GetCurrentTimestamp(), 0);
 		if (!ss_direct_finish(&slot->direct, direct_writers[i], &before[i], SS_PLACER_TIMEOUT_MS,
-							  error))
+							  spin_us, error))
 		{
 			ereport(DEBUG1,
 					(errmsg("slipstream: backend placement on backup \"%s\" gave way to the shipper: %s",

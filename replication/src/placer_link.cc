@@ -1,6 +1,7 @@
 // PlacerLink: see placer_link.h.
 #include "slipstream/replication/placer_link.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -81,23 +82,25 @@ Status PlacerLink::Write(uint64_t rkey, uint64_t remote_addr, const void* data, 
   return Status::OK();
 }
 
-Status PlacerLink::Finish(int timeout_ms) {
-  return WaitPosted(timeout_ms);
+Status PlacerLink::Finish(int timeout_ms, int spin_us) {
+  return WaitPosted(timeout_ms, spin_us);
 }
 
-Status PlacerLink::WaitPosted(int timeout_ms) {
+Status PlacerLink::WaitPosted(int timeout_ms, int spin_us) {
   if (!failed_.ok()) return failed_;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::milliseconds(timeout_ms);
+  const auto spin_end = start + std::chrono::microseconds(std::max(spin_us, 0));
   Status s;
   while (s.ok() && completed_ < posted_) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    const auto now = std::chrono::steady_clock::now();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
     if (left.count() < 0) {
       s = Status::Timeout("the backup did not acknowledge a placer WRITE in time");
       break;
     }
     Status refused;
-    Status polled = port_->Poll(int(left.count()), [&](const rdma::Completion& c) {
+    Status polled = port_->Poll(now < spin_end ? 0 : int(left.count()), [&](const rdma::Completion& c) {
       if (c.status == rdma::WcStatus::kSuccess) {
         completed_++;
       } else if (refused.ok()) {

@@ -9,11 +9,13 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <utility>
 #include <random>
 #include <string>
 
 #include "protocol_util.h"
 #include "slipstream/rdma/shm_peer.h"
+#include "slipstream/rdma/testing.h"
 #include "slipstream/replication/placer_link.h"
 #include "slipstream/replication/stream_shipper.h"
 
@@ -225,6 +227,41 @@ TEST(PlacerLink, ManyWritesBeforeOneFinish) {
   }
   Status s = placer->Finish(5000);
   EXPECT_TRUE(s.ok()) << s.ToString();
+}
+
+// Finish may poll without sleeping for a while (slipstream.placement_spin_us): acknowledgements
+// that come before, during or after that spin all end it with OK, and a spin longer than the
+// timeout still ends at the timeout.
+TEST(PlacerLink, FinishSpinsThenSleepsAndKeepsItsTimeout) {
+  Backup b("tcp");
+  std::unique_ptr<BackupLink> link;
+  ASSERT_TRUE(BackupLink::Connect(Link(b, "tcp"), &link).ok());
+  StreamShipper shipper(kWal, 1, 0, {link.get()});
+  ASSERT_TRUE(shipper.Append(0, "bytes").ok());
+  ASSERT_TRUE(shipper.WaitPlaced(shipper.end(), 1, 5000).ok());
+  SharedCursor cursor;
+  shipper.ExportCursor(&cursor);
+  ASSERT_EQ(cursor.valid, 1u);
+  std::unique_ptr<PlacerLink> placer;
+  ASSERT_TRUE(PlacerLink::Connect(Link(b, "tcp"), &placer).ok());
+  rdma::FaultInjection* faults = rdma::TestFaults(placer->connection_for_testing());
+  ASSERT_NE(faults, nullptr);
+  uint64_t at = cursor.remote_addr + cursor.pos;
+  // {ACK delay, spin}: answered within the spin, after it, and without one.
+  const std::pair<uint32_t, int> cases[] = {{0, 100000}, {20000, 1000}, {20000, 0}, {0, 0}};
+  for (auto [delay_us, spin_us] : cases) {
+    faults->completion_delay_us = delay_us;
+    ASSERT_TRUE(placer->Write(cursor.rkey, at, "12345678", 8).ok());
+    at += 8;
+    Status s = placer->Finish(5000, spin_us);
+    EXPECT_TRUE(s.ok()) << "delay " << delay_us << " spin " << spin_us << ": " << s.ToString();
+  }
+  // An answer later than the timeout fails the link even while the spin lasts.
+  faults->completion_delay_us = 2000000;
+  ASSERT_TRUE(placer->Write(cursor.rkey, at, "12345678", 8).ok());
+  Status s = placer->Finish(100, 10000000);  // the ACK, at 2 s, would end it with OK
+  EXPECT_EQ(s.code(), Status::Code::kTimeout) << s.ToString();
+  EXPECT_FALSE(placer->state().ok());
 }
 
 // Closing a buffer revokes it from the placer links before it is persisted and re-zeroed: a

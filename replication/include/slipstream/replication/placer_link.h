@@ -33,9 +33,10 @@ class PlacerLink : public DirectTarget {
   // full or kMaxPosted are in flight).
   Status Write(uint64_t rkey, uint64_t remote_addr, const void* data, size_t length) override;
   // Waits up to timeout_ms until every WRITE posted since the last Finish is placed (the
-  // backup's ACKs). Anything but OK ends the link: what it posted may land or not, and a
-  // caller treats it as broken (direct_append.h).
-  Status Finish(int timeout_ms);
+  // backup's ACKs), polling without sleeping for the first spin_us microseconds: an ACK that
+  // arrives meanwhile costs no wake-up. Anything but OK ends the link: what it posted may land
+  // or not, and a caller treats it as broken (direct_append.h).
+  Status Finish(int timeout_ms, int spin_us = 0);
   // The socket the backup's ACKs arrive on (to wait on several links at once), or -1.
   int wait_fd() const { return connection_ ? connection_->wait_fd() : -1; }
   // OK while usable.
@@ -48,8 +49,9 @@ class PlacerLink : public DirectTarget {
 
  private:
   PlacerLink() = default;
-  // Polls until the posted WRITEs have completed, for timeout_ms at most.
-  Status WaitPosted(int timeout_ms);
+  // Polls until the posted WRITEs have completed, for timeout_ms at most, sleeping in the
+  // transport's Poll only after spin_us.
+  Status WaitPosted(int timeout_ms, int spin_us = 0);
 
   static constexpr size_t kStagingBytes = 1u << 20;
   // WRITEs in flight at most, below the transport's max_outstanding (256 by default).
