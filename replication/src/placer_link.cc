@@ -100,7 +100,8 @@ Status PlacerLink::WaitPosted(int timeout_ms, int spin_us) {
       break;
     }
     Status refused;
-    Status polled = port_->Poll(now < spin_end ? 0 : int(left.count()), [&](const rdma::Completion& c) {
+    const int wait_ms = now < spin_end ? 0 : int(left.count());  // no sleep while spinning
+    Status polled = port_->Poll(wait_ms, [&](const rdma::Completion& c) {
       if (c.status == rdma::WcStatus::kSuccess) {
         completed_++;
       } else if (refused.ok()) {
