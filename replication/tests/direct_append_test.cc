@@ -9,9 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <memory>
-#include <utility>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "protocol_util.h"
 #include "slipstream/rdma/shm_peer.h"
