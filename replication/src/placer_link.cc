@@ -1,6 +1,8 @@
 // PlacerLink: see placer_link.h.
 #include "slipstream/replication/placer_link.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -110,6 +112,8 @@ Status PlacerLink::WaitPosted(int timeout_ms, int spin_us) {
       }
     });
     s = refused.ok() ? polled : refused;
+    // A backup's receiving thread woken onto this CPU runs before the next poll.
+    if (s.ok() && wait_ms == 0 && completed_ < posted_) sched_yield();
   }
   if (!s.ok()) {
     failed_ = s;

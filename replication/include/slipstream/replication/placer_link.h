@@ -33,8 +33,9 @@ class PlacerLink : public DirectTarget {
   // full or kMaxPosted are in flight).
   Status Write(uint64_t rkey, uint64_t remote_addr, const void* data, size_t length) override;
   // Waits up to timeout_ms until every WRITE posted since the last Finish is placed (the
-  // backup's ACKs), polling without sleeping for the first spin_us microseconds: an ACK that
-  // arrives meanwhile costs no wake-up. Anything but OK ends the link: what it posted may land
+  // backup's ACKs), polling without sleeping (yielding the CPU between polls, to a backup's
+  // thread woken onto it) for the first spin_us microseconds: an ACK that arrives meanwhile
+  // costs no wake-up. Anything but OK ends the link: what it posted may land
   // or not, and a caller treats it as broken (direct_append.h).
   Status Finish(int timeout_ms, int spin_us = 0);
   // The socket the backup's ACKs arrive on (to wait on several links at once), or -1.
