@@ -123,20 +123,39 @@ Status WalDirectoryStore::Persist(const SegmentId& segment, const char* image, u
   Status s = images_.Persist(segment, image, from, to, records, closed);
   if (!s.ok() || segment.stream != kWalStream) return s;
   std::lock_guard<std::mutex> lock(mu_);
-  uint64_t end = written_;
+  uint64_t end = written_;  // what is written into pg_wal
+  uint64_t reach = end;     // ... or about to be: the end of `run`
   bool wrote = false;
+  // Records that follow each other are written together (one pwrite instead of one per
+  // commit).
+  std::string run;
+  uint64_t run_at = 0;
+  auto write_run = [&]() {
+    Status w = run.empty() ? Status::OK() : writer_->Write(run_at, run);
+    if (w.ok() && !run.empty()) {
+      end = std::max(end, run_at + run.size());
+      wrote = true;
+    }
+    run.clear();
+    return w;
+  };
   for (const engine::ScannedRecord& r : records) {
     if (r.offset < from || r.type != engine::LogRecordType::kWal) continue;  // done before
-    if (end == 0) end = r.lsn;  // the first WAL this store holds
-    if (r.lsn > end) {
-      s = Gap(segment.primary, end, r.lsn);
+    if (reach == 0) reach = r.lsn;  // the first WAL this store holds
+    if (r.lsn > reach) {
+      s = write_run();
+      if (s.ok()) s = Gap(segment.primary, reach, r.lsn);
       break;
     }
-    s = writer_->Write(r.lsn, r.payload);
-    if (!s.ok()) break;
-    end = std::max(end, r.lsn + r.payload.size());
-    wrote = true;
+    if (r.lsn != run_at + run.size() || run.empty()) {
+      s = write_run();
+      if (!s.ok()) break;
+      run_at = r.lsn;
+    }
+    run.append(r.payload);
+    reach = std::max(reach, r.lsn + r.payload.size());
   }
+  if (s.ok()) s = write_run();
   // What was written before a gap or an error is kept: it continues the stream.
   if (wrote) written_ = end;
   return s;
