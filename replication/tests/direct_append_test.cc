@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "protocol_util.h"
 #include "slipstream/rdma/shm_peer.h"
@@ -205,27 +206,38 @@ TEST(PlacerLink, JoinsOnlyTheLiveSessionOfItsPrimaryAndVersion) {
   EXPECT_TRUE(b.server->Errors().empty());
 }
 
+// A tcp backup whose shipper placed a few bytes and described its open buffer, and a placer
+// link that joined that shipper's session.
+struct DescribedTcpBuffer {
+  Backup b{"tcp"};
+  std::unique_ptr<BackupLink> link;
+  std::unique_ptr<StreamShipper> shipper;
+  SharedCursor cursor;
+  std::unique_ptr<PlacerLink> placer;
+
+  void Open() {
+    ASSERT_TRUE(BackupLink::Connect(Link(b, "tcp"), &link).ok());
+    shipper = std::make_unique<StreamShipper>(kWal, 1, 0, std::vector<BackupLink*>{link.get()});
+    ASSERT_TRUE(shipper->Append(0, "bytes").ok());
+    ASSERT_TRUE(shipper->WaitPlaced(shipper->end(), 1, 5000).ok());
+    shipper->ExportCursor(&cursor);
+    ASSERT_EQ(cursor.valid, 1u);
+    ASSERT_TRUE(PlacerLink::Connect(Link(b, "tcp"), &placer).ok());
+  }
+};
+
 // A tcp shipper describes its buffer (once its own WRITEs to it are placed), and more WRITEs
 // than the transport keeps in flight may be posted through a placer link before one Finish:
 // the link waits for the earlier ones itself.
 TEST(PlacerLink, ManyWritesBeforeOneFinish) {
-  Backup b("tcp");
-  std::unique_ptr<BackupLink> link;
-  ASSERT_TRUE(BackupLink::Connect(Link(b, "tcp"), &link).ok());
-  StreamShipper shipper(kWal, 1, 0, {link.get()});
-  ASSERT_TRUE(shipper.Append(0, "bytes").ok());
-  ASSERT_TRUE(shipper.WaitPlaced(shipper.end(), 1, 5000).ok());
-  SharedCursor cursor;
-  shipper.ExportCursor(&cursor);
-  ASSERT_EQ(cursor.valid, 1u);
-  EXPECT_EQ(cursor.transport, uint32_t(CursorTransport::kTcp));
-  std::unique_ptr<PlacerLink> placer;
-  ASSERT_TRUE(PlacerLink::Connect(Link(b, "tcp"), &placer).ok());
+  DescribedTcpBuffer t;
+  ASSERT_NO_FATAL_FAILURE(t.Open());
+  EXPECT_EQ(t.cursor.transport, uint32_t(CursorTransport::kTcp));
   for (uint64_t i = 0; i < 1000; i++) {
-    Status s = placer->Write(cursor.rkey, cursor.remote_addr + cursor.pos + 8 * i, &i, 8);
+    Status s = t.placer->Write(t.cursor.rkey, t.cursor.remote_addr + t.cursor.pos + 8 * i, &i, 8);
     ASSERT_TRUE(s.ok()) << "WRITE " << i << ": " << s.ToString();
   }
-  Status s = placer->Finish(5000);
+  Status s = t.placer->Finish(5000);
   EXPECT_TRUE(s.ok()) << s.ToString();
 }
 
@@ -233,19 +245,12 @@ TEST(PlacerLink, ManyWritesBeforeOneFinish) {
 // that come before, during or after that spin all end it with OK, and a spin longer than the
 // timeout still ends at the timeout.
 TEST(PlacerLink, FinishSpinsThenSleepsAndKeepsItsTimeout) {
-  Backup b("tcp");
-  std::unique_ptr<BackupLink> link;
-  ASSERT_TRUE(BackupLink::Connect(Link(b, "tcp"), &link).ok());
-  StreamShipper shipper(kWal, 1, 0, {link.get()});
-  ASSERT_TRUE(shipper.Append(0, "bytes").ok());
-  ASSERT_TRUE(shipper.WaitPlaced(shipper.end(), 1, 5000).ok());
-  SharedCursor cursor;
-  shipper.ExportCursor(&cursor);
-  ASSERT_EQ(cursor.valid, 1u);
-  std::unique_ptr<PlacerLink> placer;
-  ASSERT_TRUE(PlacerLink::Connect(Link(b, "tcp"), &placer).ok());
+  DescribedTcpBuffer t;
+  ASSERT_NO_FATAL_FAILURE(t.Open());
+  PlacerLink* placer = t.placer.get();
   rdma::FaultInjection* faults = rdma::TestFaults(placer->connection_for_testing());
   ASSERT_NE(faults, nullptr);
+  const SharedCursor& cursor = t.cursor;
   uint64_t at = cursor.remote_addr + cursor.pos;
   // {ACK delay, spin}: answered within the spin, after it, and without one.
   const std::pair<uint32_t, int> cases[] = {{0, 100000}, {20000, 1000}, {20000, 0}, {0, 0}};
