@@ -217,9 +217,11 @@ bench-regions: deps
 # (bench/tpcb_pg.sh; TPCB_ARGS).
 YCSB_ARGS ?=
 TPCB_ARGS ?=
+COPY_ARGS ?=
 bench-pg: install
 	bench/ycsb_pg.sh $(YCSB_ARGS)
 	bench/tpcb_pg.sh $(TPCB_ARGS)
+	bench/copy_pg.sh $(COPY_ARGS)
 
 # The replication benchmark of docs/benchmarks.md (bench/replication_pg.sh), in one run:
 # pgbench TPC-B and YCSB A on slipstream tables without replication, with 1 and 2 Tailwind

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# copy_pg.sh: bulk loads (COPY) into heap and into slipstream, on one server in one run.
+#
+# `pgbench -i` (its COPY of pgbench_accounts, 100,000 rows per scale unit, then VACUUM and the
+# primary keys) runs unmodified at each scale, into a database whose default_table_access_method
+# is heap and then into one where it is slipstream. Printed per scale: pgbench's "client-side
+# generate" time (the COPY) for each, their ratio, and what the slipstream engine worker wrote
+# and spent meanwhile (bytes from /proc/PID/io, CPU from /proc/PID/stat), which shows the
+# compactions a load causes (docs/benchmarks.md, "Bulk loads").
+#
+#   bench/copy_pg.sh [--scales=10,20,40] [--scratch=DIR] [--port=P]
+#
+# Runs as root (it reads the worker's /proc/PID/io); the cluster runs as postgres.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+scales=10,20,40
+scratch=${SLIPSTREAM_SCRATCH:-/tmp/slipstream-copy}
+port=55485
+for arg in "$@"; do
+  case "$arg" in
+    --scales=*) scales=${arg#*=} ;;
+    --scratch=*) scratch=${arg#*=} ;;
+    --port=*) port=${arg#*=} ;;
+    *) echo "unknown argument $arg (see the header of $0)" >&2; exit 2 ;;
+  esac
+done
+cluster="$scratch/cluster"
+pg="$root/scripts/pg_cluster.sh"
+pgbench=/usr/lib/postgresql/15/bin/pgbench
+
+echo "== private PostgreSQL 15 cluster in $cluster (port $port); scales $scales"
+"$pg" init "$cluster" "$port" "shared_buffers = 512MB" "max_wal_size = 8GB" >/dev/null
+"$pg" start "$cluster" >/dev/null
+trap '"$pg" stop "$cluster" >/dev/null 2>&1 || true' EXIT
+"$pg" psql "$cluster" -qAt -c "CREATE DATABASE bench_heap" -c "CREATE DATABASE bench_slipstream"
+"$pg" psql "$cluster" -qAt -d bench_slipstream -c "CREATE EXTENSION slipstream"
+worker=$(pgrep -P "$(head -1 "$cluster/data/postmaster.pid")" -f 'slipstream worker')
+[ -n "$worker" ] || { echo "no slipstream worker in the cluster" >&2; exit 1; }
+
+# The worker's bytes written and CPU ticks so far.
+worker_io() { awk '/^write_bytes/ { print $2 }' "/proc/$worker/io"; }
+worker_cpu() { awk '{ print $14 + $15 }' "/proc/$worker/stat"; }
+# pgbench -i into bench_AM at SCALE; prints the seconds of its COPY ("client-side generate").
+load() {
+  local out
+  out=$(PGOPTIONS="-c default_table_access_method=$1" "$pgbench" -h "$cluster/sock" -p "$port" \
+    -U postgres -i -q -s "$2" "bench_$1" 2>&1)
+  echo "$out" | sed -n 's/.*client-side generate \([0-9.]*\) s.*/\1/p'
+}
+
+ticks=$(getconf CLK_TCK)
+printf '%6s %10s | %9s %12s %6s | %14s %12s\n' scale rows "heap s" "slipstream s" ratio \
+  "worker wrote" "worker CPU"
+for scale in ${scales//,/ }; do
+  "$pg" psql "$cluster" -qAt -c "CHECKPOINT"
+  heap=$(load heap "$scale")
+  "$pg" psql "$cluster" -qAt -c "CHECKPOINT"
+  io0=$(worker_io)
+  cpu0=$(worker_cpu)
+  slip=$(load slipstream "$scale")
+  io1=$(worker_io)
+  cpu1=$(worker_cpu)
+  awk -v s="$scale" -v h="$heap" -v p="$slip" -v w=$((io1 - io0)) -v c=$((cpu1 - cpu0)) -v t="$ticks" \
+    'BEGIN { printf "%6d %10d | %9.2f %12.2f %5.1fx | %11.0f MB %10.2f s\n",
+             s, s * 100000, h, p, p / h, w / 1e6, c / t }'
+done
+bad=$("$pg" psql "$cluster" -qAt -d bench_slipstream -c "SELECT count(*) FROM
+  (SELECT (slipstream.verify(c.oid)).* FROM pg_class c WHERE c.relname LIKE 'pgbench_%' AND c.relkind = 'r') v
+  WHERE NOT ok")
+echo "slipstream.verify failures over the pgbench tables: $bad"
+[ "$bad" = 0 ] || exit 1
