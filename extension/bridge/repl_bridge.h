@@ -201,10 +201,11 @@ extern bool ss_direct_append(SsDirectCursor *cursor, SsDirectWriter **writer,
 							 size_t len, size_t *appended, char *error);
 /*
  * Waits up to timeout_ms until what ss_direct_append posted over tcp is placed (at once over
- * shm), polling without sleeping for the first spin_us microseconds. Called after every pass that tried a backup, whether its appends succeeded or not. On
- * failure (the link failed, now or during the appends) the cursor is put back as `before` (its
- * value before the pass), invalid and marked broken, so that the shipper drops and resumes
- * that backup: WRITEs whose fate is unknown are never counted, nor appended after.
+ * shm), polling without sleeping for the first spin_us microseconds. Called after every pass
+ * that tried a backup, whether its appends succeeded or not. On failure (the link failed, now
+ * or during the appends) the cursor is put back as `before` (its value before the pass),
+ * invalid and marked broken, so that the shipper drops and resumes that backup: WRITEs whose
+ * fate is unknown are never counted, nor appended after.
  */
 extern bool ss_direct_finish(SsDirectCursor *cursor, SsDirectWriter *writer,
 							 const SsDirectCursor *before, int timeout_ms, int spin_us,
