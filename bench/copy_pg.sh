@@ -25,15 +25,10 @@ for arg in "$@"; do
   esac
 done
 cluster="$scratch/cluster"
-pg="$root/scripts/pg_cluster.sh"
-pgbench=/usr/lib/postgresql/15/bin/pgbench
+. "$root/bench/pgbench_pair.sh"
 
 echo "== private PostgreSQL 15 cluster in $cluster (port $port); scales $scales"
-"$pg" init "$cluster" "$port" "shared_buffers = 512MB" "max_wal_size = 8GB" >/dev/null
-"$pg" start "$cluster" >/dev/null
-trap '"$pg" stop "$cluster" >/dev/null 2>&1 || true' EXIT
-"$pg" psql "$cluster" -qAt -c "CREATE DATABASE bench_heap" -c "CREATE DATABASE bench_slipstream"
-"$pg" psql "$cluster" -qAt -d bench_slipstream -c "CREATE EXTENSION slipstream"
+pair_start "shared_buffers = 512MB" "max_wal_size = 8GB"
 worker=$(pgrep -P "$(head -1 "$cluster/data/postmaster.pid")" -f 'slipstream worker')
 [ -n "$worker" ] || { echo "no slipstream worker in the cluster" >&2; exit 1; }
 
@@ -64,8 +59,4 @@ for scale in ${scales//,/ }; do
     'BEGIN { printf "%6d %10d | %9.2f %12.2f %5.1fx | %11.0f MB %10.2f s\n",
              s, s * 100000, h, p, p / h, w / 1e6, c / t }'
 done
-bad=$("$pg" psql "$cluster" -qAt -d bench_slipstream -c "SELECT count(*) FROM
-  (SELECT (slipstream.verify(c.oid)).* FROM pg_class c WHERE c.relname LIKE 'pgbench_%' AND c.relkind = 'r') v
-  WHERE NOT ok")
-echo "slipstream.verify failures over the pgbench tables: $bad"
-[ "$bad" = 0 ] || exit 1
+pair_verify

@@ -26,15 +26,10 @@ for arg in "$@"; do
   esac
 done
 cluster="$scratch/cluster"
-pg="$root/scripts/pg_cluster.sh"
-pgbench=/usr/lib/postgresql/15/bin/pgbench
+. "$root/bench/pgbench_pair.sh"
 
 echo "== private PostgreSQL 15 cluster in $cluster (port $port); scale $scale, $clients clients, ${seconds}s x $rounds rounds"
-"$pg" init "$cluster" "$port" "slipstream.l0_size = 32MB" "shared_buffers = 512MB" "max_wal_size = 4GB"
-"$pg" start "$cluster"
-trap '"$pg" stop "$cluster" >/dev/null 2>&1 || true' EXIT
-"$pg" psql "$cluster" -qAt -c "CREATE DATABASE bench_heap" -c "CREATE DATABASE bench_slipstream"
-"$pg" psql "$cluster" -qAt -d bench_slipstream -c "CREATE EXTENSION slipstream"
+pair_start "slipstream.l0_size = 32MB" "shared_buffers = 512MB" "max_wal_size = 4GB"
 
 for am in heap slipstream; do
   PGOPTIONS="-c default_table_access_method=$am" "$pgbench" -h "$cluster/sock" -p "$port" -U postgres \
@@ -58,8 +53,4 @@ for round in $(seq 1 "$rounds"); do
 done
 awk -v s="${total[slipstream]}" -v h="${total[heap]}" \
   'BEGIN { printf "TPC-B slipstream/heap: %.2fx (%d vs %d transactions)\n", s / h, s, h }'
-bad=$("$pg" psql "$cluster" -qAt -d bench_slipstream -c "SELECT count(*) FROM
-  (SELECT (slipstream.verify(c.oid)).* FROM pg_class c WHERE c.relname LIKE 'pgbench_%' AND c.relkind = 'r') v
-  WHERE NOT ok")
-echo "slipstream.verify failures over the pgbench tables: $bad"
-[ "$bad" = 0 ] || exit 1
+pair_verify
