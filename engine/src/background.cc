@@ -80,9 +80,20 @@ Status EngineImpl::CompactL0Locked() {
   // Compaction inputs have every node checked (here and below): a compaction writes what it
   // reads under a fresh checksum, so bytes damaged after this process first checked them would
   // be made permanent; and a compaction reads each input tree once, so a cache would save little.
-  auto older = NewTreeSource(Trees(NodeChecks::kEveryRead), v.levels[1]);
+  std::unique_ptr<MergeSource> older;
+  if (!MayKeepLeaves(compaction.spec(), v.levels[1])) {
+    older = NewTreeSource(Trees(NodeChecks::kEveryRead), v.levels[1]);
+  }
   return RunCompactionLocked(v, newer.get(), older.get(), &compaction, true, 0,
                              v.levels[1].segments);
+}
+
+// Whether a compaction may keep leaves of the destination's tree: not while a replica imports
+// every compaction's output as a tree of its own (Send-Index), and not from a tree built with
+// another placement or holding too much it no longer uses (CanKeepLeaves).
+bool EngineImpl::MayKeepLeaves(const CompactionSpec& spec, const LevelDesc& dest) const {
+  return options_.keep_leaves && !(observer_ != nullptr && observer_->WantsWholeTrees()) &&
+         CanKeepLeaves(spec, dest, options_.segment_size);
 }
 
 // Merges all of `level` into level+1.
@@ -94,7 +105,10 @@ Status EngineImpl::CompactLevelLocked(uint32_t level) {
   Compaction compaction(options_, SpecFor(v, level + 1), &device_, &segments_, &keyspaces_, &logs_,
                         observer_);
   auto newer = NewTreeSource(Trees(NodeChecks::kEveryRead), v.levels[level]);
-  auto older = NewTreeSource(Trees(NodeChecks::kEveryRead), v.levels[level + 1]);
+  std::unique_ptr<MergeSource> older;
+  if (!MayKeepLeaves(compaction.spec(), v.levels[level + 1])) {
+    older = NewTreeSource(Trees(NodeChecks::kEveryRead), v.levels[level + 1]);
+  }
   return RunCompactionLocked(v, newer.get(), older.get(), &compaction, false, level,
                              v.levels[level].segments + v.levels[level + 1].segments);
 }
@@ -115,7 +129,8 @@ Status EngineImpl::RewriteLevelLocked(uint32_t level) {
 }
 
 // Runs the merge and installs its output. The tree of `replaced_level` (if not 0) and the old
-// tree of the destination are retired; `from_l0` retires the immutable memtable too.
+// tree of the destination are retired (but for the segments of leaves the output kept);
+// `from_l0` retires the immutable memtable too.
 Status EngineImpl::RunCompactionLocked(const Version& v, MergeSource* newer, MergeSource* older,
                                        Compaction* compaction, bool from_l0,
                                        uint32_t replaced_level, uint64_t input_segments) {
@@ -125,7 +140,9 @@ Status EngineImpl::RunCompactionLocked(const Version& v, MergeSource* newer, Mer
                                                       replaced_level, compaction->spec().dest,
                                                       options_.segment_size, options_.node_size});
   }
-  Status s = compaction->Run(newer, older);
+  Status s = older != nullptr ? compaction->Run(newer, older)
+                              : compaction->RunKeepingLeaves(newer, Trees(NodeChecks::kEveryRead),
+                                                             v.levels[compaction->spec().dest]);
   if (!s.ok()) {
     AbandonCompaction(*compaction);
     return s;
@@ -133,6 +150,9 @@ Status EngineImpl::RunCompactionLocked(const Version& v, MergeSource* newer, Mer
   shared_->counters.device_bytes_read += compaction->bytes_read();
   shared_->counters.device_bytes_written += compaction->bytes_written();
   shared_->counters.compaction_bytes_written += compaction->bytes_written();
+  for (auto [seg, leaves] : compaction->kept_segments()) {
+    shared_->counters.compaction_leaves_kept += leaves;
+  }
   return InstallCompaction(v, from_l0, replaced_level, *compaction);
 }
 
@@ -229,6 +249,11 @@ Status EngineImpl::InstallCompaction(const Version& before, bool from_l0, uint32
         info.flags |= kSegmentRetired;
         retired_segments.push_back(uint32_t(seg));
       }
+    }
+    // The output takes over the segments of the leaves it kept (readers of the old version
+    // still reach them: TreeContext::OpenNode), so they are not retired with the old tree.
+    for (auto [seg, leaves] : compaction.kept_segments()) {
+      segments_.info(seg).owner = compaction.output().tree_id;
     }
     MarkTreesRetired(before, replaced_level, dest, &retired_trees, &retired_tree_segments);
     if (from_l0) {

@@ -13,6 +13,7 @@ TreeBuilder::TreeBuilder(const TreeShape& shape, SegmentSink* sink, uint32_t tre
     : shape_(shape),
       sink_(sink),
       tree_id_(tree_id),
+      first_tree_id_(tree_id),
       leaf_(shape.node_size, true),
       bloom_(shape.bloom_bits_per_key) {}
 
@@ -64,7 +65,7 @@ uint64_t EntryBytes(const LeafEntry& e) {
   }
 }
 
-// Classifies the entry for the level's statistics and appends it to the current leaf.
+// Appends the entry to the current leaf.
 Status TreeBuilder::Add(const LeafEntry& e) {
   if (entries_ > 0 && e.key.compare(last_key_) <= 0) {
     return Status::InvalidArgument("tree builder input out of order");
@@ -78,23 +79,51 @@ Status TreeBuilder::Add(const LeafEntry& e) {
   if (leaf_.empty()) first_key_.assign(e.key);
   leaf_.AddLeaf(e);
   last_key_.assign(e.key);
+  Account(e);
+  return Status::OK();
+}
+
+// Ends the leaf being filled and points the tree at an older tree's leaf as it stands.
+Status TreeBuilder::AddExistingLeaf(std::string_view first_key, DevPtr where) {
+  if ((entries_ > 0 || !kept_segments_.empty()) && first_key.compare(last_key_) <= 0) {
+    return Status::InvalidArgument("tree builder input out of order");
+  }
+  Status s = FlushLeaf();
+  if (!s.ok()) return s;
+  pivots_.push_back(Pivot{std::string(first_key), where});
+  last_key_.assign(first_key);
+  kept_segments_[where.segment]++;
+  return Status::OK();
+}
+
+void TreeBuilder::InheritFromKeptLeaves(const LevelDesc& kept, uint32_t first_tree_id,
+                                        std::string filter, const BloomExtension& extension) {
+  kept_ = kept;
+  first_tree_id_ = std::min(first_tree_id_, first_tree_id);
+  base_filter_ = std::move(filter);
+  extension_ = extension;
+}
+
+// Adds an entry of the tree to the bloom filter and the level's statistics.
+void TreeBuilder::Account(const LeafEntry& e) {
   bloom_.AddHash(HashKey(e.key));
   entries_++;
-  stats_.entries++;
+  AccountEntry(shape_, e, &stats_);
+}
+
+void AccountEntry(const TreeShape& shape, const LeafEntry& e, LevelDesc* stats) {
+  stats->entries++;
   uint64_t total = EntryBytes(e);
-  stats_.bytes += total;
+  stats->bytes += total;
   if (e.kind == ValueKind::kTombstone) {
-    stats_.tombstones++;
+    stats->tombstones++;
+  } else if (total < shape.small_threshold) {
+    stats->small_entries++;
+  } else if (total < shape.large_threshold) {
+    stats->medium_entries++;
   } else {
-    if (total < shape_.small_threshold) {
-      stats_.small_entries++;
-    } else if (total < shape_.large_threshold) {
-      stats_.medium_entries++;
-    } else {
-      stats_.large_entries++;
-    }
+    stats->large_entries++;
   }
-  return Status::OK();
 }
 
 // Builds index layers until a single node remains: that node is the root.
@@ -135,7 +164,8 @@ Status TreeBuilder::BuildIndexLayers(DevPtr* root, uint32_t* height) {
 Status TreeBuilder::WriteBloom(LevelDesc* desc) {
   uint64_t blocks_per_segment = shape_.segment_size / kBloomBlockBytes;
   uint64_t max_segments = (shape_.node_size - kNodeHeaderSize) / 4;
-  std::string filter = bloom_.Finish();
+  std::string filter =
+      base_filter_.empty() ? bloom_.Finish() : bloom_.FinishOver(base_filter_, extension_.shift);
   uint64_t blocks = filter.size() / kBloomBlockBytes;
   if (blocks > max_segments * blocks_per_segment) {
     return Status::InvalidArgument("bloom filter larger than its directory can list");
@@ -169,34 +199,52 @@ Status TreeBuilder::WriteBloom(LevelDesc* desc) {
 }
 
 Status TreeBuilder::Finish(LevelDesc* desc) {
-  if (entries_ == 0) return Status::InvalidArgument("empty tree");
+  if (empty()) return Status::InvalidArgument("empty tree");
+  stats_.entries += kept_.entries;
+  stats_.bytes += kept_.bytes;
+  stats_.small_entries += kept_.small_entries;
+  stats_.medium_entries += kept_.medium_entries;
+  stats_.large_entries += kept_.large_entries;
+  stats_.tombstones += kept_.tombstones;
+  stats_.bloom_keys = base_filter_.empty() ? bloom_.count() : extension_.load_keys;
   Status s = FlushLeaf();
   if (s.ok()) s = BuildIndexLayers(&stats_.root, &stats_.height);
   if (s.ok()) s = WriteBloom(&stats_);
   if (s.ok()) s = FlushSegment();
   stats_.tree_id = tree_id_;
+  stats_.first_tree_id = first_tree_id_;
+  stats_.segments += kept_segments_.size();
+  for (auto [segment, leaves] : kept_segments_) {
+    stats_.dead_bytes += shape_.segment_size - uint64_t(leaves) * shape_.node_size;
+  }
   *desc = stats_;
   return s;
 }
 
-// Rejects pointers outside the tree's own index segments before touching memory.
-Status TreeContext::OpenNode(DevPtr p, uint32_t tree_id, NodeView* node) const {
+// Rejects pointers outside the tree's own index segments before touching memory. A tree that
+// kept leaves of older trees (LevelDesc::first_tree_id) owns the segments holding them since
+// its install, and a reader of the older version still reaches them: so a segment passes if
+// its owner is of the lineage or newer, and the node itself must be of the lineage.
+Status TreeContext::OpenNode(DevPtr p, const LevelDesc& desc, NodeView* node) const {
   if (p.segment == 0 || p.segment >= max_segments || p.offset % node_size != 0 ||
       uint64_t(p.offset) + node_size > segment_size) {
     return Status::Corruption("node pointer out of bounds");
   }
   const SegmentInfo& info = segments[p.segment];
-  if (info.kind != uint8_t(SegmentKind::kIndex) || info.owner != tree_id) {
+  const uint32_t owner = info.owner;
+  if (info.kind != uint8_t(SegmentKind::kIndex) || owner < desc.first_tree_id) {
     return Status::Corruption("node pointer into a segment the tree does not own");
   }
   // The checksum only the first time this process opens the node (checked_nodes says why that
   // is enough: the bytes of a reachable tree never change); every other check above and in
   // NodeView::Open stays on every read, as a damaged pointer must never be followed.
   uint32_t slot = p.offset / node_size;
-  bool verify = verify_crc && !(checked_nodes && checked_nodes->Checked(p.segment, tree_id, slot));
+  bool verify = verify_crc && !(checked_nodes && checked_nodes->Checked(p.segment, owner, slot));
   Status s = NodeView::Open(device->Segment(p.segment) + p.offset, node_size, verify, node);
-  if (s.ok() && node->tree_id() != tree_id) return Status::Corruption("node of another tree");
-  if (s.ok() && verify && checked_nodes) checked_nodes->MarkChecked(p.segment, tree_id, slot);
+  if (s.ok() && (node->tree_id() < desc.first_tree_id || node->tree_id() > desc.tree_id)) {
+    return Status::Corruption("node of another tree");
+  }
+  if (s.ok() && verify && checked_nodes) checked_nodes->MarkChecked(p.segment, owner, slot);
   return s;
 }
 
@@ -275,7 +323,7 @@ namespace {
 // after desc.height steps, whatever the pointers say.
 Status OpenAtHeight(const TreeContext& ctx, const LevelDesc& desc, DevPtr p, uint32_t height,
                     NodeView* node) {
-  Status s = ctx.OpenNode(p, desc.tree_id, node);
+  Status s = ctx.OpenNode(p, desc, node);
   if (s.ok() && node->height() != height) {
     return Status::Corruption("node height does not match its depth");
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,9 +39,27 @@ class TreeBuilder {
 
   // Adds the next entry; keys must be strictly increasing.
   Status Add(const LeafEntry& e);
-  bool empty() const { return entries_ == 0; }
+  // Makes the leaf of an older tree at `where`, whose first key is `first_key`, the tree's next
+  // leaf as it stands (the leaf is not read): only the index above it and the bloom filter are
+  // written. Its keys must follow every key added so far, and the caller's keys added after it
+  // must follow all of its keys; the leaf being filled ends before it.
+  Status AddExistingLeaf(std::string_view first_key, DevPtr where);
+  // What the kept leaves hold, for the tree's description: their statistics (`kept`: entries
+  // and the classes of entries), the oldest tree of their lineage, and either the older
+  // tree's bloom filter (its blocks) and how to extend it (BloomBuilder::FinishOver), or no
+  // filter: the caller then added every kept key with AddKeptKeyHash.
+  void InheritFromKeptLeaves(const LevelDesc& kept, uint32_t first_tree_id, std::string filter,
+                             const BloomExtension& extension);
+  // Puts a kept leaf's key into the new bloom filter (built from every key again).
+  void AddKeptKeyHash(uint64_t hash) { bloom_.AddHash(hash); }
+  // Entries added by Add.
+  uint64_t added_entries() const { return entries_; }
+  bool empty() const { return entries_ == 0 && kept_segments_.empty(); }
   // Writes the rest (index layers, bloom filter) and describes the tree.
   Status Finish(LevelDesc* desc);
+  // The index segments of older trees whose leaves the tree uses, with how many of them each
+  // holds: the tree takes them over when it is installed.
+  const std::map<uint32_t, uint32_t>& kept_segments() const { return kept_segments_; }
 
  private:
   struct Pivot {
@@ -50,6 +69,7 @@ class TreeBuilder {
   // Reserves the next node slot in the current index segment.
   Status NextNodeSlot(DevPtr* where, char** dst);
   Status FlushLeaf();
+  void Account(const LeafEntry& e);
   Status BuildIndexLayers(DevPtr* root, uint32_t* height);
   Status WriteBloom(LevelDesc* desc);
   Status FlushSegment();
@@ -57,6 +77,7 @@ class TreeBuilder {
   TreeShape shape_;
   SegmentSink* sink_;
   uint32_t tree_id_;
+  uint32_t first_tree_id_;  // the oldest tree of a kept leaf (tree_id_ if none)
   NodeBuilder leaf_;
   std::string first_key_;  // of the leaf being filled
   std::string last_key_;
@@ -65,7 +86,11 @@ class TreeBuilder {
   std::string segment_buf_;
   uint32_t segment_ = 0;
   uint32_t segment_pos_ = 0;
-  uint64_t entries_ = 0;
+  uint64_t entries_ = 0;  // added by Add
+  std::map<uint32_t, uint32_t> kept_segments_;
+  LevelDesc kept_{};         // statistics of the kept leaves
+  std::string base_filter_;  // the older tree's filter blocks (empty: none inherited)
+  BloomExtension extension_{};
   LevelDesc stats_{};
 };
 
@@ -82,14 +107,17 @@ struct TreeContext {
   // an earlier read saw (Verify, and compactions, which persist what they read).
   NodeCheckCache* checked_nodes;
 
-  // Validates that `p` may hold a node of tree `tree_id` and opens it. Bounds, ownership, magic,
-  // sizes and tree id are checked on every call; the checksum once per process if checked_nodes.
-  Status OpenNode(DevPtr p, uint32_t tree_id, NodeView* node) const;
+  // Validates that `p` may hold a node of the tree `desc` describes and opens it. Bounds,
+  // ownership, magic, sizes and tree id are checked on every call; the checksum once per
+  // process if checked_nodes.
+  Status OpenNode(DevPtr p, const LevelDesc& desc, NodeView* node) const;
 };
 
 // The bytes an entry adds to its level's LevelDesc::bytes: its key and its value wherever the
 // value is stored (a tombstone: its key alone).
 uint64_t EntryBytes(const LeafEntry& e);
+// Counts an entry into a level's statistics: entries, bytes and its size class.
+void AccountEntry(const TreeShape& shape, const LeafEntry& e, LevelDesc* stats);
 
 // An estimate of the bytes (as LevelDesc::bytes counts them) of the tree's entries in
 // [start, end), from a few descents of O(height) node reads each: those to start and end give

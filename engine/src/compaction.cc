@@ -2,6 +2,9 @@
 // compaction.h.
 #include "compaction.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "coding.h"
 #include "slipstream/engine/log_writer.h"
 
@@ -109,9 +112,9 @@ Compaction::Compaction(const Options& options, const CompactionSpec& spec, Devic
       keyspaces_(keyspaces),
       values_(values),
       observer_(observer),
-      builder_(TreeShape{options.node_size, options.segment_size, options.bloom_bits_per_key,
-                         options.small_threshold, options.large_threshold},
-               this, spec.tree_id) {}
+      shape_{options.node_size, options.segment_size, options.bloom_bits_per_key,
+             options.small_threshold, options.large_threshold},
+      builder_(shape_, this, spec.tree_id) {}
 
 Status Compaction::NewSegment(SegmentKind kind, uint32_t* segment) {
   Status s =
@@ -151,22 +154,209 @@ Status Compaction::Run(MergeSource* newer, MergeSource* older) {
   }
   if (!newer->status().ok()) return newer->status();
   if (!older->status().ok()) return older->status();
+  return FinishOutput();
+}
+
+Status Compaction::FinishOutput() {
   Status s = FinishMediumSegment();
   if (!s.ok()) return s;
   if (builder_.empty()) {
     output_ = LevelDesc{};
     return Status::OK();
   }
-  return builder_.Finish(&output_);
+  s = builder_.Finish(&output_);
+  output_.build_flags = kTreeBuildKnown | (spec_.drop_tombstones ? kTreeTombstonesDropped : 0) |
+                        (spec_.medium_in_place ? kTreeMediumInPlace : 0);
+  return s;
 }
 
-Status Compaction::Emit(const LeafEntry& e) {
-  KeyspaceId ks = KeyspaceOf(e.key);
+bool CanKeepLeaves(const CompactionSpec& spec, const LevelDesc& dest, uint32_t segment_size) {
+  const uint32_t flags = dest.build_flags;
+  return dest.tree_id != 0 && (flags & kTreeBuildKnown) &&
+         bool(flags & kTreeMediumInPlace) == spec.medium_in_place &&
+         (!spec.drop_tombstones || (flags & kTreeTombstonesDropped)) &&
+         dest.dead_bytes * 4 <= dest.segments * segment_size;
+}
+
+namespace {
+
+// A leaf of the destination: where it is and its first key (its parent's pivot).
+struct LeafRef {
+  std::string first;
+  DevPtr where;
+};
+
+// Appends the leaves under the node at `p` (of `height`) to *leaves, in key order, reading
+// only index nodes (and the root, if it is the only leaf).
+Status ListLeaves(const TreeContext& ctx, const LevelDesc& desc, DevPtr p, uint32_t height,
+                  std::vector<LeafRef>* leaves) {
+  NodeView node;
+  Status s = ctx.OpenNode(p, desc, &node);
+  if (s.ok() && (node.height() != height || node.count() == 0)) {
+    s = Status::Corruption("a node is empty or its height does not match its depth");
+  }
+  if (s.ok() && height == 0) {
+    std::string_view first;
+    s = node.KeyAt(0, &first);
+    if (s.ok()) leaves->push_back(LeafRef{std::string(first), p});
+    return s;
+  }
+  for (int i = 0; s.ok() && i < node.count(); i++) {
+    std::string_view key;
+    DevPtr child;
+    s = node.Index(i, &key, &child);
+    if (s.ok() && height == 1) {
+      leaves->push_back(LeafRef{std::string(key), child});
+    } else if (s.ok()) {
+      s = ListLeaves(ctx, desc, child, height - 1, leaves);
+    }
+  }
+  return s;
+}
+
+// The blocks of a tree's bloom filter (checked first, as a reader does before trusting them).
+Status ReadFilter(const TreeContext& ctx, const LevelDesc& desc, std::string* out) {
+  Status s = CheckBloomFilter(ctx, desc);
+  if (!s.ok()) return s;
+  const char* dir = ctx.device->Segment(desc.bloom_dir.segment) + desc.bloom_dir.offset;
+  NodeHeader h;
+  std::memcpy(&h, dir, sizeof(h));
+  const uint64_t per_segment = ctx.segment_size / kBloomBlockBytes;
+  out->clear();
+  for (uint32_t i = 0; i < h.count; i++) {
+    uint32_t seg;
+    std::memcpy(&seg, dir + kNodeHeaderSize + 4 * i, 4);
+    uint64_t blocks = std::min<uint64_t>(desc.bloom_blocks - i * per_segment, per_segment);
+    out->append(ctx.device->Segment(seg), blocks * kBloomBlockBytes);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+// Walks dest's leaves in order, by their pivots, with newer's entries. A leaf that no newer
+// key falls into (the next newer key is at or past the next leaf's pivot) and whose keys are
+// of one live keyspace (its pivot's and the next pivot's) joins `run` unread; any other leaf
+// ends the run, which is then kept if it is long enough and merged otherwise. The last leaf,
+// whose end no pivot gives, is always merged. Kept leaves are never read: their statistics
+// are dest's less those of the leaves merged, and the filter extends dest's.
+Status Compaction::RunKeepingLeaves(MergeSource* newer, const TreeContext& ctx,
+                                    const LevelDesc& dest) {
+  std::vector<LeafRef> leaves;
+  Status s = ListLeaves(ctx, dest, dest.root, dest.height, &leaves);
+  std::vector<const LeafRef*> run;
+  auto merge = [&](const LeafRef& ref) {
+    NodeView leaf;
+    Status m = ctx.OpenNode(ref.where, dest, &leaf);
+    if (m.ok() && (!leaf.is_leaf() || leaf.count() == 0)) {
+      m = Status::Corruption("a level's leaf is empty or not a leaf");
+    }
+    return m.ok() ? MergeLeaf(newer, leaf) : m;
+  };
+  auto end_run = [&]() -> Status {
+    Status r;
+    for (const LeafRef* ref : run) {
+      if (run.size() >= kMinKeptLeaves) {
+        r = builder_.AddExistingLeaf(ref->first, ref->where);
+        kept_leaves_.push_back(ref->where);
+      } else {
+        r = merge(*ref);
+      }
+      if (!r.ok()) break;
+    }
+    run.clear();
+    return r;
+  };
+  for (size_t i = 0; s.ok() && i < leaves.size(); i++) {
+    const std::string& first = leaves[i].first;
+    // Newer keys below the leaf go between it and the run before it, which they end.
+    if (newer->Valid() && newer->entry().key < first) s = end_run();
+    while (s.ok() && newer->Valid() && newer->entry().key < first) {
+      s = Emit(newer->entry());
+      newer->Next();
+    }
+    if (!s.ok()) break;
+    const std::string* next = i + 1 < leaves.size() ? &leaves[i + 1].first : nullptr;
+    if (next != nullptr && (!newer->Valid() || newer->entry().key >= *next) &&
+        KeyspaceOf(first) == KeyspaceOf(*next) && KeyspaceLive(KeyspaceOf(first))) {
+      run.push_back(&leaves[i]);
+    } else {
+      s = end_run();
+      if (s.ok()) s = merge(leaves[i]);
+    }
+  }
+  if (s.ok()) s = end_run();
+  while (s.ok() && newer->Valid()) {
+    s = Emit(newer->entry());
+    newer->Next();
+  }
+  if (!s.ok()) return s;
+  if (!newer->status().ok()) return newer->status();
+  if (!kept_leaves_.empty()) {
+    LevelDesc kept_stats = dest;
+    kept_stats.entries -= merged_.entries;
+    kept_stats.bytes -= merged_.bytes;
+    kept_stats.small_entries -= merged_.small_entries;
+    kept_stats.medium_entries -= merged_.medium_entries;
+    kept_stats.large_entries -= merged_.large_entries;
+    kept_stats.tombstones -= merged_.tombstones;
+    std::string filter;
+    s = ReadFilter(ctx, dest, &filter);
+    if (!s.ok()) return s;
+    BloomExtension plan = PlanBloomExtension(filter.size() / kBloomBlockBytes, dest.bloom_keys,
+                                             builder_.added_entries() + kept_stats.entries,
+                                             builder_.added_entries(), options_.bloom_bits_per_key);
+    if (!plan.within_budget) {
+      // The inherited bits grew too dense: the filter is built from every key again, which
+      // reads the kept leaves (rarely: the load grows by the share of keys added).
+      filter.clear();
+      for (DevPtr where : kept_leaves_) {
+        NodeView leaf;
+        s = ctx.OpenNode(where, dest, &leaf);
+        for (int i = 0; s.ok() && i < leaf.count(); i++) {
+          std::string_view key;
+          s = leaf.KeyAt(i, &key);
+          if (s.ok()) builder_.AddKeptKeyHash(HashKey(key));
+        }
+        if (!s.ok()) return s;
+      }
+    }
+    builder_.InheritFromKeptLeaves(kept_stats, dest.first_tree_id, std::move(filter), plan);
+  }
+  return FinishOutput();
+}
+
+Status Compaction::MergeLeaf(MergeSource* newer, const NodeView& leaf) {
+  for (int i = 0; i < leaf.count(); i++) {
+    LeafEntry e;
+    Status s = leaf.Leaf(i, &e);
+    if (s.ok()) AccountEntry(shape_, e, &merged_);
+    while (s.ok() && newer->Valid() && newer->entry().key < e.key) {
+      s = Emit(newer->entry());
+      newer->Next();
+    }
+    if (s.ok() && newer->Valid() && newer->entry().key == e.key) {
+      Discard(e, &deltas_);
+      s = Emit(newer->entry());
+      newer->Next();
+    } else if (s.ok()) {
+      s = Emit(e);
+    }
+    if (!s.ok()) return s;
+  }
+  return Status::OK();
+}
+
+bool Compaction::KeyspaceLive(KeyspaceId ks) {
   if (ks != cached_keyspace_) {
     cached_keyspace_ = ks;
     cached_live_ = keyspaces_->IsLive(ks);
   }
-  if (!cached_live_) {  // a dropped keyspace: its data goes away here
+  return cached_live_;
+}
+
+Status Compaction::Emit(const LeafEntry& e) {
+  if (!KeyspaceLive(KeyspaceOf(e.key))) {  // a dropped keyspace: its data goes away here
     Discard(e, &deltas_);
     return Status::OK();
   }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -47,6 +48,10 @@ std::unique_ptr<MergeSource> NewTreeSource(const TreeContext& trees, const Level
 // No entries (the older input of a level rewritten on its own).
 std::unique_ptr<MergeSource> NewEmptySource();
 
+// The shortest run of a destination's leaves RunKeepingLeaves keeps: each run ends the leaf
+// being written early, so runs much shorter than this would leave many part-filled leaves.
+constexpr size_t kMinKeptLeaves = 8;
+
 // What one compaction does, decided by the engine before it runs.
 struct CompactionSpec {
   uint32_t tree_id;      // of the output tree; also the compaction's id for observers
@@ -54,6 +59,11 @@ struct CompactionSpec {
   bool drop_tombstones;  // the output is the deepest level
   bool medium_in_place;  // medium values go back into the leaves
 };
+
+// Whether a compaction of `spec` may keep leaves of `dest` (RunKeepingLeaves): dest was built
+// with the same placement of medium values, without tombstones if the output drops them, and
+// does not already waste more than a quarter of its segments on bytes it no longer uses.
+bool CanKeepLeaves(const CompactionSpec& spec, const LevelDesc& dest, uint32_t segment_size);
 
 class Compaction : private SegmentSink {
  public:
@@ -68,7 +78,17 @@ class Compaction : private SegmentSink {
 
   // Merges `newer` over `older` and writes the output (an empty result: an empty level).
   Status Run(MergeSource* newer, MergeSource* older);
+  // Merges `newer` over the tree `dest` describes, keeping as they stand the runs of at least
+  // kMinKeptLeaves of dest's leaves that no key of `newer` falls into (and that hold no
+  // dropped keyspace's keys): the output points at them, and only the leaves around newer's
+  // keys, the index layers and the bloom filter are written. A load in key order thus writes
+  // each leaf once, not once per memtable. The caller checked that dest was built with the
+  // placement this compaction applies (CanKeepLeaves).
+  Status RunKeepingLeaves(MergeSource* newer, const TreeContext& ctx, const LevelDesc& dest);
 
+  // Index segments of the destination's tree whose leaves the output keeps (it takes them
+  // over when it is installed), with how many of them each holds.
+  const std::map<uint32_t, uint32_t>& kept_segments() const { return builder_.kept_segments(); }
   const CompactionSpec& spec() const { return spec_; }
   const LevelDesc& output() const { return output_; }
   // Medium-log segments the output's pointers use (sealed when it is installed).
@@ -83,6 +103,13 @@ class Compaction : private SegmentSink {
   Status WriteSegment(uint32_t segment, const char* data, uint32_t length) override;
   // Applies hybrid placement to one surviving entry and adds it to the output.
   Status Emit(const LeafEntry& e);
+  // Emits every entry of an older leaf, with newer's entries that fall among them (a newer
+  // version replaces an older one of the same key).
+  Status MergeLeaf(MergeSource* newer, const NodeView& leaf);
+  // Whether entries of keyspace `ks` survive (cached: entries come sorted by keyspace).
+  bool KeyspaceLive(KeyspaceId ks);
+  // Describes the finished output, the way it was built included.
+  Status FinishOutput();
   // Appends a medium value to this compaction's sorted run in the medium log.
   Status AppendMedium(std::string_view ikey, std::string_view value, ValuePtr* ptr);
   // Seals the run's current segment with a checksum and writes all of it (zero tail
@@ -97,7 +124,10 @@ class Compaction : private SegmentSink {
   const LogSet* values_;
   EngineObserver* observer_;
   SegmentDeltas deltas_;
+  TreeShape shape_;
   TreeBuilder builder_;
+  LevelDesc merged_{};               // statistics of the destination's leaves merged
+  std::vector<DevPtr> kept_leaves_;  // and the leaves kept
   LevelDesc output_{};
   std::vector<uint32_t> medium_segments_;
   std::unordered_map<uint32_t, SegmentKind> segment_kinds_;  // of the segments it allocated

@@ -301,6 +301,7 @@ Stats EngineImpl::GetStats() {
   st.device_bytes_read = c.device_bytes_read;
   st.compactions = c.compactions;
   st.compaction_bytes_written = c.compaction_bytes_written;
+  st.compaction_leaves_kept = c.compaction_leaves_kept;
   st.gc_runs = c.gc_runs;
   st.gc_bytes_relocated = c.gc_bytes_relocated;
   st.gc_reclaimed_bytes = c.gc_reclaimed_bytes;

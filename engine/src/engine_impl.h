@@ -143,7 +143,8 @@ class EngineImpl final : public Engine {
   Status CompactL0Locked();
   Status CompactLevelLocked(uint32_t level);
   Status RewriteLevelLocked(uint32_t level);
-  // Runs a compaction into `dest` and installs it; `input_segments` is what it reads.
+  // Runs a compaction into `dest` and installs it; `input_segments` is what it reads. A null
+  // `older` merges `newer` into dest's tree keeping the leaves it can (RunKeepingLeaves).
   Status RunCompactionLocked(const Version& v, MergeSource* newer, MergeSource* older,
                              Compaction* compaction, bool from_l0, uint32_t replaced_level,
                              uint64_t input_segments);
@@ -155,6 +156,7 @@ class EngineImpl final : public Engine {
   void MarkTreesRetired(const Version& before, uint32_t replaced_level, uint32_t dest,
                         std::vector<uint32_t>* trees, std::vector<uint32_t>* segments);
   CompactionSpec SpecFor(const Version& v, uint32_t dest);
+  bool MayKeepLeaves(const CompactionSpec& spec, const LevelDesc& dest) const;
   Status ReclaimDroppedLocked(bool* rewrote);
   void RecordBackgroundError(const Status& s);
 

@@ -368,6 +368,8 @@ Status EngineImpl::InstallImport(const CompactionInstalledEvent& event, uint64_t
       out.large_entries = event.large_entries;
       out.tombstones = event.tombstones;
       out.segments = event.segments;
+      out.first_tree_id = event.tree_id;  // a shipped tree is written whole
+      out.bloom_keys = event.entries;
       levels_.ReserveTreeId(event.tree_id);
     }
     levels_.ReserveTreeId(uint32_t(event.compaction));

@@ -1,6 +1,7 @@
 // The manifest: a durable snapshot of the levels, the segment accounting and the keyspaces,
 // replaced atomically after every compaction and at the end of recovery. Recovery loads it,
 // then replays the logs from where it leaves off (recovery.cc).
+#include <cstddef>
 #include <cstring>
 #include <string_view>
 
@@ -19,7 +20,7 @@ namespace {
 constexpr uint64_t kManifestMagic = 0x31464e414d535353ull;  // "SSSMANF1"
 // 2 added the first uncompacted large-log sequence, 3 the large-log accounted LSN, 4 a
 // replica's import resume position.
-constexpr uint32_t kManifestVersion = 4;
+constexpr uint32_t kManifestVersion = 5;
 
 // Bounds-checked reading of the manifest image.
 class ManifestReader {
@@ -137,7 +138,15 @@ Status LevelSet::LoadManifest(const std::string& image, SegmentTable* segments,
   if (ok && version >= 3) ok = r.Get(&shared_->large_accounted_lsn);
   if (ok && version >= 4) ok = r.Get(&shared_->import_resume);
   for (uint32_t level = 1; ok && level <= max_levels; level++) {
-    ok = r.Get(&shared_->current.levels[level]);
+    LevelDesc& d = shared_->current.levels[level];
+    if (version >= 5) {
+      ok = r.Get(&d);
+    } else {  // before kept leaves: every tree was written whole
+      d = LevelDesc{};
+      ok = r.Read(&d, offsetof(LevelDesc, first_tree_id));
+      d.first_tree_id = d.tree_id;
+      d.bloom_keys = d.entries;
+    }
   }
   shared_->next_tree_id.store(next_tree_id);
   keyspaces->set_next_id(next_keyspace_id);
@@ -178,7 +187,8 @@ Status LevelSet::LoadManifest(const std::string& image, SegmentTable* segments,
   if (!ok) return Status::Corruption("MANIFEST is truncated");
   for (uint32_t level = 1; level <= max_levels; level++) {
     const LevelDesc& d = shared_->current.levels[level];
-    if (d.tree_id != 0 && (d.root.segment >= segments->count() || d.tree_id >= next_tree_id)) {
+    if (d.tree_id != 0 && (d.root.segment >= segments->count() || d.tree_id >= next_tree_id ||
+                           d.first_tree_id == 0 || d.first_tree_id > d.tree_id)) {
       return Status::Corruption("MANIFEST level " + std::to_string(level) + " is impossible");
     }
   }

@@ -78,7 +78,18 @@ constexpr uint16_t kSegmentImported = 8;
 // Written by an import that is not installed yet: no manifest names it, so a crash frees it.
 constexpr uint16_t kSegmentPending = 16;
 
+// How a level's tree was built (LevelDesc::build_flags): what a later compaction may rely on
+// when it keeps the tree's leaves instead of rewriting them. 0: unknown (an imported tree, or
+// one from an older manifest), so its leaves are always rewritten.
+constexpr uint32_t kTreeBuildKnown = 1;
+constexpr uint32_t kTreeTombstonesDropped = 2;  // built as the deepest level
+constexpr uint32_t kTreeMediumInPlace = 4;      // medium values are in the leaves
+
 // One level's B+-tree. A level with tree_id 0 is empty.
+//
+// A compaction may keep leaves of the tree it merges into (compaction.h): the new tree then
+// takes over the index segments holding them, and its nodes carry the ids of every tree in
+// [first_tree_id, tree_id]. A tree written whole has first_tree_id == tree_id.
 struct LevelDesc {
   uint32_t tree_id;
   uint32_t height;  // 0: the root is a leaf
@@ -86,6 +97,14 @@ struct LevelDesc {
   DevPtr bloom_dir;  // node listing the bloom segments
   uint64_t bloom_blocks;
   uint64_t entries, bytes, small_entries, medium_entries, large_entries, tombstones, segments;
+  uint32_t first_tree_id;  // oldest tree whose leaves this one still uses
+  uint32_t build_flags;    // kTree*
+  // Bytes of the index segments the tree took over that hold none of its nodes (leaves a
+  // later compaction replaced, older index layers): space a rewrite of the level reclaims.
+  uint64_t dead_bytes;
+  // Keys whose bits the bloom filter holds: entries, and for a tree that kept leaves also keys
+  // the leaves it replaced held (their bits stay). The filter is sized for all of them.
+  uint64_t bloom_keys;
 };
 
 // What a reader needs to see one consistent state: memtables and level trees.
@@ -151,7 +170,7 @@ struct ReaderSlot {
 
 struct SharedCounters {
   std::atomic<uint64_t> user_bytes_written, device_bytes_written, device_bytes_read;
-  std::atomic<uint64_t> compactions, compaction_bytes_written;
+  std::atomic<uint64_t> compactions, compaction_bytes_written, compaction_leaves_kept;
   std::atomic<uint64_t> gc_runs, gc_bytes_relocated, gc_reclaimed_bytes;
   std::atomic<uint64_t> stall_count, stall_micros, log_flushes, log_records_flushed;
   std::atomic<uint64_t> unflushed_records;

@@ -51,6 +51,16 @@ TreeSegment MeasureIndexSegment(const char* base, uint32_t segment, uint32_t seg
 // segment, its bloom segments, its index segments children first, its end.
 Status EngineImpl::ShipLevels(EngineObserver* observer) {
   SharedLock compacting(&shared_->compaction_mu);
+  // A level that kept leaves of older trees is rewritten whole first: a replica imports each
+  // tree from the segments shipped with it, which must hold every node of the tree and no
+  // other tree's (the events of the rewrite come before the seed's, which covers them).
+  for (uint32_t level = 1; level <= options_.max_levels; level++) {
+    const LevelDesc d = levels_.Current().levels[level];
+    if (d.tree_id != 0 && d.first_tree_id != d.tree_id) {
+      Status s = RewriteLevelLocked(level);
+      if (!s.ok()) return s;
+    }
+  }
   // No write-out runs while the large log is read: one reported before this began but not yet
   // on the device would leave a gap between what is read here and the next live range.
   SharedLock flushing(&shared_->logs.flush_mu);

@@ -37,7 +37,7 @@ class TreeChecker {
   // Checks the subtree at p: its keys are >= low, < high (if given), strictly increasing.
   Status Walk(DevPtr p, uint32_t height, std::string_view low, const std::string* high) {
     NodeView node;
-    Status s = ctx_.OpenNode(p, desc_.tree_id, &node);
+    Status s = ctx_.OpenNode(p, desc_, &node);
     if (!s.ok()) return Fail(s.message() + " at segment " + std::to_string(p.segment));
     if (node.height() != height) return Fail("node height does not match its depth");
     std::string prev;

@@ -1,6 +1,7 @@
 // Index shipping (Send-Index) between two engines: a primary's observer feeds a replica's
 // import calls, and the replica, which never compacts, must hold the same contents as the
 // primary after every compaction it installed, pass Verify, and keep them across a restart.
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -41,6 +42,7 @@ class Forwarder : public EngineObserver {
   }
   void OnSeedBegin() override {
     if (capture_ != nullptr) {
+      marker_at_ = capture_->size();
       capture_->push_back([](Engine*) { return Status::OK(); });  // the marker
     }
   }
@@ -106,6 +108,9 @@ class Forwarder : public EngineObserver {
     if (s.ok()) installed_++;
     journal_.clear();  // durable on the replica now
   }
+  // As the extension's observer: trees are shipped whole only while a replica listens (a seed
+  // rewrites the levels that kept leaves meanwhile).
+  bool WantsWholeTrees() const override { return enabled_ || capture_ != nullptr; }
   // Keeps an event until the compaction after it is installed (what a replica's stream keeps).
   void Journal(std::function<Status(Engine*)> replay) {
     if (crash_) journal_.push_back(std::move(replay));
@@ -129,6 +134,7 @@ class Forwarder : public EngineObserver {
   bool enabled_ = true;  // false: the replica does not exist yet
   // When set, events are kept here (as the stream would hold them) instead of applied.
   std::vector<std::function<Status(Engine*)>>* capture_ = nullptr;
+  size_t marker_at_ = 0;  // where in *capture_ the last seed began
   int crash_after_segments_ = 0;
   std::function<void()> crash_;
   uint64_t crashed_compaction_ = 0;
@@ -336,6 +342,60 @@ TEST(Import, AReplicaSeededFromThePrimarysLevelsFollowsItsCompactions) {
   }
 }
 
+// Before a replica listens, the primary's compactions keep leaves (a load in key order), so
+// its levels use leaves of older trees; the seed ships them as trees written whole.
+TEST(Import, ASeedShipsLevelsThatKeptLeavesOfOlderTrees) {
+  Pair p;
+  p.forwarder->enabled_ = false;
+  std::mt19937 rng(5);
+  std::map<std::string, std::string> model;
+  int next = 0;
+  auto load = [&](int n) {
+    for (int i = 0; i < n; i++, next++) {
+      char key[16];
+      std::snprintf(key, sizeof(key), "k%08d", next);
+      std::string v = MixedValue(rng, next);
+      ASSERT_TRUE(p.primary->Put(p.ks, key, v).ok());
+      model[key] = v;
+    }
+    while (p.primary->DoBackgroundWork()) {
+    }
+  };
+  load(20000);
+  ASSERT_TRUE(p.primary->CompactAll().ok());  // every row in the levels the seed ships
+  ASSERT_GT(p.primary->GetStats().compaction_leaves_kept, 0u) << "nothing to test: no leaf kept";
+
+  // A replica starts listening: the stream exists from here on, the seed follows, and the
+  // replica applies the stream from the seed's marker (the rewrites of the levels that kept
+  // leaves come before it).
+  std::vector<std::function<Status(Engine*)>> stream;
+  p.forwarder->capture_ = &stream;
+  Status s = p.primary->ShipLevels(p.forwarder.get());
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  p.forwarder->capture_ = nullptr;
+  EXPECT_GT(p.forwarder->marker_at_, 0u) << "no level was rewritten before the seed";
+  for (size_t i = p.forwarder->marker_at_; i < stream.size(); i++) {
+    s = stream[i](p.replica.engine.get());
+    ASSERT_TRUE(s.ok()) << "event " << i << ": " << s.ToString();
+  }
+  p.forwarder->enabled_ = true;
+  ASSERT_TRUE(Contents(p.replica.engine.get(), p.replica_ks) == model);
+  Status v = p.replica->Verify();
+  ASSERT_TRUE(v.ok()) << v.ToString();
+  v = p.primary->Verify();
+  ASSERT_TRUE(v.ok()) << v.ToString();
+
+  // While it listens, compactions write whole trees, and it follows them.
+  uint64_t kept = p.primary->GetStats().compaction_leaves_kept;
+  load(8000);
+  ASSERT_TRUE(p.primary->CompactAll().ok());
+  EXPECT_EQ(p.primary->GetStats().compaction_leaves_kept, kept);
+  ASSERT_TRUE(p.forwarder->errors_.empty()) << p.forwarder->errors_[0];
+  ASSERT_TRUE(Contents(p.replica.engine.get(), p.replica_ks) == model);
+  v = p.replica->Verify();
+  ASSERT_TRUE(v.ok()) << v.ToString();
+}
+
 TEST(Import, ASeedEmptiesTheLevelsThePrimaryEmptiedWhileTheReplicaWasAway) {
   Pair p;
   std::mt19937 rng(21);
@@ -466,6 +526,7 @@ TEST(Import, ANewReplicaAppliesTheStreamFromTheSeedsMarker) {
   ASSERT_GT(before_seed, 0u);
   ASSERT_LT(before_seed, stream.size());
   // The marker is the first event ShipLevels raised.
+  ASSERT_EQ(p.forwarder->marker_at_, before_seed);
   for (size_t i = before_seed; i < stream.size(); i++) {
     s = stream[i](p.replica.engine.get());
     ASSERT_TRUE(s.ok()) << "event " << i << ": " << s.ToString();

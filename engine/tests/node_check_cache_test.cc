@@ -234,9 +234,17 @@ TEST(NodeCheckCacheEngine, ChecksumCheckedOncePerProcess) {
     EXPECT_EQ(got, damaged);
   }
 
-  // A compaction reads its input with every checksum checked, even in this engine, so it
-  // refuses the damaged tree instead of rewriting it under a new checksum.
+  // A compaction that keeps the damaged leaf as it stands (no new key falls into it) does not
+  // read it, and leaves it as damaged as it was: still found by Verify, not laundered.
   ASSERT_TRUE(t->Put(ks, KeyOf(kKeys), ValueOf(kKeys)).ok());
+  ASSERT_TRUE(t->CompactAll().ok());
+  ASSERT_GT(t->GetStats().compaction_leaves_kept, 0u);
+  v = t->Verify();
+  EXPECT_TRUE(v.IsCorruption()) << v.ToString();
+
+  // A compaction reads the leaves it merges with every checksum checked, even in this engine,
+  // so it refuses the damaged leaf instead of rewriting it under a new checksum.
+  ASSERT_TRUE(t->Put(ks, KeyOf(kVictim), ValueOf(kVictim)).ok());
   Status c = t->CompactAll();
   EXPECT_TRUE(c.IsCorruption()) << c.ToString();
 }

@@ -87,7 +87,9 @@ class TreeOnDevice : public SegmentSink {
   // The child pointer `index` of the index node at `node`.
   DevPtr ChildOf(DevPtr node, int index) {
     NodeView view;
-    EXPECT_TRUE(Context(true).OpenNode(node, kTreeId, &view).ok());
+    LevelDesc tree{};
+    tree.tree_id = tree.first_tree_id = kTreeId;
+    EXPECT_TRUE(Context(true).OpenNode(node, tree, &view).ok());
     std::string_view key;
     DevPtr child;
     EXPECT_TRUE(view.Index(index, &key, &child).ok());

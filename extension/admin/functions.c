@@ -249,6 +249,7 @@ slipstream_engine_stats(PG_FUNCTION_ARGS)
 			 s.user_bytes_written ? device_bytes / s.user_bytes_written : 0);
 	put_stat(st, d, "compactions", s.compactions);
 	put_stat(st, d, "compaction_bytes_written", s.compaction_bytes_written);
+	put_stat(st, d, "compaction_leaves_kept", s.compaction_leaves_kept);
 	put_stat(st, d, "gc_runs", s.gc_runs);
 	put_stat(st, d, "gc_bytes_relocated", s.gc_bytes_relocated);
 	put_stat(st, d, "gc_reclaimed_bytes", s.gc_reclaimed_bytes);

@@ -300,6 +300,7 @@ SsCode ss_stats(SsStats* out) {
     out->device_bytes_read = s.device_bytes_read;
     out->compactions = s.compactions;
     out->compaction_bytes_written = s.compaction_bytes_written;
+    out->compaction_leaves_kept = s.compaction_leaves_kept;
     out->gc_runs = s.gc_runs;
     out->gc_bytes_relocated = s.gc_bytes_relocated;
     out->gc_reclaimed_bytes = s.gc_reclaimed_bytes;

@@ -61,6 +61,8 @@ class QueueObserver : public engine::EngineObserver {
   void OnCompactionAbandoned(uint64_t compaction) override {
     Guarded([&] { encoder_.OnCompactionAbandoned(compaction); });
   }
+  // While a backup takes the index stream, it imports each compaction's tree whole.
+  bool WantsWholeTrees() const override { return seed_ || hooks_->enabled(); }
 
   uint64_t seed_horizon() const { return seed_horizon_; }
   bool overflowed() const { return overflowed_; }

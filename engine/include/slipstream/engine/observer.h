@@ -117,6 +117,12 @@ class EngineObserver {
 
   // A compaction failed before it was installed: the segments it reported are freed.
   virtual void OnCompactionAbandoned(uint64_t compaction) { (void)compaction; }
+
+  // Asked as a compaction begins. true (the default): its output may be imported elsewhere as
+  // a tree of its own (index shipping), so it writes every segment its tree uses rather than
+  // keep leaves of the tree it merges into (Options::keep_leaves). An observer that ships no
+  // trees at the moment says false.
+  virtual bool WantsWholeTrees() const { return true; }
 };
 
 }  // namespace slipstream::engine

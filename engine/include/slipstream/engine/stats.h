@@ -27,6 +27,7 @@ struct Stats {
   uint64_t device_bytes_read = 0;     // bytes compaction and GC read from the device
   uint64_t compactions = 0;
   uint64_t compaction_bytes_written = 0;
+  uint64_t compaction_leaves_kept = 0;  // leaves compactions kept instead of rewriting them
   uint64_t gc_runs = 0;
   uint64_t gc_bytes_relocated = 0;
   uint64_t gc_reclaimed_bytes = 0;

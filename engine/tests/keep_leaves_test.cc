@@ -1,0 +1,169 @@
+// Compactions that keep the destination's leaves no new key falls into (Options::keep_leaves):
+// a load in key order writes each leaf about once, and every mix of appends, updates, deletes,
+// dropped keyspaces, open iterators and restarts reads the same as with whole rewrites.
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+
+#include "slipstream/engine/engine.h"
+#include "test_util.h"
+
+namespace slipstream::engine::test {
+namespace {
+
+Options KeepingLeaves(const std::string& dir) {
+  Options o = SmallOptions(dir);
+  o.keep_leaves = true;
+  return o;
+}
+
+Options RewritingLevels(const std::string& dir) {
+  Options o = SmallOptions(dir);
+  o.keep_leaves = false;
+  return o;
+}
+
+std::string KeyOf(int i) {
+  char key[16];
+  std::snprintf(key, sizeof(key), "k%08d", i);
+  return key;
+}
+
+// Every (key, value) of keyspace `ks`.
+std::map<std::string, std::string> Contents(Engine* e, KeyspaceId ks) {
+  std::map<std::string, std::string> out;
+  auto it = e->NewIterator(ks);
+  for (it->SeekToFirst(); it->Valid(); it->Next()) out[std::string(it->key())] = it->value();
+  EXPECT_TRUE(it->status().ok()) << it->status().ToString();
+  return out;
+}
+
+// Loads `n` rows in key order, running the background work after each memtable's worth.
+void LoadInOrder(TestEngine& t, KeyspaceId ks, int n, std::map<std::string, std::string>* model) {
+  for (int i = 0; i < n; i++) {
+    std::string v = Value(60 + i % 50, i);  // small rows, as a table's
+    ASSERT_TRUE(t->Put(ks, KeyOf(i), v).ok());
+    (*model)[KeyOf(i)] = v;
+    if (i % 2000 == 1999) {
+      while (t->DoBackgroundWork()) {
+      }
+    }
+  }
+  while (t->DoBackgroundWork()) {
+  }
+}
+
+TEST(KeepLeaves, ALoadInKeyOrderWritesEachLeafAboutOnce) {
+  TestEngine keep(KeepingLeaves), rewrite(RewritingLevels);
+  KeyspaceId ks_keep, ks_rewrite;
+  ASSERT_TRUE(keep->CreateKeyspace(1, &ks_keep).ok());
+  ASSERT_TRUE(rewrite->CreateKeyspace(1, &ks_rewrite).ok());
+  std::map<std::string, std::string> model;
+  LoadInOrder(keep, ks_keep, 60000, &model);
+  LoadInOrder(rewrite, ks_rewrite, 60000, &model);
+
+  Stats a = keep->GetStats(), b = rewrite->GetStats();
+  ASSERT_GE(b.compactions, 4u) << "the load should take several compactions";
+  EXPECT_GT(a.compaction_leaves_kept, 0u);
+  EXPECT_EQ(b.compaction_leaves_kept, 0u);
+  // Whole rewrites copy the destination again at every compaction; kept leaves do not.
+  EXPECT_LT(a.compaction_bytes_written * 2, b.compaction_bytes_written)
+      << a.compaction_bytes_written << " vs " << b.compaction_bytes_written;
+  EXPECT_TRUE(Contents(keep.engine.get(), ks_keep) == model);
+  Status v = keep->Verify();
+  ASSERT_TRUE(v.ok()) << v.ToString();
+  ASSERT_TRUE(keep->Sync(keep->GetStats().last_lsn).ok());
+  keep.Reopen();
+  EXPECT_TRUE(Contents(keep.engine.get(), ks_keep) == model);
+  v = keep->Verify();
+  ASSERT_TRUE(v.ok()) << v.ToString();
+}
+
+// An iterator opened before a compaction that kept its tree's leaves still reads its version:
+// the new tree owns their segments now, and the old tree's nodes must still be reachable.
+TEST(KeepLeaves, AnOlderVersionReadsTheLeavesANewerTreeTookOver) {
+  TestEngine t(KeepingLeaves);
+  KeyspaceId ks;
+  ASSERT_TRUE(t->CreateKeyspace(1, &ks).ok());
+  std::map<std::string, std::string> model;
+  for (int i = 0; i < 6000; i++) {
+    model[KeyOf(i)] = Value(60 + i % 50, i);
+    ASSERT_TRUE(t->Put(ks, KeyOf(i), model[KeyOf(i)]).ok());
+  }
+  ASSERT_TRUE(t->CompactAll().ok());
+  auto early = t->NewIterator(ks);
+  const std::map<std::string, std::string> early_model = model;
+  for (int i = 6000; i < 9000; i++) ASSERT_TRUE(t->Put(ks, KeyOf(i), Value(70, i)).ok());
+  ASSERT_TRUE(t->CompactAll().ok());
+  ASSERT_GT(t->GetStats().compaction_leaves_kept, 0u);
+  std::map<std::string, std::string> seen;
+  for (early->SeekToFirst(); early->Valid(); early->Next()) {
+    seen[std::string(early->key())] = early->value();
+  }
+  ASSERT_TRUE(early->status().ok()) << early->status().ToString();
+  EXPECT_TRUE(seen == early_model);
+  early.reset();
+  Status v = t->Verify();
+  ASSERT_TRUE(v.ok()) << v.ToString();
+}
+
+// Appends in key order with updates and deletes of random older rows and a second table
+// dropped half-way, checked against a model and Verify, after CompactAll and after a restart.
+TEST(KeepLeaves, AppendsUpdatesDeletesAndDropsReadAsTheModel) {
+  TestEngine t(KeepingLeaves);
+  KeyspaceId ks, other;
+  ASSERT_TRUE(t->CreateKeyspace(1, &ks).ok());
+  ASSERT_TRUE(t->CreateKeyspace(2, &other).ok());
+  std::mt19937 rng(17);
+  std::map<std::string, std::string> model;
+  int next = 0;
+  for (int round = 0; round < 30; round++) {
+    for (int i = 0; i < 1500; i++, next++) {
+      std::string v = Value(40 + rng() % 400, next);  // small and medium rows
+      ASSERT_TRUE(t->Put(ks, KeyOf(next), v).ok());
+      model[KeyOf(next)] = v;
+      if (round < 10) ASSERT_TRUE(t->Put(other, KeyOf(next), "x").ok());
+    }
+    for (int i = 0; i < 40; i++) {  // a few rows behind the tail: most leaves stay untouched
+      std::string key = KeyOf(int(rng() % uint32_t(next)));
+      if (rng() % 3 == 0) {
+        ASSERT_TRUE(t->Delete(ks, key).ok());
+        model.erase(key);
+      } else {
+        std::string v = Value(30 + rng() % 100, next + i);
+        ASSERT_TRUE(t->Put(ks, key, v).ok());
+        model[key] = v;
+      }
+    }
+    if (round == 10) ASSERT_TRUE(t->DropKeyspace(other).ok());
+    while (t->DoBackgroundWork()) {
+    }
+  }
+  EXPECT_GT(t->GetStats().compaction_leaves_kept, 0u);
+
+  auto check = [&] {
+    EXPECT_TRUE(Contents(t.engine.get(), ks) == model);
+    for (const std::string& key : {KeyOf(0), KeyOf(next / 2), KeyOf(next - 1)}) {
+      std::string got;
+      Status s = t->Get(ks, key, &got);
+      ASSERT_EQ(s.ok(), model.count(key) == 1) << key << " " << s.ToString();
+      if (s.ok()) EXPECT_EQ(got, model[key]);
+    }
+    Status v = t->Verify();
+    ASSERT_TRUE(v.ok()) << v.ToString();
+  };
+  check();
+  ASSERT_TRUE(t->CompactAll().ok());
+  check();
+  // The dropped table's rows left the levels too (kept leaves never hold a dropped keyspace).
+  uint64_t entries = 0;
+  for (const LevelStats& l : t->GetStats().levels) entries += l.entries;
+  EXPECT_EQ(entries, model.size());
+  ASSERT_TRUE(t->Sync(t->GetStats().last_lsn).ok());
+  t.Reopen();
+  check();
+}
+
+}  // namespace
+}  // namespace slipstream::engine::test
