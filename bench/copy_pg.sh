@@ -28,7 +28,7 @@ cluster="$scratch/cluster"
 . "$root/bench/pgbench_pair.sh"
 
 echo "== private PostgreSQL 15 cluster in $cluster (port $port); scales $scales"
-pair_start "shared_buffers = 512MB" "max_wal_size = 8GB"
+pair_start "slipstream.l0_size = 32MB" "shared_buffers = 512MB" "max_wal_size = 8GB"
 worker=$(pgrep -P "$(head -1 "$cluster/data/postmaster.pid")" -f 'slipstream worker')
 [ -n "$worker" ] || { echo "no slipstream worker in the cluster" >&2; exit 1; }
 
