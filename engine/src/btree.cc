@@ -223,8 +223,9 @@ Status TreeBuilder::Finish(LevelDesc* desc) {
 
 // Rejects pointers outside the tree's own index segments before touching memory. A tree that
 // kept leaves of older trees (LevelDesc::first_tree_id) owns the segments holding them since
-// its install, and a reader of the older version still reaches them: so a segment passes if
-// its owner is of the lineage or newer, and the node itself must be of the lineage.
+// its install, and a reader of the older version still reaches them: every node a tree
+// reaches lies in a segment owned by the tree or by a newer one that took it over, and the
+// node itself must be of the lineage.
 Status TreeContext::OpenNode(DevPtr p, const LevelDesc& desc, NodeView* node) const {
   if (p.segment == 0 || p.segment >= max_segments || p.offset % node_size != 0 ||
       uint64_t(p.offset) + node_size > segment_size) {
@@ -232,7 +233,7 @@ Status TreeContext::OpenNode(DevPtr p, const LevelDesc& desc, NodeView* node) co
   }
   const SegmentInfo& info = segments[p.segment];
   const uint32_t owner = info.owner;
-  if (info.kind != uint8_t(SegmentKind::kIndex) || owner < desc.first_tree_id) {
+  if (info.kind != uint8_t(SegmentKind::kIndex) || owner < desc.tree_id) {
     return Status::Corruption("node pointer into a segment the tree does not own");
   }
   // The checksum only the first time this process opens the node (checked_nodes says why that
@@ -405,9 +406,10 @@ constexpr int kSampledLeaves = 16;
 
 // A tree's layout as its outer paths show it, counted in leaves. The builder fills every node
 // but the last of its layer before starting the next, so only the nodes on the right edge may
-// be partly filled: the subtree under any other child is full, and holds full[h] leaves if its
-// root has height h, taking every full node of a height to have as many children as the
-// leftmost one (the fanout varies only with the length of the keys).
+// be partly filled (a tree that kept leaves of an older one also has part-filled leaves before
+// each kept run: the estimate then counts a few leaves too many): the subtree under any other child
+// is full, and holds full[h] leaves if its root has height h, taking every full node of a height to
+// have as many children as the leftmost one (the fanout varies only with the length of the keys).
 struct TreeOutline {
   std::vector<double> full;  // full[0] = 1
   double leaves = 0;         // in the whole tree

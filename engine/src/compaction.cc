@@ -294,19 +294,24 @@ Status Compaction::RunKeepingLeaves(MergeSource* newer, const TreeContext& ctx,
   if (!newer->status().ok()) return newer->status();
   if (!kept_leaves_.empty()) {
     LevelDesc kept_stats = dest;
-    kept_stats.entries -= merged_.entries;
-    kept_stats.bytes -= merged_.bytes;
-    kept_stats.small_entries -= merged_.small_entries;
-    kept_stats.medium_entries -= merged_.medium_entries;
-    kept_stats.large_entries -= merged_.large_entries;
-    kept_stats.tombstones -= merged_.tombstones;
+    // Floored at 0: a size class counts differently if the thresholds changed across a restart.
+    auto less = [](uint64_t* total, uint64_t merged) { *total -= std::min(*total, merged); };
+    less(&kept_stats.entries, merged_.entries);
+    less(&kept_stats.bytes, merged_.bytes);
+    less(&kept_stats.small_entries, merged_.small_entries);
+    less(&kept_stats.medium_entries, merged_.medium_entries);
+    less(&kept_stats.large_entries, merged_.large_entries);
+    less(&kept_stats.tombstones, merged_.tombstones);
     std::string filter;
     s = ReadFilter(ctx, dest, &filter);
     if (!s.ok()) return s;
     BloomExtension plan = PlanBloomExtension(filter.size() / kBloomBlockBytes, dest.bloom_keys,
                                              builder_.added_entries() + kept_stats.entries,
                                              builder_.added_entries(), options_.bloom_bits_per_key);
-    if (!plan.within_budget) {
+    // (A filter its directory cannot list is built again too: that one is at most half as big.)
+    const uint64_t listable = uint64_t(options_.node_size - kNodeHeaderSize) / 4 *
+                              (options_.segment_size / kBloomBlockBytes);
+    if (!plan.within_budget || plan.blocks > listable) {
       // The inherited bits grew too dense: the filter is built from every key again, which
       // reads the kept leaves (rarely: the load grows by the share of keys added).
       filter.clear();
