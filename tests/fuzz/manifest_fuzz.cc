@@ -26,7 +26,7 @@ using slipstream::fuzz::ManifestArena;
 // Where the manifest's manifest_number lies (after magic, version and three sizes), the one
 // field NextManifest changes on every write.
 constexpr size_t kManifestNumberOffset = 8 + 4 + 4 + 4 + 4;
-// The fixed fields of a version-4 manifest, before the levels.
+// The fixed fields of a version-5 manifest, before the levels.
 constexpr size_t kHeaderSize = kManifestNumberOffset + 8 * 3 + 4 * 2 + 8 * 5;
 // A keyspace as the manifest lists it: tag, id, state.
 constexpr size_t kKeyspaceRecord = 8 + 4 + 4;
@@ -71,6 +71,9 @@ class Loader {
       if (d.tree_id >= parts_.levels.next_tree_id()) {
         Fail("loaded a level with a tree id not yet given");
       }
+      if (d.first_tree_id == 0 || d.first_tree_id > d.tree_id) {
+        Fail("loaded a level whose lineage of kept leaves is impossible");
+      }
     }
     // The manifest lists the live and dropped keyspaces, each once (ids are never reused).
     const auto* slots =
@@ -95,7 +98,7 @@ class Loader {
   ManifestArena parts_{"manifest"};
 };
 
-// A version-4 manifest as a comparable description of its state: manifest_number (the one
+// A version-5 manifest as a comparable description of its state: manifest_number (the one
 // field NextManifest changes on every write) blanked, the checksum dropped, and the keyspaces
 // sorted (their order is the hash table's, which depends on the order they were inserted in).
 std::string Canonical(std::string image, uint32_t max_levels) {

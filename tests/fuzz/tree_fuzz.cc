@@ -110,7 +110,7 @@ class Checker {
   bool Walk(DevPtr p, uint32_t height, std::string_view low, const std::string* high) {
     if (++visits_ > kMaxVisits) return false;
     NodeView node;
-    if (!ctx_.OpenNode(p, desc_.tree_id, &node).ok() || node.height() != height) return false;
+    if (!ctx_.OpenNode(p, desc_, &node).ok() || node.height() != height) return false;
     std::string prev;
     for (int i = 0; i < node.count(); i++) {
       std::string_view key;
