@@ -146,15 +146,6 @@ class Forwarder : public EngineObserver {
   Status install_refused_;
 };
 
-// Every (key, value) of keyspace `ks`.
-std::map<std::string, std::string> Contents(Engine* e, KeyspaceId ks) {
-  std::map<std::string, std::string> out;
-  auto it = e->NewIterator(ks);
-  for (it->SeekToFirst(); it->Valid(); it->Next()) out[std::string(it->key())] = it->value();
-  EXPECT_TRUE(it->status().ok()) << it->status().ToString();
-  return out;
-}
-
 // A value of one of the three classes (small, medium, large) chosen by `r`.
 std::string MixedValue(std::mt19937& rng, int seed) {
   switch (rng() % 3) {

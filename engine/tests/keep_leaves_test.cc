@@ -31,15 +31,6 @@ std::string KeyOf(int i) {
   return key;
 }
 
-// Every (key, value) of keyspace `ks`.
-std::map<std::string, std::string> Contents(Engine* e, KeyspaceId ks) {
-  std::map<std::string, std::string> out;
-  auto it = e->NewIterator(ks);
-  for (it->SeekToFirst(); it->Valid(); it->Next()) out[std::string(it->key())] = it->value();
-  EXPECT_TRUE(it->status().ok()) << it->status().ToString();
-  return out;
-}
-
 // Loads `n` rows in key order, running the background work after each memtable's worth.
 void LoadInOrder(TestEngine& t, KeyspaceId ks, int n, std::map<std::string, std::string>* model) {
   for (int i = 0; i < n; i++) {

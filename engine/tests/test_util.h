@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -74,6 +75,15 @@ inline std::string Value(size_t size, int seed) {
   std::string v(size, '\0');
   for (size_t i = 0; i < size; i++) v[i] = char('a' + (seed * 7 + i * 13 + (i / 7)) % 26);
   return v;
+}
+
+// Every (key, value) of keyspace `ks`, read by an iterator.
+inline std::map<std::string, std::string> Contents(Engine* e, KeyspaceId ks) {
+  std::map<std::string, std::string> out;
+  auto it = e->NewIterator(ks);
+  for (it->SeekToFirst(); it->Valid(); it->Next()) out[std::string(it->key())] = it->value();
+  EXPECT_TRUE(it->status().ok()) << it->status().ToString();
+  return out;
 }
 
 // An engine with its arena and directory.
