@@ -200,12 +200,17 @@ Status TreeBuilder::WriteBloom(LevelDesc* desc) {
 
 Status TreeBuilder::Finish(LevelDesc* desc) {
   if (empty()) return Status::InvalidArgument("empty tree");
-  stats_.entries += kept_.entries;
-  stats_.bytes += kept_.bytes;
-  stats_.small_entries += kept_.small_entries;
-  stats_.medium_entries += kept_.medium_entries;
-  stats_.large_entries += kept_.large_entries;
-  stats_.tombstones += kept_.tombstones;
+  // kept_'s counts are modulo 2^64 (InheritFromKeptLeaves); a sum below 0 is floored.
+  auto add = [](uint64_t* total, uint64_t kept) {
+    int64_t sum = int64_t(*total) + int64_t(kept);
+    *total = sum < 0 ? 0 : uint64_t(sum);
+  };
+  add(&stats_.entries, kept_.entries);
+  add(&stats_.bytes, kept_.bytes);
+  add(&stats_.small_entries, kept_.small_entries);
+  add(&stats_.medium_entries, kept_.medium_entries);
+  add(&stats_.large_entries, kept_.large_entries);
+  add(&stats_.tombstones, kept_.tombstones);
   stats_.bloom_keys = base_filter_.empty() ? bloom_.count() : extension_.load_keys;
   Status s = FlushLeaf();
   if (s.ok()) s = BuildIndexLayers(&stats_.root, &stats_.height);

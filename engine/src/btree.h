@@ -45,9 +45,11 @@ class TreeBuilder {
   // must follow all of its keys; the leaf being filled ends before it.
   Status AddExistingLeaf(std::string_view first_key, DevPtr where);
   // What the kept leaves hold, for the tree's description: their statistics (`kept`: entries
-  // and the classes of entries), the oldest tree of their lineage, and either the older
-  // tree's bloom filter (its blocks) and how to extend it (BloomBuilder::FinishOver), or no
-  // filter: the caller then added every kept key with AddKeptKeyHash.
+  // and the classes of entries, modulo 2^64: a class may be "negative" after the size
+  // thresholds changed, and Finish floors the tree's sums at 0), the oldest tree of their lineage,
+  // and either the older tree's bloom filter (its blocks) and how to extend it
+  // (BloomBuilder::FinishOver), or no filter: the caller then added every kept key with
+  // AddKeptKeyHash.
   void InheritFromKeptLeaves(const LevelDesc& kept, uint32_t first_tree_id, std::string filter,
                              const BloomExtension& extension);
   // Puts a kept leaf's key into the new bloom filter (built from every key again).

@@ -294,14 +294,15 @@ Status Compaction::RunKeepingLeaves(MergeSource* newer, const TreeContext& ctx,
   if (!newer->status().ok()) return newer->status();
   if (!kept_leaves_.empty()) {
     LevelDesc kept_stats = dest;
-    // Floored at 0: a size class counts differently if the thresholds changed across a restart.
-    auto less = [](uint64_t* total, uint64_t merged) { *total -= std::min(*total, merged); };
-    less(&kept_stats.entries, merged_.entries);
-    less(&kept_stats.bytes, merged_.bytes);
-    less(&kept_stats.small_entries, merged_.small_entries);
-    less(&kept_stats.medium_entries, merged_.medium_entries);
-    less(&kept_stats.large_entries, merged_.large_entries);
-    less(&kept_stats.tombstones, merged_.tombstones);
+    // Modulo 2^64: a size class of the kept leaves may come out "negative" if the thresholds
+    // changed across a restart (dest counted the merged entries in their old classes); the
+    // builder adds it to the output's own counts and floors the sum at 0.
+    kept_stats.entries -= merged_.entries;
+    kept_stats.bytes -= merged_.bytes;
+    kept_stats.small_entries -= merged_.small_entries;
+    kept_stats.medium_entries -= merged_.medium_entries;
+    kept_stats.large_entries -= merged_.large_entries;
+    kept_stats.tombstones -= merged_.tombstones;
     std::string filter;
     s = ReadFilter(ctx, dest, &filter);
     if (!s.ok()) return s;
