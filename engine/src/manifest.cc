@@ -19,7 +19,8 @@ namespace {
 
 constexpr uint64_t kManifestMagic = 0x31464e414d535353ull;  // "SSSMANF1"
 // 2 added the first uncompacted large-log sequence, 3 the large-log accounted LSN, 4 a
-// replica's import resume position.
+// replica's import resume position, 5 each level's lineage of kept leaves, build flags, dead
+// bytes and bloom filter load (LevelDesc).
 constexpr uint32_t kManifestVersion = 5;
 
 // Bounds-checked reading of the manifest image.
