@@ -31,10 +31,12 @@ std::string KeyOf(int i) {
   return key;
 }
 
-// Loads `n` rows in key order, running the background work after each memtable's worth.
-void LoadInOrder(TestEngine& t, KeyspaceId ks, int n, std::map<std::string, std::string>* model) {
+// Loads `n` rows in key order, running the background work after each memtable's worth; rows
+// of `size` bytes (0: 60-109, small rows as a table's).
+void LoadInOrder(TestEngine& t, KeyspaceId ks, int n, std::map<std::string, std::string>* model,
+                 size_t size = 0) {
   for (int i = 0; i < n; i++) {
-    std::string v = Value(60 + i % 50, i);  // small rows, as a table's
+    std::string v = Value(size != 0 ? size : 60 + i % 50, i);
     ASSERT_TRUE(t->Put(ks, KeyOf(i), v).ok());
     (*model)[KeyOf(i)] = v;
     if (i % 2000 == 1999) {
@@ -96,10 +98,7 @@ TEST(KeepLeaves, AnOlderVersionReadsTheLeavesANewerTreeTookOver) {
   KeyspaceId ks;
   ASSERT_TRUE(t->CreateKeyspace(1, &ks).ok());
   std::map<std::string, std::string> model;
-  for (int i = 0; i < 6000; i++) {
-    model[KeyOf(i)] = Value(60 + i % 50, i);
-    ASSERT_TRUE(t->Put(ks, KeyOf(i), model[KeyOf(i)]).ok());
-  }
+  LoadInOrder(t, ks, 6000, &model);
   ASSERT_TRUE(t->CompactAll().ok());
   auto early = t->NewIterator(ks);
   const std::map<std::string, std::string> early_model = model;
@@ -124,10 +123,7 @@ TEST(KeepLeaves, ThresholdsChangedAcrossARestartKeepCountsSane) {
   KeyspaceId ks;
   ASSERT_TRUE(t->CreateKeyspace(1, &ks).ok());
   std::map<std::string, std::string> model;
-  for (int i = 0; i < 6000; i++) {
-    model[KeyOf(i)] = Value(150, i);  // medium under the first thresholds
-    ASSERT_TRUE(t->Put(ks, KeyOf(i), model[KeyOf(i)]).ok());
-  }
+  LoadInOrder(t, ks, 6000, &model, 150);  // medium rows under the first thresholds
   ASSERT_TRUE(t->CompactAll().ok());
   ASSERT_TRUE(t->Sync(t->GetStats().last_lsn).ok());
   t.options.small_threshold = 400;  // now the same rows are small
