@@ -114,23 +114,23 @@ extern "C" int ss_shuffle_set_source(SsShuffle* shuffle, void* arena, size_t len
   });
 }
 
-extern "C" int ss_shuffle_stage(SsShuffle* shuffle, const uint64_t* offsets,
-                                const uint32_t* lengths, const uint32_t* owners, uint32_t rows,
-                                char* error) {
+extern "C" int ss_shuffle_stage(SsShuffle* shuffle, uint32_t target, uint64_t base,
+                                const uint32_t* lengths, uint32_t rows, char* error) {
   return Guard(error, [&] {
-    // A peer's rows as a pointer-mapped layout of just its items: the same fragments as all
-    // rows under the peer's mask, at a cost per row of that peer rather than of the batch.
-    const uint32_t n = uint32_t(shuffle->per_peer.size());
-    std::vector<std::vector<rdma::Fragment>> items(n);
+    if (target >= shuffle->per_peer.size()) {
+      SetError(error, "no participant " + std::to_string(target) + " in this shuffle");
+      return SS_SHUFFLE_ERROR;
+    }
+    std::vector<rdma::Fragment> items(rows);
+    uint64_t offset = base;
     for (uint32_t i = 0; i < rows; i++) {
-      if (owners[i] < n) items[owners[i]].push_back(rdma::Fragment{offsets[i], lengths[i]});
+      items[i] = rdma::Fragment{offset, lengths[i]};
+      offset += lengths[i];
     }
-    for (uint32_t peer = 0; peer < n; peer++) {
-      shuffle->rows_per_peer[peer] = items[peer].size();
-      rdma::Status s =
-          rdma::RegionLayout::PointerMapped(std::move(items[peer]), &shuffle->per_peer[peer]);
-      if (!s.ok()) return Fail(error, s);
-    }
+    rdma::Status s =
+        rdma::RegionLayout::PointerMapped(std::move(items), &shuffle->per_peer[target]);
+    if (!s.ok()) return Fail(error, s);
+    shuffle->rows_per_peer[target] = rows;
     return SS_SHUFFLE_OK;
   });
 }

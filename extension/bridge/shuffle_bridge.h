@@ -48,11 +48,11 @@ uint64_t	ss_shuffle_max_batch(const SsShuffle *shuffle);
 int			ss_shuffle_set_source(SsShuffle *shuffle, void *arena, size_t length, char *error);
 
 /*
- * Stages a batch: rows[i] is lengths[i] bytes at offsets[i] of the arena and belongs to
- * owners[i]. Builds each peer's region (the rows it owns, masked out of all of them).
+ * Stages a batch for `target`: `rows` rows lying back to back from `base` of the arena, row i
+ * lengths[i] bytes long, as a pointer-mapped region.
  */
-int			ss_shuffle_stage(SsShuffle *shuffle, const uint64_t *offsets, const uint32_t *lengths,
-							 const uint32_t *owners, uint32_t rows, char *error);
+int			ss_shuffle_stage(SsShuffle *shuffle, uint32_t target, uint64_t base,
+							 const uint32_t *lengths, uint32_t rows, char *error);
 
 /* Sends the staged rows `target` owns (nothing if none): SS_SHUFFLE_OK, _WOULD_BLOCK or _ERROR. */
 int			ss_shuffle_try_send(SsShuffle *shuffle, uint32_t target, char *error);

@@ -2,11 +2,11 @@
  * shuffle/shuffle.c: slipstream.shuffle(query, key, peer_group, shuffle_id), run on every node
  * of a peer group at once (docs/shuffle.md). Each node opens its listener and registers it,
  * learns the others' ports through libpq (slipstream.shuffle_port), joins the exchange, runs
- * its query, encodes each row into an arena and marks it for the node that owns the hash of
- * its key. A full arena is one batch: each peer is sent the rows it owns as a region of the
- * arena (zero copy where it pays), this node's own rows are decoded straight from it, and
- * whatever arrives meanwhile goes into the result. At the end each node ends its streams,
- * drains the others' and returns its rows.
+ * its query and encodes each row. A row goes to the node that owns the hash of its key: this
+ * node's own rows straight into the result, a peer's into that peer's slice of an arena. A
+ * full slice is one batch, sent as a region of the arena (zero copy where it pays); whatever
+ * arrives meanwhile goes into the result. At the end each node sends what its slices hold,
+ * ends its streams, drains the others' and returns its rows.
  *
  * A send that finds the peer's buffers full returns at once; this node then drains what
  * arrived and tries again, so two nodes sending to each other never wait on each other. Any
@@ -41,6 +41,15 @@ PG_FUNCTION_INFO_V1(slipstream_shuffle);
 #define SS_SHUFFLE_JOIN_MS 30000
 #define SS_SHUFFLE_FETCH 1000
 
+/* The rows bound for one peer: a batch being filled in the peer's slice of the arena. */
+typedef struct ShufflePeerBatch
+{
+	uint64		base;			/* the slice's offset in the arena */
+	uint64		used;			/* bytes of rows in it */
+	uint32		rows;
+	uint32	   *lengths;		/* of each row, the rows lying back to back from base */
+} ShufflePeerBatch;
+
 typedef struct ShuffleRun
 {
 	int64		id;
@@ -53,15 +62,11 @@ typedef struct ShuffleRun
 	Tuplestorestate *store;
 	TupleDesc	result_desc;
 	MemoryContext batch_context;
-	char	   *arena;
-	uint64		arena_size;
-	uint64		used;
-	uint64	   *offsets;
-	uint32	   *lengths;
-	uint32	   *owners;
-	uint32		rows;
-	uint32		max_rows;
-	uint64		rows_for[SS_SHUFFLE_MAX_NODES];
+	char	   *arena;			/* a slice of batch_limit bytes per peer */
+	uint64		batch_limit;	/* the most bytes a batch, and so a row, may take */
+	uint32		max_rows;		/* the most rows a batch may hold */
+	ShufflePeerBatch batches[SS_SHUFFLE_MAX_NODES];
+	uint64		own_rows;		/* this node's own rows not yet counted in its progress */
 	TimestampTz last_progress;
 	char		error[SS_SHUFFLE_ERROR_SIZE];
 } ShuffleRun;
@@ -262,90 +267,83 @@ check_stall(ShuffleRun *run, const char *what)
 						 run->group->name)));
 }
 
-/* Sends the arena's rows to their owners and keeps this node's own. */
+/* Sends the rows of `target`'s batch: its slice of the arena, as a region. */
 static void
-send_batch(ShuffleRun *run)
+send_batch(ShuffleRun *run, int target)
 {
-	int			n = run->group->nodes;
-	int			self = run->group->self;
-	uint64		before[SS_SHUFFLE_MAX_NODES][6];
+	ShufflePeerBatch *batch = &run->batches[target];
+	uint64		before[6];
+	uint64		after[6];
+	int			rc;
 
-	if (run->rows == 0)
+	if (batch->rows == 0)
 		return;
-	if (ss_shuffle_stage(run->shuffle, run->offsets, run->lengths, run->owners, run->rows,
+	if (ss_shuffle_stage(run->shuffle, (uint32) target, batch->base, batch->lengths, batch->rows,
 						 run->error) != SS_SHUFFLE_OK)
 		raise_transport_error(run, "staging a batch", SS_SHUFFLE_ERROR);
+	ss_shuffle_counters(run->shuffle, (uint32) target, before);
+	while ((rc = ss_shuffle_try_send(run->shuffle, (uint32) target, run->error)) ==
+		   SS_SHUFFLE_WOULD_BLOCK)
 	{
-		int			settings = ss_codec_settings_push(run->decoder);
-
-		for (uint32 i = 0; i < run->rows; i++)
-		{
-			if ((int) run->owners[i] != self)
-				continue;
-			store_row(run, run->arena + run->offsets[i], run->lengths[i], self);
-		}
-		ss_codec_settings_pop(settings);
+		if (!drain(run, 1))
+			check_stall(run, "sending");
+		check_interrupts();
 	}
-	MemoryContextReset(run->batch_context);
-	ss_registry_count(run->slot, self, run->rows_for[self], 0, run->rows_for[self], 0);
-	for (int target = 0; target < n; target++)
-	{
-		int			rc;
-
-		if (target == self)
-			continue;
-		ss_shuffle_counters(run->shuffle, (uint32) target, before[target]);
-		while ((rc = ss_shuffle_try_send(run->shuffle, (uint32) target, run->error)) ==
-			   SS_SHUFFLE_WOULD_BLOCK)
-		{
-			if (!drain(run, 1))
-				check_stall(run, "sending");
-			check_interrupts();
-		}
-		if (rc != SS_SHUFFLE_OK)
-			raise_transport_error(run, "sending", rc);
-		run->last_progress = GetCurrentTimestamp();
-		{
-			uint64		after[6];
-
-			ss_shuffle_counters(run->shuffle, (uint32) target, after);
-			ss_registry_count(run->slot, target, run->rows_for[target],
-							  after[1] - before[target][1], 0, 0);
-		}
-	}
-	run->used = 0;
-	run->rows = 0;
-	memset(run->rows_for, 0, sizeof(run->rows_for));
+	if (rc != SS_SHUFFLE_OK)
+		raise_transport_error(run, "sending", rc);
+	run->last_progress = GetCurrentTimestamp();
+	ss_shuffle_counters(run->shuffle, (uint32) target, after);
+	ss_registry_count(run->slot, target, batch->rows, after[1] - before[1], 0, 0);
+	batch->used = 0;
+	batch->rows = 0;
 }
 
-/* What a batch's encoded layout may take beside its rows (a few bytes a row, and the mask). */
+/* Counts the own rows kept since the last call in this node's progress. */
+static void
+count_own_rows(ShuffleRun *run)
+{
+	if (run->own_rows == 0)
+		return;
+	ss_registry_count(run->slot, run->group->self, run->own_rows, 0, run->own_rows, 0);
+	run->own_rows = 0;
+}
+
+/* What a batch's encoded layout may take beside its rows (a few bytes a row). */
 static uint64
 header_reserve(uint64 rows)
 {
-	return 64 + rows * 12 + rows / 8;
+	return 64 + rows * 12;
 }
 
-/* Adds one encoded row for `owner` to the arena, sending the batch first when it is full. */
+/*
+ * Adds one encoded row: a row this node owns goes straight into the result, a peer's is
+ * appended to that peer's batch, which is sent first when the row would not fit.
+ */
 static void
 add_row(ShuffleRun *run, const StringInfo encoded, uint32 owner)
 {
-	if ((uint64) encoded->len + header_reserve(1) > run->arena_size)
+	ShufflePeerBatch *batch = &run->batches[owner];
+
+	/* Checked for every row, so whether a row is refused does not depend on its key. */
+	if ((uint64) encoded->len + header_reserve(1) > run->batch_limit)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("a row of %d bytes does not fit a shuffle batch of peer group \"%s\" "
 						"(%llu bytes)", encoded->len, run->group->name,
-						(unsigned long long) run->arena_size),
+						(unsigned long long) run->batch_limit),
 				 errhint("Raise the group's buffer_size (each receive buffer holds one batch).")));
-	if (run->used + encoded->len + header_reserve(run->rows + 1) > run->arena_size ||
-		run->rows == run->max_rows)
-		send_batch(run);
-	memcpy(run->arena + run->used, encoded->data, encoded->len);
-	run->offsets[run->rows] = run->used;
-	run->lengths[run->rows] = (uint32) encoded->len;
-	run->owners[run->rows] = owner;
-	run->rows++;
-	run->used += encoded->len;
-	run->rows_for[owner]++;
+	if ((int) owner == run->group->self)
+	{
+		store_row(run, encoded->data, (uint32) encoded->len, run->group->self);
+		run->own_rows++;
+		return;
+	}
+	if (batch->used + encoded->len + header_reserve(batch->rows + 1) > run->batch_limit ||
+		batch->rows == run->max_rows)
+		send_batch(run, (int) owner);
+	memcpy(run->arena + batch->base + batch->used, encoded->data, encoded->len);
+	batch->lengths[batch->rows++] = (uint32) encoded->len;
+	batch->used += encoded->len;
 }
 
 /* The id this shuffle runs under: the argument, else slipstream.shuffle_id. */
@@ -464,11 +462,15 @@ shuffle_receive_slot(TupleTableSlot *slot, DestReceiver *self)
 		owner = ss_codec_key_hash(run->encoder, dest->key_column, key_value, dest->hash,
 								  dest->collation) % (uint32) run->group->nodes;
 	ss_codec_encode_tuple(run->encoder, tuple, &dest->encoded);
-	MemoryContextSwitchTo(outer);
-	MemoryContextReset(dest->row_context);
 	if (should_free)
 		heap_freetuple(tuple);
+	/*
+	 * An own row is decoded here too, under the encoder's settings: the query's columns are
+	 * of the result's types (check_columns), so both codecs fix the same ones.
+	 */
 	add_row(run, &dest->encoded, owner);
+	MemoryContextSwitchTo(outer);
+	MemoryContextReset(dest->row_context);
 	return true;
 }
 
@@ -565,10 +567,13 @@ run_query(ShuffleRun *run, const char *query, const char *key)
 		ss_codec_settings_pop(settings);
 		if (fetched == 0)
 			break;
+		count_own_rows(run);
 		check_interrupts();
 		(void) drain(run, 0);
 	}
-	send_batch(run);
+	for (int target = 0; target < run->group->nodes; target++)
+		send_batch(run, target);
+	count_own_rows(run);
 	SPI_cursor_close(portal);
 	SPI_finish();
 }
@@ -706,16 +711,31 @@ slipstream_shuffle(PG_FUNCTION_ARGS)
 		if (rc != SS_SHUFFLE_OK)
 			raise_transport_error(run, "connecting to its peers", rc);
 
-		/* One batch fits one receive buffer; a single node ships nothing. */
-		run->arena_size = n > 1 ? ss_shuffle_max_batch(shuffle) : (uint64) run->group->buffer_size;
-		run->max_rows = (uint32) Min(run->arena_size / 8, (uint64) 1 << 20);
-		run->arena = MemoryContextAllocHuge(per_query, run->arena_size);
-		run->offsets = MemoryContextAlloc(per_query, sizeof(uint64) * run->max_rows);
-		run->lengths = MemoryContextAlloc(per_query, sizeof(uint32) * run->max_rows);
-		run->owners = MemoryContextAlloc(per_query, sizeof(uint32) * run->max_rows);
-		if (n > 1 && ss_shuffle_set_source(shuffle, run->arena, run->arena_size, run->error) !=
-			SS_SHUFFLE_OK)
-			raise_transport_error(run, "registering its batch buffer", SS_SHUFFLE_ERROR);
+		/*
+		 * One batch fits one receive buffer. Each peer's rows gather in a slice of their own,
+		 * so a batch is one run of the arena; a single node ships nothing.
+		 */
+		run->batch_limit = n > 1 ? ss_shuffle_max_batch(shuffle) : (uint64) run->group->buffer_size;
+		run->max_rows = (uint32) Min(run->batch_limit / 8, (uint64) 1 << 20);
+		if (n > 1)
+		{
+			uint64		arena_size = run->batch_limit * (uint64) (n - 1);
+			uint64		base = 0;
+
+			run->arena = MemoryContextAllocHuge(per_query, arena_size);
+			for (int target = 0; target < n; target++)
+			{
+				if (target == run->group->self)
+					continue;
+				run->batches[target].base = base;
+				run->batches[target].lengths =
+					MemoryContextAllocHuge(per_query, sizeof(uint32) * run->max_rows);
+				base += run->batch_limit;
+			}
+			if (ss_shuffle_set_source(shuffle, run->arena, arena_size, run->error) !=
+				SS_SHUFFLE_OK)
+				raise_transport_error(run, "registering its batch buffer", SS_SHUFFLE_ERROR);
+		}
 		run_query(run, query, key);
 		finish(run);
 	}

@@ -26,6 +26,10 @@ uint64_t TailBits(uint64_t rows) {
 
 // Appends `value` as a LEB128 varint.
 void PutVarint(std::string* out, uint64_t value) {
+  if (value < 0x80) {  // the common case of a batch's layout
+    out->push_back(static_cast<char>(value));
+    return;
+  }
   while (value >= 0x80) {
     out->push_back(static_cast<char>(value | 0x80));
     value >>= 7;
@@ -37,6 +41,11 @@ void PutVarint(std::string* out, uint64_t value) {
 // overlong (a last byte of 0 after others): PutVarint writes each value one way only, so a
 // layout has one encoding and Decode accepts nothing else.
 bool GetVarint(std::string_view* in, uint64_t* value) {
+  if (!in->empty() && static_cast<uint8_t>(in->front()) < 0x80) {  // one byte
+    *value = static_cast<uint8_t>(in->front());
+    in->remove_prefix(1);
+    return true;
+  }
   uint64_t result = 0;
   for (int shift = 0; shift < 64 && !in->empty(); shift += 7) {
     uint8_t byte = static_cast<uint8_t>(in->front());
@@ -50,6 +59,16 @@ bool GetVarint(std::string_view* in, uint64_t* value) {
     }
   }
   return false;
+}
+
+// A signed difference as an unsigned varint value: small magnitudes of either sign stay small.
+uint64_t ZigZag(uint64_t difference) {
+  return (difference << 1) ^ (0 - (difference >> 63));
+}
+
+// The difference ZigZag encoded (modulo 2^64).
+uint64_t UnZigZag(uint64_t value) {
+  return (value >> 1) ^ (0 - (value & 1));
 }
 
 // Reads a varint that must fit 32 bits.
@@ -227,10 +246,9 @@ uint64_t RegionLayout::ComputeFingerprint() const {
     mix(column.base);
     mix(column.width);
   }
-  for (const Fragment& item : items_) {
-    mix(item.offset);
-    mix(item.length);
-  }
+  // One mix per item (the length folded in by an odd multiplier, a bijection): this runs for
+  // every row of a batch.
+  for (const Fragment& item : items_) mix(item.offset ^ (item.length * 0x9e3779b97f4a7c15ull));
   mix(masked_);
   if (masked_) {
     for (size_t i = 0; i < mask_.words().size(); i++) {
@@ -263,12 +281,18 @@ void RegionLayout::EncodeTo(std::string* out) const {
         PutVarint(out, column.width);
       }
       break;
-    case RegionKind::kPointerMapped:
+    case RegionKind::kPointerMapped: {
+      // Each item's offset as its distance from the previous item's end: items that lie back
+      // to back (a batch of rows) take a byte for it.
+      out->reserve(out->size() + 2 * items_.size());
+      uint64_t previous_end = 0;
       for (const Fragment& item : items_) {
-        PutVarint(out, item.offset);
+        PutVarint(out, ZigZag(item.offset - previous_end));
         PutVarint(out, item.length);
+        previous_end = item.offset + item.length;
       }
       break;
+    }
   }
   if (masked_) {
     for (uint64_t word : mask_.words()) {
@@ -319,8 +343,12 @@ Status RegionLayout::DecodeFrom(std::string_view* in, uint64_t max_payload, uint
     case uint8_t(RegionKind::kPointerMapped): {
       if (rows > in->size() / 2) return bad;
       std::vector<Fragment> items(rows);
+      uint64_t previous_end = 0;
       for (Fragment& item : items) {
-        if (!GetVarint(in, &item.offset) || !GetVarint(in, &item.length)) return bad;
+        uint64_t distance = 0;
+        if (!GetVarint(in, &distance) || !GetVarint(in, &item.length)) return bad;
+        item.offset = previous_end + UnZigZag(distance);  // overflows are PointerMapped's to refuse
+        previous_end = item.offset + item.length;
       }
       s = PointerMapped(std::move(items), &layout);
       break;
@@ -374,7 +402,7 @@ bool FragmentCursor::SeekSelected() {
   return true;
 }
 
-bool FragmentCursor::Next(Fragment* fragment) {
+bool FragmentCursor::NextOfAnyLayout(Fragment* fragment) {
   switch (layout_.kind()) {
     case RegionKind::kStrided: {
       const std::vector<Field>& fields = layout_.fields();

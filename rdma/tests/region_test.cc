@@ -1142,20 +1142,49 @@ TEST(RegionEncodingTest, OverlongVarintsAreRefused) {
   ASSERT_EQ(Encode(empty), std::string("\x03\x00\x00", 3));
   std::string_view in("\x03\x00\x80\x00", 4);  // zero rows, written in two bytes
   EXPECT_FALSE(RegionLayout::DecodeFrom(&in, kMax64, kMax64, &decoded).ok());
-  // One item at offset 5 of length 200 (0xc8 0x01), its offset written as 0x85 0x00.
-  in = std::string_view("\x03\x00\x01\x85\x00\xc8\x01", 7);
+  // One item at offset 5 of length 200 (0xc8 0x01). An offset travels as its distance from
+  // the previous item's end, zigzagged: 5 is 0x0a, here written overlong as 0x8a 0x00.
+  in = std::string_view("\x03\x00\x01\x8a\x00\xc8\x01", 7);
   EXPECT_FALSE(RegionLayout::DecodeFrom(&in, kMax64, kMax64, &decoded).ok());
-  in = std::string_view("\x03\x00\x01\x05\xc8\x01", 6);
+  in = std::string_view("\x03\x00\x01\x0a\xc8\x01", 6);
   ASSERT_OK(RegionLayout::DecodeFrom(&in, kMax64, kMax64, &decoded));
   EXPECT_EQ(decoded.items()[0].offset, 5u);
   EXPECT_EQ(decoded.items()[0].length, 200u);
-  // The largest value still decodes: ten bytes, the last one 0x01.
+  // The largest value still decodes: ten bytes, the last one 0x01 (2^63 - 1 zigzags to
+  // 2^64 - 2).
   RegionLayout far;
-  ASSERT_OK(RegionLayout::PointerMapped({{UINT64_MAX - 1, 1}}, &far));
+  ASSERT_OK(RegionLayout::PointerMapped({{INT64_MAX, 1}}, &far));
   std::string encoding = Encode(far);
+  ASSERT_EQ(encoding.size(), 3u + 10 + 1);
+  EXPECT_EQ(encoding[12], '\x01');
   in = encoding;
   ASSERT_OK(RegionLayout::DecodeFrom(&in, kMax64, kMax64, &decoded));
-  EXPECT_EQ(decoded.items()[0].offset, UINT64_MAX - 1);
+  EXPECT_EQ(decoded.items()[0].offset, uint64_t{INT64_MAX});
+}
+
+// Items that lie back to back take a byte for their offset; items before their predecessor's
+// end (a negative distance) and far ones round-trip too.
+TEST(RegionEncodingTest, PointerMappedOffsetsTravelAsDistances) {
+  std::vector<Fragment> rows;
+  uint64_t offset = 1 << 20;
+  for (int i = 0; i < 1000; i++) {
+    rows.push_back(Fragment{offset, 60});
+    offset += 60;
+  }
+  RegionLayout batch, decoded;
+  ASSERT_OK(RegionLayout::PointerMapped(rows, &batch));
+  // Kind, flags, 1000 rows (2 bytes), the first item's distance (2^20, zigzagged 2^21: 4
+  // bytes) and length, then one byte per offset and length.
+  EXPECT_EQ(Encode(batch).size(), 2u + 2 + 4 + 1 + 999 * 2);
+  RegionLayout scattered;
+  ASSERT_OK(RegionLayout::PointerMapped({{500, 10}, {0, 7}, {UINT64_MAX - 3, 3}, {40, 1}, {41, 2}},
+                                        &scattered));
+  std::string encoding = Encode(scattered);
+  std::string_view in = encoding;
+  ASSERT_OK(RegionLayout::DecodeFrom(&in, kMax64, kMax64, &decoded));
+  EXPECT_TRUE(in.empty());
+  EXPECT_EQ(decoded.items(), scattered.items());
+  EXPECT_EQ(decoded.Fingerprint(), scattered.Fingerprint());
 }
 
 // Decode refuses layouts over max_payload or max_fragments, accepts them at the limit, and
