@@ -107,22 +107,23 @@ extern "C" uint64_t ss_shuffle_max_batch(const SsShuffle* shuffle) {
   return shuffle->exchange ? shuffle->exchange->max_batch_bytes() : 0;
 }
 
-extern "C" int ss_shuffle_set_source(SsShuffle* shuffle, void* arena, size_t length, char* error) {
+extern "C" int ss_shuffle_set_source(SsShuffle* shuffle, uint32_t target, void* buffer,
+                                     size_t length, char* error) {
   return Guard(error, [&] {
-    rdma::Status s = shuffle->exchange->SetSource(arena, length);
+    rdma::Status s = shuffle->exchange->SetSourceFor(target, buffer, length);
     return s.ok() ? SS_SHUFFLE_OK : Fail(error, s);
   });
 }
 
-extern "C" int ss_shuffle_stage(SsShuffle* shuffle, uint32_t target, uint64_t base,
-                                const uint32_t* lengths, uint32_t rows, char* error) {
+extern "C" int ss_shuffle_stage(SsShuffle* shuffle, uint32_t target, const uint32_t* lengths,
+                                uint32_t rows, char* error) {
   return Guard(error, [&] {
     if (target >= shuffle->per_peer.size()) {
       SetError(error, "no participant " + std::to_string(target) + " in this shuffle");
       return SS_SHUFFLE_ERROR;
     }
     std::vector<rdma::Fragment> items(rows);
-    uint64_t offset = base;
+    uint64_t offset = 0;
     for (uint32_t i = 0; i < rows; i++) {
       items[i] = rdma::Fragment{offset, lengths[i]};
       offset += lengths[i];

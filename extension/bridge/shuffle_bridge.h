@@ -44,15 +44,19 @@ int			ss_shuffle_connect(SsShuffle *shuffle, uint64_t id, uint32_t self,
 /* The most bytes of encoded rows one batch may hold, for the arena's size. */
 uint64_t	ss_shuffle_max_batch(const SsShuffle *shuffle);
 
-/* Registers the arena that staged rows live in (once; it must stay until the close). */
-int			ss_shuffle_set_source(SsShuffle *shuffle, void *arena, size_t length, char *error);
+/*
+ * Registers the buffer that batches to `target` are staged in, with that peer only (once; it
+ * must stay until the close).
+ */
+int			ss_shuffle_set_source(SsShuffle *shuffle, uint32_t target, void *buffer, size_t length,
+								  char *error);
 
 /*
- * Stages a batch for `target`: `rows` rows lying back to back from `base` of the arena, row i
- * lengths[i] bytes long, as a pointer-mapped region.
+ * Stages a batch for `target`: `rows` rows lying back to back from the start of its buffer,
+ * row i lengths[i] bytes long, as a pointer-mapped region.
  */
-int			ss_shuffle_stage(SsShuffle *shuffle, uint32_t target, uint64_t base,
-							 const uint32_t *lengths, uint32_t rows, char *error);
+int			ss_shuffle_stage(SsShuffle *shuffle, uint32_t target, const uint32_t *lengths,
+							 uint32_t rows, char *error);
 
 /* Sends the staged rows `target` owns (nothing if none): SS_SHUFFLE_OK, _WOULD_BLOCK or _ERROR. */
 int			ss_shuffle_try_send(SsShuffle *shuffle, uint32_t target, char *error);

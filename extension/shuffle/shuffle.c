@@ -44,7 +44,7 @@ PG_FUNCTION_INFO_V1(slipstream_shuffle);
 /* The rows bound for one peer: a batch being filled in the peer's slice of the arena. */
 typedef struct ShufflePeerBatch
 {
-	uint64		base;			/* the slice's offset in the arena */
+	char	   *slice;			/* the peer's part of the arena */
 	uint64		used;			/* bytes of rows in it */
 	uint32		rows;
 	uint32	   *lengths;		/* of each row, the rows lying back to back from base */
@@ -278,7 +278,7 @@ send_batch(ShuffleRun *run, int target)
 
 	if (batch->rows == 0)
 		return;
-	if (ss_shuffle_stage(run->shuffle, (uint32) target, batch->base, batch->lengths, batch->rows,
+	if (ss_shuffle_stage(run->shuffle, (uint32) target, batch->lengths, batch->rows,
 						 run->error) != SS_SHUFFLE_OK)
 		raise_transport_error(run, "staging a batch", SS_SHUFFLE_ERROR);
 	ss_shuffle_counters(run->shuffle, (uint32) target, before);
@@ -308,11 +308,14 @@ count_own_rows(ShuffleRun *run)
 	run->own_rows = 0;
 }
 
-/* What a batch's encoded layout may take beside its rows (a few bytes a row). */
+/*
+ * What a batch's encoded layout may take beside its rows: for each row a byte for its offset
+ * (rows lie back to back) and at most five for its length (rdma's RegionLayout::EncodeTo).
+ */
 static uint64
 header_reserve(uint64 rows)
 {
-	return 64 + rows * 12;
+	return 64 + rows * 6;
 }
 
 /*
@@ -341,7 +344,7 @@ add_row(ShuffleRun *run, const StringInfo encoded, uint32 owner)
 	if (batch->used + encoded->len + header_reserve(batch->rows + 1) > run->batch_limit ||
 		batch->rows == run->max_rows)
 		send_batch(run, (int) owner);
-	memcpy(run->arena + batch->base + batch->used, encoded->data, encoded->len);
+	memcpy(batch->slice + batch->used, encoded->data, encoded->len);
 	batch->lengths[batch->rows++] = (uint32) encoded->len;
 	batch->used += encoded->len;
 }
@@ -717,23 +720,19 @@ slipstream_shuffle(PG_FUNCTION_ARGS)
 		 */
 		run->batch_limit = n > 1 ? ss_shuffle_max_batch(shuffle) : (uint64) run->group->buffer_size;
 		run->max_rows = (uint32) Min(run->batch_limit / 8, (uint64) 1 << 20);
+		/* Each slice is registered with its peer alone: on verbs, pinned once. */
 		if (n > 1)
+			run->arena = MemoryContextAllocHuge(per_query, run->batch_limit * (uint64) (n - 1));
+		for (int target = 0, slice = 0; target < n; target++)
 		{
-			uint64		arena_size = run->batch_limit * (uint64) (n - 1);
-			uint64		base = 0;
+			ShufflePeerBatch *batch = &run->batches[target];
 
-			run->arena = MemoryContextAllocHuge(per_query, arena_size);
-			for (int target = 0; target < n; target++)
-			{
-				if (target == run->group->self)
-					continue;
-				run->batches[target].base = base;
-				run->batches[target].lengths =
-					MemoryContextAllocHuge(per_query, sizeof(uint32) * run->max_rows);
-				base += run->batch_limit;
-			}
-			if (ss_shuffle_set_source(shuffle, run->arena, arena_size, run->error) !=
-				SS_SHUFFLE_OK)
+			if (target == run->group->self)
+				continue;
+			batch->slice = run->arena + run->batch_limit * (uint64) slice++;
+			batch->lengths = MemoryContextAllocHuge(per_query, sizeof(uint32) * run->max_rows);
+			if (ss_shuffle_set_source(shuffle, (uint32) target, batch->slice, run->batch_limit,
+									  run->error) != SS_SHUFFLE_OK)
 				raise_transport_error(run, "registering its batch buffer", SS_SHUFFLE_ERROR);
 		}
 		run_query(run, query, key);

@@ -56,6 +56,7 @@ class ExchangeImpl : public Exchange {
   Status Connect(Listener* listener);
 
   Status SetSource(void* addr, size_t length) override;
+  Status SetSourceFor(uint32_t target, void* addr, size_t length) override;
   Status TrySend(uint32_t target, const RegionLayout& layout, const TransferCosts& costs) override;
   Status TryEnd(uint32_t target) override;
   Status Receive(ExchangeMessage* message, int timeout_ms) override;
@@ -98,8 +99,6 @@ class ExchangeImpl : public Exchange {
   size_t ended_ = 0;
   size_t next_poll_ = 0;
   uint64_t max_batch_bytes_ = 0;
-  char* source_addr_ = nullptr;
-  size_t source_length_ = 0;
 };
 
 // Our last packages get a moment to be placed; then every connection goes down before any
@@ -120,8 +119,6 @@ void ExchangeImpl::DropSource() {
     if (peer.connection && peer.source.addr) peer.connection->FreeRegion(peer.source);
     peer.source = LocalRegion{};
   }
-  source_addr_ = nullptr;
-  source_length_ = 0;
 }
 
 Status ExchangeImpl::OpenChannel(Peer* peer, Clock::time_point deadline) {
@@ -202,9 +199,19 @@ Status ExchangeImpl::SetSource(void* addr, size_t length) {
       return About(j, s);
     }
   }
-  source_addr_ = static_cast<char*>(addr);
-  source_length_ = length;
   return Status::OK();
+}
+
+Status ExchangeImpl::SetSourceFor(uint32_t target, void* addr, size_t length) {
+  if (target >= peers_.size() || target == options_.self) {
+    return Status::InvalidArgument("no peer " + std::to_string(target) + " in this exchange");
+  }
+  if (addr == nullptr || length == 0) return Status::InvalidArgument("empty source buffer");
+  Peer& peer = peers_[target];
+  if (peer.source.addr) peer.connection->FreeRegion(peer.source);
+  peer.source = LocalRegion{};
+  Status s = peer.connection->RegisterLocal(addr, length, &peer.source);
+  return s.ok() ? s : About(target, s);
 }
 
 Status ExchangeImpl::CheckTarget(uint32_t target) const {
@@ -222,7 +229,7 @@ Status ExchangeImpl::TrySend(uint32_t target, const RegionLayout& layout,
                              const TransferCosts& costs) {
   Status s = CheckTarget(target);
   if (!s.ok()) return s;
-  if (source_addr_ == nullptr || layout.extent() > source_length_) {
+  if (peers_[target].source.addr == nullptr || layout.extent() > peers_[target].source.length) {
     return Status::InvalidArgument("the batch's layout leaves the source buffer");
   }
   const Schedule schedule = PlanSchedule(layout, costs);

@@ -23,7 +23,10 @@ namespace slipstream::rdma::exchange_wire {
 constexpr uint32_t kHello = 1, kBatch = 2, kEnd = 3, kDone = 4;
 // What a batch message adds to the layout and the wire image: the three thresholds.
 constexpr uint64_t kBatchTrailer = 12;
-constexpr uint32_t kHelloMagic = 0x58454c53;  // "SLEX"
+// Names the exchange and the version of its batches' encoding, so participants of other
+// builds refuse each other at the hello: "SLX2" since pointer-mapped offsets travel as
+// distances ("SLEX" before).
+constexpr uint32_t kHelloMagic = 0x32584c53;  // "SLX2"
 
 // A hello as it travels (in the host's byte order: participants share a machine type).
 struct Hello {

@@ -246,8 +246,9 @@ uint64_t RegionLayout::ComputeFingerprint() const {
     mix(column.base);
     mix(column.width);
   }
-  // One mix per item (the length folded in by an odd multiplier, a bijection): this runs for
-  // every row of a batch.
+  // One mix per item, the length folded in by an odd multiplier: this runs for every row of a
+  // batch. Some pairs collide (offset ^ length * K alike), which a fingerprint that catches
+  // mistakes rather than adversaries can afford.
   for (const Fragment& item : items_) mix(item.offset ^ (item.length * 0x9e3779b97f4a7c15ull));
   mix(masked_);
   if (masked_) {

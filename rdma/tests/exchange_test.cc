@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "exchange_wire.h"
 #include "slipstream/rdma/region.h"
 #include "slipstream/rdma/schedule.h"
 #include "slipstream/rdma/transport.h"
@@ -926,6 +927,52 @@ TEST_P(ExchangeTest, SetSourceReplacesTheSource) {
   char byte = 0;
   EXPECT_EQ(sender->SetSource(nullptr, 16).code(), Code::kInvalidArgument);
   EXPECT_EQ(sender->SetSource(&byte, 0).code(), Code::kInvalidArgument);
+}
+
+// A hello names the batches' encoding: one from a build that encoded pointer-mapped offsets
+// whole ("SLEX") is refused, so such participants never meet.
+TEST(ExchangeWire, AHelloOfAnotherEncodingIsRefused) {
+  Message m;
+  m.opcode = exchange_wire::kHello;
+  m.data = exchange_wire::EncodeHello(1, 3, 77);
+  uint32_t from = 0;
+  ASSERT_TRUE(exchange_wire::HelloFrom(m, std::nullopt, 3, 77, &from));
+  EXPECT_EQ(from, 1u);
+  const uint32_t older = 0x58454c53;  // "SLEX"
+  std::memcpy(m.data.data(), &older, sizeof(older));
+  EXPECT_FALSE(exchange_wire::HelloFrom(m, std::nullopt, 3, 77));
+}
+
+// SetSourceFor gives each peer a source of its own: a batch to a peer is read from that peer's
+// buffer, a layout beyond it is refused, a peer with none refuses to send, self and unknown
+// targets are refused, and SetSource afterwards replaces them all.
+TEST_P(ExchangeTest, SetSourceForGivesEachPeerItsOwnBuffer) {
+  const std::string backend = GetParam();
+  const TransferCosts costs = TransferCosts::Measured(backend);
+  const std::string to_one = RandomSource(8192, Mix(kSeed ^ 0x50f1));
+  const std::string to_two = RandomSource(4096, Mix(kSeed ^ 0x50f2));
+  std::string one = to_one, two = to_two;  // outlive the exchanges that register them
+  Group group = MakeGroup(backend, 3, SmallChannel(2), kExchangeTimeoutMs);
+  ASSERT_EQ(group.listeners.size(), 3u);
+  Opened opened = OpenAll(&group);
+  for (uint32_t i = 0; i < 3; i++) ASSERT_TRUE(opened.status[i].ok()) << backend << " " << i;
+  Exchange* sender = opened.exchanges[0].get();
+  ASSERT_TRUE(sender->SetSourceFor(1, one.data(), one.size()).ok());
+  EXPECT_EQ(sender->TrySend(2, OneItem(0, 100), costs).code(), Code::kInvalidArgument);
+  ASSERT_TRUE(sender->SetSourceFor(2, two.data(), two.size()).ok());
+  ASSERT_TRUE(sender->TrySend(1, OneItem(5000, 3000), costs).ok());
+  EXPECT_EQ(sender->TrySend(2, OneItem(5000, 100), costs).code(), Code::kInvalidArgument);
+  ASSERT_TRUE(sender->TrySend(2, OneItem(100, 3000), costs).ok());
+  ExpectBatch(opened.exchanges[1].get(), 0, to_one.substr(5000, 3000));
+  ExpectBatch(opened.exchanges[2].get(), 0, to_two.substr(100, 3000));
+  char byte = 0;
+  EXPECT_EQ(sender->SetSourceFor(0, &byte, 1).code(), Code::kInvalidArgument);
+  EXPECT_EQ(sender->SetSourceFor(3, &byte, 1).code(), Code::kInvalidArgument);
+  EXPECT_EQ(sender->SetSourceFor(1, nullptr, 16).code(), Code::kInvalidArgument);
+  // One source for all again: peer 2's sends now read from it.
+  ASSERT_TRUE(sender->SetSource(one.data(), one.size()).ok());
+  ASSERT_TRUE(sender->TrySend(2, OneItem(5000, 3000), costs).ok());
+  ExpectBatch(opened.exchanges[2].get(), 0, to_one.substr(5000, 3000));
 }
 
 // A participant of another exchange (same group, same secret) that connects to a member while

@@ -72,6 +72,10 @@ class Exchange {
   // Registers the caller's buffer that batches are described in, on every connection (it
   // replaces an earlier one); the memory must stay until the next SetSource or the end.
   virtual Status SetSource(void* addr, size_t length) = 0;
+  // Registers a buffer that batches to `target` alone are described in, on that connection
+  // only (it replaces that peer's earlier one): a caller that keeps each peer's rows apart
+  // registers (and, on verbs, pins) each byte once rather than once per peer.
+  virtual Status SetSourceFor(uint32_t target, void* addr, size_t length) = 0;
   // Sends the rows `layout` describes in the source buffer to participant `target` (not self)
   // as one batch, planned for the target's transport with `costs`. WouldBlock, having sent
   // nothing, when the target has no free Receive Buffer; InvalidArgument when the batch does
