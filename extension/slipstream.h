@@ -384,6 +384,15 @@ typedef struct SsAcquisition
 	bool		row_locked;
 	bool		tuple_locked;
 	LOCKMODE	tuple_lock_mode;
+	/*
+	 * An update sets new_row and key_columns (the relation's INDEX_ATTR_BITMAP_KEY): the mode
+	 * is then chosen from the row found under the lock, exclusive only if the update changes
+	 * a key column, and left in mode_chosen. A row version's columns never change, so one
+	 * fetch decides it (heap looks at the page it already holds).
+	 */
+	TupleTableSlot *new_row;
+	Bitmapset  *key_columns;
+	LockTupleMode mode_chosen;
 } SsAcquisition;
 
 /*
@@ -396,6 +405,9 @@ extern TM_Result ss_acquire_row(SsAcquisition *acq, CommandId cid, Snapshot cros
 								TM_FailureData *tmfd, HeapTuple *tuple_out,
 								MultiXactMember **members_out, int *nmembers_out);
 extern void ss_release_acquisition(SsAcquisition *acq);
+/* Whether the new row in `slot` differs from `old_tuple` in any column of `columns`. */
+extern bool ss_columns_changed(Relation rel, const Bitmapset *columns, HeapTuple old_tuple,
+							   TupleTableSlot *slot);
 /* Sets the row's xmax to exactly `members` (one plain xid, or a new MultiXact). */
 extern void ss_set_xmax_members(HeapTupleHeader tuple, MultiXactMember *members, int n);
 extern int	ss_carried_lockers(HeapTupleHeader tuple, MultiXactMember **lockers);

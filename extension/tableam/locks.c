@@ -295,11 +295,19 @@ ss_acquire_row(SsAcquisition *acq, CommandId cid, Snapshot crosscheck, LockTuple
 					nkeep = 0,
 					nconflicts = 0;
 		bool		committed_updater = false;
-		MultiXactStatus ours = status_for_mode(mode, is_update);
+		MultiXactStatus ours;
 
 		LWLockAcquire(acq->row_lock, LW_EXCLUSIVE);
 		acq->row_locked = true;
 		tuple = ss_fetch_row(acq->rel, acq->keyspace, acq->rowid);
+		if (acq->new_row != NULL)
+		{
+			mode = tuple != NULL &&
+				!ss_columns_changed(acq->rel, acq->key_columns, tuple, acq->new_row)
+				? LockTupleNoKeyExclusive : LockTupleExclusive;
+			acq->mode_chosen = mode;
+		}
+		ours = status_for_mode(mode, is_update);
 		if (tuple == NULL)
 		{
 			ss_release_acquisition(acq);

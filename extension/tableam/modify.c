@@ -233,21 +233,15 @@ ss_tuple_delete(Relation rel, ItemPointer tid, CommandId cid, Snapshot snapshot,
 	return TM_Ok;
 }
 
-/*
- * Whether an update changes any column of the relcache's column set `which`: the key columns
- * (INDEX_ATTR_BITMAP_KEY, which foreign keys and unique indexes may reference) or every
- * indexed column (INDEX_ATTR_BITMAP_ALL).
- */
-static bool
-columns_changed(Relation rel, IndexAttrBitmapKind which, HeapTuple old_tuple,
-				TupleTableSlot *slot)
+/* Whether the new row in `slot` differs from `old_tuple` in any column of `columns`. */
+bool
+ss_columns_changed(Relation rel, const Bitmapset *columns, HeapTuple old_tuple,
+				   TupleTableSlot *slot)
 {
-	Bitmapset  *keys = RelationGetIndexAttrBitmap(rel, which);
 	TupleDesc	desc = RelationGetDescr(rel);
 	int			attr = -1;
-	bool		changed = false;
 
-	while (!changed && (attr = bms_next_member(keys, attr)) >= 0)
+	while ((attr = bms_next_member(columns, attr)) >= 0)
 	{
 		AttrNumber	attnum = attr + FirstLowInvalidHeapAttributeNumber;
 		bool		old_null,
@@ -257,20 +251,15 @@ columns_changed(Relation rel, IndexAttrBitmapKind which, HeapTuple old_tuple,
 		Form_pg_attribute att;
 
 		if (attnum <= 0)
-		{
-			changed = true;		/* system columns: be conservative */
-			break;
-		}
+			return true;		/* system columns: be conservative */
 		att = TupleDescAttr(desc, attnum - 1);
 		old_value = heap_getattr(old_tuple, attnum, desc, &old_null);
 		new_value = slot_getattr(slot, attnum, &new_null);
-		if (old_null != new_null)
-			changed = true;
-		else if (!old_null)
-			changed = !datumIsEqual(old_value, new_value, att->attbyval, att->attlen);
+		if (old_null != new_null ||
+			(!old_null && !datumIsEqual(old_value, new_value, att->attbyval, att->attlen)))
+			return true;
 	}
-	bms_free(keys);
-	return changed;
+	return false;
 }
 
 /*
@@ -284,8 +273,9 @@ ss_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot, CommandId 
 				LockTupleMode *lockmode, bool *update_indexes)
 {
 	SsAcquisition acq = {rel, ss_rel_keyspace(rel), ss_tid_to_rowid(otid), *otid};
-	HeapTuple	old_tuple;
+	HeapTuple	old_tuple = NULL;
 	HeapTuple	new_tuple;
+	Bitmapset  *key_columns;
 	MultiXactMember *members = NULL;
 	MultiXactMember *lockers;
 	int			n = 0;
@@ -294,39 +284,39 @@ ss_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot, CommandId 
 	uint64		new_rowid;
 	bool		hot;
 
-	/* Decide the lock strength from the current image (re-checked under the row lock). */
-	old_tuple = ss_fetch_row(rel, acq.keyspace, acq.rowid);
-	*lockmode = (old_tuple == NULL ||
-				 columns_changed(rel, INDEX_ATTR_BITMAP_KEY, old_tuple, slot))
-		? LockTupleExclusive : LockTupleNoKeyExclusive;
+	/*
+	 * The lock strength (exclusive only if a key column changes) is chosen from the row the
+	 * acquisition finds under the row lock: one fetch. The column sets are the relcache's
+	 * copies, taken before any lock.
+	 */
+	key_columns = RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_KEY);
+	acq.new_row = slot;
+	acq.key_columns = key_columns;
+	acq.mode_chosen = LockTupleExclusive;
 	*update_indexes = false;
-	result = ss_acquire_row(&acq, cid, crosscheck, *lockmode, true,
-						 wait ? LockWaitBlock : LockWaitError, tmfd, &old_tuple, &members, &n);
+	result = ss_acquire_row(&acq, cid, crosscheck, LockTupleExclusive, true,
+							wait ? LockWaitBlock : LockWaitError, tmfd, &old_tuple, &members, &n);
+	*lockmode = acq.mode_chosen;
+	bms_free(key_columns);
 	if (result == TM_Invisible)
 		report_invisible("update");
 	if (result != TM_Ok)
 		return result;
-	if (*lockmode == LockTupleNoKeyExclusive &&
-		columns_changed(rel, INDEX_ATTR_BITMAP_KEY, old_tuple, slot))
-	{
-		/* The row changed between our look and the lock: redo with the stronger mode. */
-		ss_release_acquisition(&acq);
-		*lockmode = LockTupleExclusive;
-		result = ss_acquire_row(&acq, cid, crosscheck, *lockmode, true,
-							 wait ? LockWaitBlock : LockWaitError, tmfd, &old_tuple, &members, &n);
-		if (result == TM_Invisible)
-			report_invisible("update");
-		if (result != TM_Ok)
-			return result;
-	}
 	CheckForSerializableConflictIn(rel, otid, ItemPointerGetBlockNumber(otid));
 
 	new_tuple = tuple_to_store(rel, slot, old_tuple);
 	new_rowid = ss_next_rowid(rel, acq.keyspace, 1);
 	prepare_new_tuple(rel, new_tuple, cid, new_rowid);
 	new_tuple->t_data->t_infomask |= HEAP_UPDATED;
-	hot = ss_hot_updates && rel->rd_rel->relhasindex &&
-		!columns_changed(rel, INDEX_ATTR_BITMAP_ALL, old_tuple, slot);
+	if (ss_hot_updates && rel->rd_rel->relhasindex)
+	{
+		Bitmapset  *indexed = RelationGetIndexAttrBitmap(rel, INDEX_ATTR_BITMAP_ALL);
+
+		hot = !ss_columns_changed(rel, indexed, old_tuple, slot);
+		bms_free(indexed);
+	}
+	else
+		hot = false;
 	if (hot)
 	{
 		HeapTupleHeaderSetHotUpdated(old_tuple->t_data);
