@@ -153,6 +153,7 @@ Status EngineImpl::RunCompactionLocked(const Version& v, MergeSource* newer, Mer
   for (auto [seg, leaves] : compaction->kept_segments()) {
     shared_->counters.compaction_leaves_kept += leaves;
   }
+  if (compaction->rebuilt_filter()) shared_->counters.compaction_filters_rebuilt++;
   return InstallCompaction(v, from_l0, replaced_level, *compaction);
 }
 

@@ -315,6 +315,7 @@ Status Compaction::RunKeepingLeaves(MergeSource* newer, const TreeContext& ctx,
     if (!plan.within_budget || plan.blocks > listable) {
       // The inherited bits grew too dense: the filter is built from every key again, which
       // reads the kept leaves (rarely: the load grows by the share of keys added).
+      rebuilt_filter_ = true;
       filter.clear();
       for (DevPtr where : kept_leaves_) {
         NodeView leaf;

@@ -89,6 +89,8 @@ class Compaction : private SegmentSink {
   // Index segments of the destination's tree whose leaves the output keeps (it takes them
   // over when it is installed), with how many of them each holds.
   const std::map<uint32_t, uint32_t>& kept_segments() const { return builder_.kept_segments(); }
+  // Whether the output kept leaves but built its bloom filter from every key again.
+  bool rebuilt_filter() const { return rebuilt_filter_; }
   const CompactionSpec& spec() const { return spec_; }
   const LevelDesc& output() const { return output_; }
   // Medium-log segments the output's pointers use (sealed when it is installed).
@@ -128,6 +130,7 @@ class Compaction : private SegmentSink {
   TreeBuilder builder_;
   LevelDesc merged_{};               // statistics of the destination's leaves merged
   std::vector<DevPtr> kept_leaves_;  // and the leaves kept
+  bool rebuilt_filter_ = false;
   LevelDesc output_{};
   std::vector<uint32_t> medium_segments_;
   std::unordered_map<uint32_t, SegmentKind> segment_kinds_;  // of the segments it allocated

@@ -28,6 +28,9 @@ struct Stats {
   uint64_t compactions = 0;
   uint64_t compaction_bytes_written = 0;
   uint64_t compaction_leaves_kept = 0;  // leaves compactions kept instead of rewriting them
+  // compactions that kept leaves but built the bloom filter again from every key, reading the
+  // kept leaves, because the inherited filter would have grown too dense
+  uint64_t compaction_filters_rebuilt = 0;
   uint64_t gc_runs = 0;
   uint64_t gc_bytes_relocated = 0;
   uint64_t gc_reclaimed_bytes = 0;
