@@ -47,7 +47,7 @@ typedef struct ShufflePeerBatch
 	char	   *slice;			/* the peer's part of the arena */
 	uint64		used;			/* bytes of rows in it */
 	uint32		rows;
-	uint32	   *lengths;		/* of each row, the rows lying back to back from base */
+	uint32	   *lengths;		/* of each row, the rows lying back to back from the start */
 } ShufflePeerBatch;
 
 typedef struct ShuffleRun
