@@ -270,8 +270,8 @@ for round in $(seq 1 "$rounds"); do
   bad=$(sql "$leader" -c "SELECT count(*) FROM slipstream.verify('ledger') WHERE NOT ok")
   if [ "$missing" != 0 ] || [ "$half" != 0 ] || [ "$bad" != 0 ]; then
     echo "round $round: ${nodes[$killed]} killed, ${nodes[$leader]} took over: $(wc -l <"$work/acked.sorted") acknowledged, $missing missing, $half half-visible, verify failures $bad" >&2
-    comm -23 "$work/acked.sorted" "$work/ledger" | head -5 >&2
-    comm -3 "$work/ledger" "$work/audit" | head -5 >&2
+    comm -23 "$work/acked.sorted" "$work/ledger" | sed -n 1,5p >&2
+    comm -3 "$work/ledger" "$work/audit" | sed -n 1,5p >&2
     echo "patroni failover test FAILED" >&2
     exit 1
   fi

@@ -157,6 +157,24 @@ preparer() {
   done
 }
 
+# After a failed check, what CI's log needs to tell the cause: what the killed primary $1
+# reported of its backups, and what every node logged of replication, recovery and promotion.
+report_failure() {
+  local killed=$1 new=$2
+  echo "--- n$killed's slipstream.replication just before it was killed:" >&2
+  cat "$scratch/replication.before-kill" >&2
+  for n in 0 1 2; do
+    local role=backup
+    [ "$n" = "$killed" ] && role="killed primary"
+    [ "$n" = "$new" ] && role="new primary"
+    echo "--- n$n ($role), the last of its server log:" >&2
+    grep -E "slipstream|redo|promot|recovery|invalid record|checksum|timeline|FATAL|PANIC|ERROR" \
+      "${nodes[$n]}/server.log" | grep -v "terminating connection" | tail -40 >&2 || true
+  done
+  echo "--- n$new's pg_wal:" >&2
+  ls -l "${nodes[$new]}/data/pg_wal" >&2 || true
+}
+
 # The first primary: n0, with two fresh backups.
 "$pg" init "${nodes[0]}" "$(port_of 0)" "slipstream.min_sync_backups = 2" \
   "slipstream.backup_timeout = 2s" "wal_keep_size = 256MB" "max_prepared_transactions = 8" >/dev/null
@@ -255,6 +273,8 @@ for round in $(seq 1 "$rounds"); do
     placed=$(sql "$primary" -c "SELECT coalesce(sum(backend_placements), 0) FROM slipstream.replication" 2>/dev/null || echo 0)
     backend_placed=$((backend_placed + ${placed:-0}))
   fi
+  # What the primary reported of its backups just before the kill, for a failure's report.
+  sql "$primary" -c "SELECT * FROM slipstream.replication" >"$scratch/replication.before-kill" 2>&1 || true
   "$pg" kill "${nodes[$primary]}" 2>/dev/null
   for p in "${pids[@]}"; do wait "$p" || true; done
   for c in $(seq 1 "$clients"); do sed -n 's/^ACK //p' "$scratch/client$c.out" >>"$acked"; done
@@ -305,9 +325,11 @@ for round in $(seq 1 "$rounds"); do
   fi
   echo "round $round: n$primary killed, n$new took over: $(wc -l <"$scratch/acked.sorted") acknowledged, $missing missing, $half half-visible, verify failures $bad, $(wc -l <"$scratch/prepared") still prepared, $lost_prepared prepared lost"
   if [ "$missing" != 0 ] || [ "$half" != 0 ] || [ "$bad" != 0 ] || [ "$lost_prepared" != 0 ]; then
-    comm -23 "$scratch/acked.sorted" "$scratch/ledger" | head -5 >&2
-    comm -3 "$scratch/ledger" "$scratch/audit" | head -5 >&2
-    echo "takeover test FAILED" >&2
+    # sed, not head: head leaves comm writing into a closed pipe, which pipefail turns into exit 141.
+    comm -23 "$scratch/acked.sorted" "$scratch/ledger" | sed -n 1,5p >&2
+    comm -3 "$scratch/ledger" "$scratch/audit" | sed -n 1,5p >&2
+    report_failure "$primary" "$new"
+    echo "takeover test FAILED in round $round" >&2
     exit 1
   fi
   # The transaction manager's part: what is still prepared is committed on the new primary.
