@@ -62,7 +62,6 @@ typedef struct ShuffleRun
 	Tuplestorestate *store;
 	TupleDesc	result_desc;
 	MemoryContext batch_context;
-	char	   *arena;			/* a slice of batch_limit bytes per peer */
 	uint64		batch_limit;	/* the most bytes a batch, and so a row, may take */
 	uint32		max_rows;		/* the most rows a batch may hold */
 	ShufflePeerBatch batches[SS_SHUFFLE_MAX_NODES];
@@ -267,6 +266,28 @@ check_stall(ShuffleRun *run, const char *what)
 						 run->group->name)));
 }
 
+/* A step of the transport that may find `target`'s buffers full: tried again until done. */
+typedef int (*ShuffleStep) (SsShuffle *shuffle, uint32_t target, char *error);
+
+/*
+ * Runs `step` for `target` until it no longer would block, taking the other nodes' rows
+ * meanwhile (they may be what frees our peer's buffers); raises its failure, naming `what`.
+ */
+static void
+retry_while_full(ShuffleRun *run, ShuffleStep step, int target, const char *what)
+{
+	int			rc;
+
+	while ((rc = step(run->shuffle, (uint32) target, run->error)) == SS_SHUFFLE_WOULD_BLOCK)
+	{
+		if (!drain(run, 1))
+			check_stall(run, what);
+		check_interrupts();
+	}
+	if (rc != SS_SHUFFLE_OK)
+		raise_transport_error(run, what, rc);
+}
+
 /* Sends the rows of `target`'s batch: its slice of the arena, as a region. */
 static void
 send_batch(ShuffleRun *run, int target)
@@ -274,7 +295,6 @@ send_batch(ShuffleRun *run, int target)
 	ShufflePeerBatch *batch = &run->batches[target];
 	uint64		before[6];
 	uint64		after[6];
-	int			rc;
 
 	if (batch->rows == 0)
 		return;
@@ -282,15 +302,7 @@ send_batch(ShuffleRun *run, int target)
 						 run->error) != SS_SHUFFLE_OK)
 		raise_transport_error(run, "staging a batch", SS_SHUFFLE_ERROR);
 	ss_shuffle_counters(run->shuffle, (uint32) target, before);
-	while ((rc = ss_shuffle_try_send(run->shuffle, (uint32) target, run->error)) ==
-		   SS_SHUFFLE_WOULD_BLOCK)
-	{
-		if (!drain(run, 1))
-			check_stall(run, "sending");
-		check_interrupts();
-	}
-	if (rc != SS_SHUFFLE_OK)
-		raise_transport_error(run, "sending", rc);
+	retry_while_full(run, ss_shuffle_try_send, target, "sending");
 	run->last_progress = GetCurrentTimestamp();
 	ss_shuffle_counters(run->shuffle, (uint32) target, after);
 	ss_registry_count(run->slot, target, batch->rows, after[1] - before[1], 0, 0);
@@ -590,19 +602,8 @@ finish(ShuffleRun *run)
 	ss_registry_state(run->slot, "draining");
 	for (int target = 0; target < n; target++)
 	{
-		int			rc;
-
-		if (target == run->group->self)
-			continue;
-		while ((rc = ss_shuffle_try_end(run->shuffle, (uint32) target, run->error)) ==
-			   SS_SHUFFLE_WOULD_BLOCK)
-		{
-			if (!drain(run, 1))
-				check_stall(run, "ending");
-			check_interrupts();
-		}
-		if (rc != SS_SHUFFLE_OK)
-			raise_transport_error(run, "ending its streams", rc);
+		if (target != run->group->self)
+			retry_while_full(run, ss_shuffle_try_end, target, "ending its streams");
 	}
 	while (!ss_shuffle_all_ended(run->shuffle))
 	{
@@ -689,6 +690,7 @@ slipstream_shuffle(PG_FUNCTION_ARGS)
 	{
 		int			n = run->group->nodes;
 		const char **addresses = palloc0(sizeof(char *) * n);
+		char	   *arena;		/* a slice of batch_limit bytes per peer */
 		int			rc;
 
 		slot = ss_registry_enter(run->id, run->sequence, port, run->group->name, n,
@@ -721,15 +723,14 @@ slipstream_shuffle(PG_FUNCTION_ARGS)
 		run->batch_limit = n > 1 ? ss_shuffle_max_batch(shuffle) : (uint64) run->group->buffer_size;
 		run->max_rows = (uint32) Min(run->batch_limit / 8, (uint64) 1 << 20);
 		/* Each slice is registered with its peer alone: on verbs, pinned once. */
-		if (n > 1)
-			run->arena = MemoryContextAllocHuge(per_query, run->batch_limit * (uint64) (n - 1));
+		arena = n > 1 ? MemoryContextAllocHuge(per_query, run->batch_limit * (uint64) (n - 1)) : NULL;
 		for (int target = 0, slice = 0; target < n; target++)
 		{
 			ShufflePeerBatch *batch = &run->batches[target];
 
 			if (target == run->group->self)
 				continue;
-			batch->slice = run->arena + run->batch_limit * (uint64) slice++;
+			batch->slice = arena + run->batch_limit * (uint64) slice++;
 			batch->lengths = MemoryContextAllocHuge(per_query, sizeof(uint32) * run->max_rows);
 			if (ss_shuffle_set_source(shuffle, (uint32) target, batch->slice, run->batch_limit,
 									  run->error) != SS_SHUFFLE_OK)
