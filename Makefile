@@ -77,6 +77,7 @@ test-sanitize: sanitize-build
 # contention and crash tests, the replication kill tests (a primary and a backup, tcp and shm,
 # 16 rounds; a backup killed under load; a seeded streaming standby; takeovers after SIGKILL
 # of the primary with two backups, 22 rounds over tcp, shm (by scripts/failover.sh), remote_flush and deferred replay,
+# a promotion of a backup whose replay was paused while the load arrived,
 # and 28 with Send-Index backups over tcp and shm, compacting all along, remote_flush too; a
 # Send-Index backup through DDL, refused reads and a promotion compared table by table;
 # Patroni's failover after a SIGKILL of the leader, 3 rounds with streaming replicas and 3 with
@@ -101,6 +102,7 @@ test-pg: install
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-tcp 55700 8 tcp remote_memory
 	TAKEOVER_BY=script tests/pg_takeover_test.sh /tmp/slipstream-takeover-shm 55720 6 shm remote_memory
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-deferred 55760 4 shm remote_memory deferred
+	tests/pg_promote_catch_up_test.sh /tmp/slipstream-promote-catch-up 55880
 	tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3
 	tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3 tailwind
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-flush 55740 4 tcp remote_flush

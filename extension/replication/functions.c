@@ -534,17 +534,24 @@ slipstream_backup_buffers(PG_FUNCTION_ARGS)
  * promote(wait_seconds): takes over on a backup whose primary is dead. Fences the primary
  * first (the backup stops serving: every primary connection is closed and its regions revoked,
  * so a zombie primary cannot write any more, and the valid prefix of every open buffer is
- * written into pg_wal), then promotes: the startup process replays all of pg_wal before
- * recovery ends, and the engine goes on as a primary's (docs/replication.md, "Failures").
- * Returns the WAL position recovery ended at.
+ * written into pg_wal), then lets replay catch up with all of pg_wal (catch_up.c says why a
+ * promotion must wait for it), then promotes, and checks that recovery ended no earlier. The
+ * engine goes on as a primary's (docs/replication.md, "Failures"). Returns the WAL position
+ * recovery ended at.
  */
 Datum
 slipstream_promote(PG_FUNCTION_ARGS)
 {
 	int			wait_seconds = PG_ARGISNULL(0) ? 60 : PG_GETARG_INT32(0);
+	TimestampTz deadline;
 	uint32		generation;
 	bool		promoted;
 	bool		served;
+	TimeLineID	tli;
+	XLogRecPtr	replayed;
+	XLogRecPtr	held_end;
+	XLogRecPtr	ended;
+	long		left_ms;
 
 	ss_require_admin("promote a backup");
 	if (wait_seconds <= 0 || wait_seconds > 86400)
@@ -564,6 +571,7 @@ slipstream_promote(PG_FUNCTION_ARGS)
 				 errmsg("this backup has not yet imported levels that its WAL covers"),
 				 errhint("It can take over once it has installed two L0 compactions of its "
 						 "primary after it was seeded; see slipstream.index_import.")));
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), (int64) wait_seconds * 1000);
 
 	/* 1. Fence: stop serving, and wait until the backup worker has persisted and closed all. */
 	generation = request_stop_serving(&served);
@@ -575,13 +583,38 @@ slipstream_promote(PG_FUNCTION_ARGS)
 				 errhint("Check that the slipstream backup worker runs (server log); the "
 						 "node was not promoted.")));
 
-	/* 2. Promote: replay reaches the end of pg_wal, then recovery ends. */
+	/* 2. Catch up: nothing writes into pg_wal any more; replay reaches its end. */
+	replayed = GetXLogReplayRecPtr(&tli);
+	held_end = ss_pg_wal_valid_end(replayed, tli);
+	if (!ss_wait_replay_reaches(held_end, deadline))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("replay reached %X/%X, not the end of the WAL this backup holds at "
+						"%X/%X, within %d seconds",
+						LSN_FORMAT_ARGS(GetXLogReplayRecPtr(NULL)), LSN_FORMAT_ARGS(held_end),
+						wait_seconds),
+				 errhint("The node was fenced but not promoted; call slipstream.promote() "
+						 "again with a longer wait.")));
+
+	/* 3. Promote: recovery ends at the end of pg_wal. */
+	left_ms = Max(TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline), 1000);
 	promoted = DatumGetBool(DirectFunctionCall2(pg_promote, BoolGetDatum(true),
-												Int32GetDatum(wait_seconds)));
+												Int32GetDatum((int32) ((left_ms + 999) / 1000))));
 	if (!promoted)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the promotion did not finish within %d seconds", wait_seconds),
 				 errhint("It may still finish: check pg_is_in_recovery() and the server log.")));
-	PG_RETURN_LSN(GetXLogInsertRecPtr());
+
+	/* 4. Check: had recovery ended before the WAL this backup held, commits would be lost. */
+	ended = ss_recovery_end_on(tli);
+	if (ended != InvalidXLogRecPtr && ended < held_end)
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("recovery ended at %X/%X, before the end of the WAL this backup held at "
+						"%X/%X", LSN_FORMAT_ARGS(ended), LSN_FORMAT_ARGS(held_end)),
+				 errdetail("The node is promoted, but commits acknowledged after %X/%X are "
+						   "missing on it.", LSN_FORMAT_ARGS(ended)),
+				 errhint("Promote another backup if one holds them; report this as a bug.")));
+	PG_RETURN_LSN(ended != InvalidXLogRecPtr ? ended : GetXLogInsertRecPtr());
 }
