@@ -15,7 +15,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "access/timeline.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
 #include "access/xlogreader.h"
@@ -39,7 +38,8 @@ typedef struct PgWalPages
 
 /*
  * The reader's page_read callback: a whole page of pg_wal, or -1 where the segment file is
- * missing or ends (the end of the WAL this node holds).
+ * missing or ends (the end of the WAL this node holds). Any other failure to read is an ERROR:
+ * taken for the end, it would promote without WAL the node holds.
  */
 static int
 read_pg_wal_page(XLogReaderState *reader, XLogRecPtr page, int wanted, XLogRecPtr record,
@@ -47,9 +47,11 @@ read_pg_wal_page(XLogReaderState *reader, XLogRecPtr page, int wanted, XLogRecPt
 {
 	PgWalPages *pages = (PgWalPages *) reader->private_data;
 	XLogSegNo	segno;
+	char		path[MAXPGPATH];
 	ssize_t		n;
 
 	XLByteToSeg(page, segno, wal_segment_size);
+	XLogFilePath(path, pages->tli, segno, wal_segment_size);
 	if (pages->fd >= 0 && pages->segno != segno)
 	{
 		CloseTransientFile(pages->fd);
@@ -57,21 +59,28 @@ read_pg_wal_page(XLogReaderState *reader, XLogRecPtr page, int wanted, XLogRecPt
 	}
 	if (pages->fd < 0)
 	{
-		char		path[MAXPGPATH];
-
-		XLogFilePath(path, pages->tli, segno, wal_segment_size);
 		pages->fd = OpenTransientFile(path, O_RDONLY | PG_BINARY);
-		if (pages->fd < 0)
+		if (pages->fd < 0 && errno == ENOENT)
 			return -1;
+		if (pages->fd < 0)
+			ereport(ERROR,
+					(errcode_for_file_access(),
+					 errmsg("could not open WAL segment \"%s\": %m", path)));
 		pages->segno = segno;
 	}
 	n = pg_pread(pages->fd, buffer, XLOG_BLCKSZ, XLogSegmentOffset(page, wal_segment_size));
+	if (n < 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not read WAL segment \"%s\": %m", path)));
 	return n == XLOG_BLCKSZ ? XLOG_BLCKSZ : -1;
 }
 
 /*
  * The end of the last complete, valid record of timeline `tli` in pg_wal at or after `from`
  * (`from` itself when there is none): how far replay can get with the WAL this node holds.
+ * Pages are checked as the startup process checks them: this cluster's system identifier, and
+ * this timeline only.
  */
 XLogRecPtr
 ss_pg_wal_valid_end(XLogRecPtr from, TimeLineID tli)
@@ -89,11 +98,11 @@ ss_pg_wal_valid_end(XLogRecPtr from, TimeLineID tli)
 		ereport(ERROR,
 				(errcode(ERRCODE_OUT_OF_MEMORY),
 				 errmsg("out of memory while reading pg_wal")));
+	reader->system_identifier = GetSystemIdentifier();
 	first = XLogFindNextRecord(reader, from);
 	if (first != InvalidXLogRecPtr)
 	{
-		XLogBeginRead(reader, first);
-		while (XLogReadRecord(reader, &error) != NULL)
+		while (XLogReadRecord(reader, &error) != NULL && reader->latestPageTLI == tli)
 		{
 			end = reader->EndRecPtr;
 			if (++records % 4096 == 0)
@@ -128,19 +137,4 @@ ss_wait_replay_reaches(XLogRecPtr target, TimestampTz deadline)
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
-}
-
-/*
- * Where recovery ended on timeline `old_tli` before this node switched to its current one
- * (the switch point its promotion wrote into the history file); InvalidXLogRecPtr if it has not
- * left `old_tli`.
- */
-XLogRecPtr
-ss_recovery_end_on(TimeLineID old_tli)
-{
-	TimeLineID	current = GetWALInsertionTimeLine();
-
-	if (current == old_tli)
-		return InvalidXLogRecPtr;
-	return tliSwitchPoint(old_tli, readTimeLineHistory(current), NULL);
 }

@@ -535,9 +535,8 @@ slipstream_backup_buffers(PG_FUNCTION_ARGS)
  * first (the backup stops serving: every primary connection is closed and its regions revoked,
  * so a zombie primary cannot write any more, and the valid prefix of every open buffer is
  * written into pg_wal), then lets replay catch up with all of pg_wal (catch_up.c says why a
- * promotion must wait for it), then promotes, and checks that recovery ended no earlier. The
- * engine goes on as a primary's (docs/replication.md, "Failures"). Returns the WAL position
- * recovery ended at.
+ * promotion must wait for it), then promotes. The engine goes on as a primary's
+ * (docs/replication.md, "Failures"). Returns the WAL position recovery ended at.
  */
 Datum
 slipstream_promote(PG_FUNCTION_ARGS)
@@ -550,7 +549,6 @@ slipstream_promote(PG_FUNCTION_ARGS)
 	TimeLineID	tli;
 	XLogRecPtr	replayed;
 	XLogRecPtr	held_end;
-	XLogRecPtr	ended;
 	long		left_ms;
 
 	ss_require_admin("promote a backup");
@@ -606,15 +604,6 @@ slipstream_promote(PG_FUNCTION_ARGS)
 				 errmsg("the promotion did not finish within %d seconds", wait_seconds),
 				 errhint("It may still finish: check pg_is_in_recovery() and the server log.")));
 
-	/* 4. Check: had recovery ended before the WAL this backup held, commits would be lost. */
-	ended = ss_recovery_end_on(tli);
-	if (ended != InvalidXLogRecPtr && ended < held_end)
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("recovery ended at %X/%X, before the end of the WAL this backup held at "
-						"%X/%X", LSN_FORMAT_ARGS(ended), LSN_FORMAT_ARGS(held_end)),
-				 errdetail("The node is promoted, but commits acknowledged after %X/%X are "
-						   "missing on it.", LSN_FORMAT_ARGS(ended)),
-				 errhint("Promote another backup if one holds them; report this as a bug.")));
-	PG_RETURN_LSN(ended != InvalidXLogRecPtr ? ended : GetXLogInsertRecPtr());
+	/* Replay went no further after the promotion: this is where recovery ended. */
+	PG_RETURN_LSN(GetXLogReplayRecPtr(NULL));
 }
