@@ -17,8 +17,13 @@
 # with values of 20 B, 300 B and 1500 B (the engine's small, medium and large classes for a
 # row; 1500 B stays below PostgreSQL's TOAST threshold, so both tables store it in the row).
 #
+# With --rounds=N (N > 1) workloads A-F run N times each, the table that goes first alternating
+# (heap first in odd rounds, slipstream first in even ones), so that neither always runs on the
+# machine the other has just warmed or loaded; a line per round, then the workload's line with
+# the mean tps of the rounds and the ratio of the means. Load runs once (it fills the tables).
+#
 #   bench/ycsb_pg.sh [--mixes=SD,...|all] [--workloads=load,a,...] [--records=N]
-#                    [--seconds=S] [--clients=C] [--scratch=DIR] [--port=P]
+#                    [--seconds=S] [--clients=C] [--rounds=N] [--scratch=DIR] [--port=P]
 # Needs the extension installed (make install); `make bench-pg` does both.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,6 +32,7 @@ workloads=load,a,b,c,d,e,f
 records=100000
 seconds=15
 clients=2
+rounds=1
 scratch=${SLIPSTREAM_SCRATCH:-/tmp/slipstream-ycsb}
 port=55470
 for arg in "$@"; do
@@ -36,12 +42,14 @@ for arg in "$@"; do
     --records=*) records=${arg#*=} ;;
     --seconds=*) seconds=${arg#*=} ;;
     --clients=*) clients=${arg#*=} ;;
+    --rounds=*) rounds=${arg#*=} ;;
     --scratch=*) scratch=${arg#*=} ;;
     --port=*) port=${arg#*=} ;;
     *) echo "unknown argument $arg (see the header of $0)" >&2; exit 2 ;;
   esac
 done
 [ "$mixes" = all ] && mixes=S,M,L,SD,MD,LD
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "--rounds is a positive number, not $rounds" >&2; exit 2; }
 cluster="$scratch/cluster"
 pg="$root/scripts/pg_cluster.sh"
 pgbench=/usr/lib/postgresql/15/bin/pgbench
@@ -150,6 +158,16 @@ echo "== private PostgreSQL 15 cluster in $cluster (port $port); $records record
 trap '"$pg" stop "$cluster" >/dev/null 2>&1 || true' EXIT
 psql_c -c "CREATE EXTENSION slipstream"
 
+# One line of the table: label, heap tps, slipstream tps, heap and slipstream percentiles.
+print_line() {
+  local h50 h95 h99 s50 s95 s99
+  read -r h50 h95 h99 <<<"$4"
+  read -r s50 s95 s99 <<<"$5"
+  printf '%-4s %-5s %12s %12s %6.2fx | %8s %8s %8s | %8s %8s %8s\n' "$mix" "$1" "$2" "$3" \
+    "$(awk -v a="$3" -v b="$2" 'BEGIN { print (b > 0 ? a / b : 0) }')" \
+    "$h50" "$h95" "$h99" "$s50" "$s95" "$s99"
+}
+
 printf '\n%-4s %-5s %12s %12s %7s | %-26s | %-26s\n' mix wkld "heap tps" "slip tps" ratio \
   "heap p50/p95/p99 ms" "slipstream p50/p95/p99 ms"
 failed=0
@@ -171,15 +189,29 @@ for mix in ${mixes//,/ }; do
       done
       loaded=1
     fi
-    read -r h_tps h50 h95 h99 < <(run_one ut_heap "$w")
-    read -r s_tps s50 s95 s99 < <(run_one ut_slipstream "$w")
+    n=$rounds
+    [ "$w" = load ] && n=1
+    h_sum=0
+    s_sum=0
+    for round in $(seq 1 "$n"); do
+      if [ $((round % 2)) = 1 ]; then
+        read -r h_tps h50 h95 h99 < <(run_one ut_heap "$w")
+        read -r s_tps s50 s95 s99 < <(run_one ut_slipstream "$w")
+      else
+        read -r s_tps s50 s95 s99 < <(run_one ut_slipstream "$w")
+        read -r h_tps h50 h95 h99 < <(run_one ut_heap "$w")
+      fi
+      h_sum=$((h_sum + h_tps))
+      s_sum=$((s_sum + s_tps))
+      label=$w
+      [ "$n" -gt 1 ] && label="$w/$round"
+      print_line "$label" "$h_tps" "$s_tps" "$h50 $h95 $h99" "$s50 $s95 $s99"
+    done
     if [ "$w" = load ]; then
       loaded=1
       psql_c -c "VACUUM ANALYZE ut_heap" -c "VACUUM ANALYZE ut_slipstream"
     fi
-    printf '%-4s %-5s %12s %12s %6.2fx | %8s %8s %8s | %8s %8s %8s\n' "$mix" "$w" "$h_tps" "$s_tps" \
-      "$(awk -v a="$s_tps" -v b="$h_tps" 'BEGIN { print (b > 0 ? a / b : 0) }')" \
-      "$h50" "$h95" "$h99" "$s50" "$s95" "$s99"
+    if [ "$n" -gt 1 ]; then print_line "$w" $((h_sum / n)) $((s_sum / n)) "- - -" "- - -"; fi
   done
   bad=$(psql_c -c "SELECT count(*) FROM slipstream.verify('ut_slipstream') WHERE NOT ok")
   rows_h=$(psql_c -c "SELECT count(*) FROM ut_heap")
