@@ -188,9 +188,14 @@ pre_promote() {
     sleep 0.05
   done
   log "fenced: stopped serving (it served: $out) in $(elapsed) s"
-  # 3. Replay up to the end of pg_wal (the promotion would replay it too; this makes sure it
-  # can, and keeps the promotion itself short). A reload wakes the startup process.
+  # 3. Replay up to the end of pg_wal before Patroni promotes: a startup process told to promote
+  # while paused in its wait for WAL, or holding an error its read-ahead met at the end of
+  # pg_wal earlier, ends recovery there without reading what arrived since
+  # (docs/replication.md, "Why a promotion waits for replay first"). Any pause ends here, as a
+  # promotion would end it; a reload wakes the startup process.
   end=$(wal_end)
+  lsql -c "SELECT pg_wal_replay_resume() WHERE pg_get_wal_replay_pause_state() <> 'not paused'" \
+    >/dev/null 2>&1
   lsql -c "SELECT pg_reload_conf()" >/dev/null 2>&1
   local woken=$SECONDS
   stable=0
