@@ -359,7 +359,9 @@ Status RegionLayout::DecodeFrom(std::string_view* in, uint64_t max_payload, uint
   }
   if (!s.ok()) return Status::InvalidArgument("malformed region layout: " + s.message());
   if (flags & kMaskedFlag) {
-    const uint64_t words = (rows + 63) / 64;
+    // Not (rows + 63) / 64: near 2^64 rows that wraps to no words at all, and a cursor would
+    // read a mask word that does not exist.
+    const uint64_t words = rows / 64 + (rows % 64 != 0);
     if (words > in->size() / 8) return bad;
     RowMask mask(rows);
     for (uint64_t i = 0; i < words; i++) {

@@ -1162,6 +1162,24 @@ TEST(RegionEncodingTest, OverlongVarintsAreRefused) {
   EXPECT_EQ(decoded.items()[0].offset, uint64_t{INT64_MAX});
 }
 
+// A masked layout of nearly 2^64 rows needs nearly 2^58 mask words, which no input holds: it is
+// refused, not taken with a mask of no words (found by fuzzing the exchange's batches).
+TEST(RegionEncodingTest, AMaskTooLargeForTheInputIsRefused) {
+  RegionLayout decoded;
+  // Bitmapped, masked, 2^64 - 54 rows (a ten-byte varint), one column (base 0, width 1), and
+  // no mask words.
+  std::string_view in("\x02\x01\xca\xff\xff\xff\xff\xff\xff\xff\xff\x01\x01\x00\x01", 15);
+  EXPECT_FALSE(RegionLayout::DecodeFrom(&in, kMax64, kMax64, &decoded).ok());
+  // The same with 65 rows and its two mask words decodes, one row selected.
+  std::string two_words("\x02\x01\x41\x01\x00\x01", 6);
+  two_words += std::string("\x00\x00\x00\x00\x00\x00\x00\x00", 8);
+  two_words += std::string("\x01\x00\x00\x00\x00\x00\x00\x00", 8);
+  in = two_words;
+  ASSERT_OK(RegionLayout::DecodeFrom(&in, kMax64, kMax64, &decoded));
+  EXPECT_EQ(decoded.rows(), 65u);
+  EXPECT_EQ(decoded.selected_rows(), 1u);
+}
+
 // Items that lie back to back take a byte for their offset; items before their predecessor's
 // end (a negative distance) and far ones round-trip too.
 TEST(RegionEncodingTest, PointerMappedOffsetsTravelAsDistances) {

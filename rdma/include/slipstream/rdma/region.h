@@ -49,7 +49,7 @@ struct Column {
 class RowMask {
  public:
   RowMask() = default;
-  explicit RowMask(uint64_t rows) : rows_(rows), words_((rows + 63) / 64, 0) {}
+  explicit RowMask(uint64_t rows) : rows_(rows), words_(rows / 64 + (rows % 64 != 0), 0) {}
   // Selects `row`; a row past rows() is ignored (a mask never reaches outside its layout).
   void Set(uint64_t row) {
     if (row < rows_) words_[row / 64] |= uint64_t{1} << (row % 64);
