@@ -114,7 +114,12 @@ COMMENT ON FUNCTION index_import_status() IS 'on a backup that imports its prima
 CREATE FUNCTION promote(wait_seconds integer DEFAULT 60)
 RETURNS pg_lsn
 AS 'MODULE_PATHNAME', 'slipstream_promote' LANGUAGE C VOLATILE;
-COMMENT ON FUNCTION promote(integer) IS 'takes over on a backup: fences the primary (stops serving, open buffers into pg_wal), then promotes';
+COMMENT ON FUNCTION promote(integer) IS 'takes over on a backup: fences the primary (stops serving, open buffers into pg_wal), lets replay reach the end of pg_wal, then promotes';
+
+CREATE FUNCTION catch_up(wait_seconds integer DEFAULT 60)
+RETURNS pg_lsn
+AS 'MODULE_PATHNAME', 'slipstream_catch_up' LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION catch_up(integer) IS 'on a standby: lets replay reach the end of the valid WAL in pg_wal (ending any pause); call it before pg_promote()';
 
 CREATE FUNCTION seed_snapshot()
 RETURNS TABLE(tag bigint, key bytea, value bytea)
@@ -189,7 +194,7 @@ BEGIN
   FOREACH f IN ARRAY ARRAY['serve_backup(text, text, integer, text)', 'stop_serving()',
                            'add_backup(text, text, text, text, text, boolean)', 'drop_backup(text)',
                            'replication_status()', 'backup_buffer_status()', 'backup_status()', 'index_import_status()',
-                           'seed_snapshot()', 'promote(integer)',
+                           'seed_snapshot()', 'promote(integer)', 'catch_up(integer)',
                            'create_peer_group(text, text[], integer, text, text, integer, text)',
                            'drop_peer_group(text)', 'shuffle_on_group(text, text, integer)'] LOOP
     EXECUTE format('REVOKE ALL ON FUNCTION slipstream.%s FROM PUBLIC', f);

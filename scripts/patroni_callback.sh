@@ -132,38 +132,9 @@ rest_status() {
   curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:${rest_ports[$1]}$2" || true
 }
 
-# Prints WAL position $1 (bytes) as PostgreSQL writes it.
-lsn_text() { printf '%X/%X' $(($1 >> 32)) $(($1 & 0xFFFFFFFF)); }
-
-# Prints where the valid WAL in this node's pg_wal ends, from the replay position on, read by
-# pg_waldump as the startup process would read it; nothing if it cannot tell.
-wal_end() {
-  local tli start segsize err seg log_id seg_id
-  tli=$(lsql -c "SELECT timeline_id FROM pg_control_checkpoint()") || return 0
-  start=$(lsql -c "SELECT pg_last_wal_replay_lsn()") || return 0
-  segsize=$(lsql -c "SELECT setting FROM pg_settings WHERE name = 'wal_segment_size'") || return 0
-  err=$("$pgbin/pg_waldump" -p "$datadir/pg_wal" -t "$tli" -s "$start" 2>&1 >/dev/null | tail -1)
-  if [[ "$err" =~ could\ not\ find\ a\ valid\ record\ after\ ([0-9A-F]+/[0-9A-F]+) ]]; then
-    echo "${BASH_REMATCH[1]}"
-  elif [[ "$err" =~ (segment|file)\ \"?([0-9A-F]{24}) ]]; then
-    # A page that is not the next one (zeros, or a recycled segment's), or a segment that is not
-    # there: the WAL ends where that page or segment begins.
-    seg=${BASH_REMATCH[2]}
-    log_id=$((16#${seg:8:8}))
-    seg_id=$((16#${seg:16:8}))
-    local offset=0
-    [[ "$err" =~ offset\ ([0-9]+) ]] && offset=${BASH_REMATCH[1]}
-    lsn_text $(( (log_id * (0x100000000 / segsize) + seg_id) * segsize + offset ))
-  elif [[ "$err" =~ error\ in\ WAL\ record\ at\ [0-9A-F]+/[0-9A-F]+:\ (.*\ )?at\ ([0-9A-F]+/[0-9A-F]+) ]]; then
-    echo "${BASH_REMATCH[2]}"
-  else
-    log "cannot tell where pg_wal ends from pg_waldump: $err"
-  fi
-}
-
 # Fences the old primary and waits until replay holds everything this node received.
 pre_promote() {
-  local t0=$SECONDS end replay stable last out
+  local t0=$SECONDS out
   local start_ns
   start_ns=$(date +%s%N)
   elapsed() { awk -v a="$start_ns" -v b="$(date +%s%N)" 'BEGIN { printf "%.2f", (b - a) / 1e9 }'; }
@@ -191,37 +162,17 @@ pre_promote() {
   # 3. Replay up to the end of pg_wal before Patroni promotes: a startup process told to promote
   # while paused in its wait for WAL, or holding an error its read-ahead met at the end of
   # pg_wal earlier, ends recovery there without reading what arrived since
-  # (docs/replication.md, "Why a promotion waits for replay first"). Any pause ends here, as a
-  # promotion would end it; a reload wakes the startup process.
-  end=$(wal_end)
-  lsql -c "SELECT pg_wal_replay_resume() WHERE pg_get_wal_replay_pause_state() <> 'not paused'" \
-    >/dev/null 2>&1
-  lsql -c "SELECT pg_reload_conf()" >/dev/null 2>&1
-  local woken=$SECONDS
-  stable=0
-  last=""
-  while :; do
-    replay=$(lsql -c "SELECT pg_last_wal_replay_lsn()" 2>/dev/null)
-    if [ -n "$end" ]; then
-      [ "$(lsql -c "SELECT '$replay'::pg_lsn >= '$end'::pg_lsn" 2>/dev/null)" = t ] && break
-    else
-      # pg_waldump could not tell: replay that no longer moves once woken.
-      if [ -n "$replay" ] && [ "$replay" = "$last" ]; then stable=$((stable + 1)); else stable=0; fi
-      [ "$stable" -ge 10 ] && break
-      last=$replay
-    fi
-    if [ $((SECONDS - t0)) -ge 60 ]; then
-      log "replay is at $replay, not at the end of pg_wal ${end:-(unknown)}, 60 s after the fence: the promotion is refused"
-      serve
-      exit 1
-    fi
-    if [ $((SECONDS - woken)) -ge 2 ]; then
-      lsql -c "SELECT pg_reload_conf()" >/dev/null 2>&1
-      woken=$SECONDS
-    fi
-    sleep 0.1
-  done
-  log "replay reached $replay (pg_wal ends at ${end:-$replay}) $(elapsed) s after the fence began: promote"
+  # (docs/replication.md, "Why a promotion waits for replay first"). slipstream.catch_up()
+  # finds where the valid WAL in pg_wal ends, ends any pause of replay (as the promotion would)
+  # and wakes the startup process until replay is there.
+  local wait=$((60 - (SECONDS - t0)))
+  [ "$wait" -ge 1 ] || wait=1
+  if ! out=$(lsql -c "SELECT slipstream.catch_up($wait)" 2>&1); then
+    log "catch_up failed: $out; the promotion is refused"
+    serve
+    exit 1
+  fi
+  log "replay reached the end of pg_wal at $out $(elapsed) s after the fence began: promote"
   exit 0
 }
 

@@ -57,6 +57,9 @@ SELECT slipstream.promote();
 SELECT slipstream.promote(0);
 SELECT slipstream.promote(2147483647);
 SELECT pg_is_in_recovery() AS still_in_recovery;
+-- catch_up: the same checks (on a standby, tests/pg_promote_catch_up_test.sh)
+SELECT slipstream.catch_up();
+SELECT slipstream.catch_up(-1);
 
 -- seed_snapshot: every row of a permanent table under its tag, and one trailer row (tag 0)
 -- carrying the dump's horizon and end (16 bytes); unlogged and temporary tables are left out
@@ -81,6 +84,7 @@ DROP TABLE seed_t, seed_u, seed_tmp;
 CREATE ROLE repl_user LOGIN;
 SET ROLE repl_user;
 SELECT slipstream.promote();
+SELECT slipstream.catch_up();
 SELECT count(*) FROM slipstream.seed_snapshot();
 SELECT slipstream.add_backup('b2', '127.0.0.1:1', 'tcp', 'sekrit');
 SELECT slipstream.serve_backup('127.0.0.1:0', 'sekrit');
@@ -90,6 +94,7 @@ SELECT * FROM slipstream.backup;
 RESET ROLE;
 GRANT slipstream_admin TO repl_user;
 SET ROLE repl_user;
+SELECT slipstream.catch_up(1);
 SELECT slipstream.add_backup('b2', '127.0.0.1:1', 'tcp', 'sekrit');
 SELECT name FROM slipstream.replication;
 SELECT slipstream.drop_backup('b2');

@@ -6,10 +6,13 @@
 # replay caught up dropped every commit since the pause (a CI run lost a whole round of
 # pg_takeover_test.sh's deferred replay this way). promote() now ends the pause, waits until
 # replay reached the end of the valid WAL in pg_wal, and only then promotes.
+# slipstream.catch_up() does the same wait for a promotion made by someone else: Patroni's
+# pre_promote hook fences with stop_serving(), calls catch_up(), and Patroni runs pg_ctl promote.
 # Each case: a primary and one seeded backup, replay paused before any WAL reaches the backup
 # (by the user with pg_wal_replay_pause(), or by deferred replay's own hold), 20000 rows
-# committed in remote_memory, the primary SIGKILLed, promote() on the backup: every row is
-# there, and recovery ended at or past the primary's last flushed position.
+# committed in remote_memory, the primary SIGKILLed, promote() on the backup (or stop_serving(),
+# catch_up() and pg_promote()): every row is there, and recovery ended at or past the primary's
+# last flushed position.
 #   tests/pg_promote_catch_up_test.sh [scratch dir] [base port]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,9 +38,10 @@ wait_for() {
 }
 
 # One case: $1 = user (pg_wal_replay_pause on a continuously replaying backup) or deferred,
-# $2 = the transport.
+# $2 = the transport, $3 = promote (slipstream.promote()) or catch_up (the fence,
+# slipstream.catch_up() and pg_promote(), as Patroni's hook and Patroni do it).
 run_case() {
-  local pause=$1 transport=$2 replay=continuous
+  local pause=$1 transport=$2 via=$3 replay=continuous
   [ "$pause" = deferred ] && replay=deferred
   for d in "$primary" "$backup"; do "$pg" stop "$d" immediate >/dev/null 2>&1 || true; done
   rm -rf "$scratch"
@@ -78,21 +82,30 @@ run_case() {
     { echo "$pause pause, $transport: the backup was not held paused at $paused_at: $held" >&2; exit 1; }
   "$pg" kill "$primary"
   local ended rows audit
-  ended=$(sql "$backup" -c "SELECT slipstream.promote(60)")
+  if [ "$via" = promote ]; then
+    ended=$(sql "$backup" -c "SELECT slipstream.promote(60)")
+  else
+    sql "$backup" -c "SELECT slipstream.stop_serving()" >/dev/null
+    ended=$(sql "$backup" -c "SELECT slipstream.catch_up(60)")
+    [ "$(sql "$backup" -c "SELECT pg_last_wal_replay_lsn() >= '$ended'::pg_lsn")" = t ] ||
+      { echo "$pause pause, $transport: catch_up() returned $ended before replay got there" >&2; exit 1; }
+    sql "$backup" -c "SELECT pg_promote(true, 60)" >/dev/null
+  fi
   rows=$(sql "$backup" -c "SELECT count(*) FROM ledger")
   audit=$(sql "$backup" -c "SELECT count(*) FROM audit")
   # At or past the flush position: WAL written after it (a running-xacts record) may have come too.
   if [ "$rows" != 20000 ] || [ "$audit" != 20000 ] ||
      [ "$(sql "$backup" -c "SELECT '$ended'::pg_lsn >= '$flushed'::pg_lsn")" != t ]; then
-    echo "$pause pause, $transport: promote() returned $ended (the primary flushed to $flushed); ledger $rows rows, audit $audit rows of 20000" >&2
+    echo "$pause pause, $transport: $via returned $ended (the primary flushed to $flushed); ledger $rows rows, audit $audit rows of 20000" >&2
     grep -E "promot|redo|recovery|invalid record" "$backup/server.log" | tail -10 >&2 || true
     exit 1
   fi
   [ "$(sql "$backup" -c "SELECT count(*) FROM slipstream.verify('ledger') WHERE NOT ok")" = 0 ] ||
     { echo "$pause pause, $transport: verify failed on the promoted backup" >&2; exit 1; }
-  echo "ok: replay paused by $pause at $paused_at, $transport: promote() ended recovery at $ended, all 20000 rows there"
+  echo "ok: replay paused by $pause at $paused_at, $transport: $via ended recovery at $ended, all 20000 rows there"
 }
 
-run_case user shm
-run_case deferred tcp
+run_case user shm promote
+run_case deferred tcp promote
+run_case user tcp catch_up
 echo "promote catch-up test passed"

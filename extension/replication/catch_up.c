@@ -8,6 +8,8 @@
  * well before the end of the WAL it received, and a promotion at that moment would drop every
  * commit after it. So slipstream.promote() first finds where the valid WAL in pg_wal ends,
  * waits until replay is there, and only then promotes (docs/replication.md, "Failures").
+ * slipstream.catch_up() does the same for a promotion made by someone else (Patroni's
+ * pre_promote hook, or a user about to call pg_promote()).
  */
 #include "slipstream.h"
 #include "replication/repl.h"
@@ -82,8 +84,8 @@ read_pg_wal_page(XLogReaderState *reader, XLogRecPtr page, int wanted, XLogRecPt
  * Pages are checked as the startup process checks them: this cluster's system identifier, and
  * this timeline only.
  */
-XLogRecPtr
-ss_pg_wal_valid_end(XLogRecPtr from, TimeLineID tli)
+static XLogRecPtr
+pg_wal_valid_end(XLogRecPtr from, TimeLineID tli)
 {
 	PgWalPages pages = {tli, 0, -1};
 	XLogReaderState *reader;
@@ -120,8 +122,8 @@ ss_pg_wal_valid_end(XLogRecPtr from, TimeLineID tli)
  * promotion would) and wakes the startup process out of its sleep between reads of pg_wal, so
  * that it reads the WAL the fence wrote. Returns whether replay got there.
  */
-bool
-ss_wait_replay_reaches(XLogRecPtr target, TimestampTz deadline)
+static bool
+wait_replay_reaches(XLogRecPtr target, TimestampTz deadline)
 {
 	for (;;)
 	{
@@ -137,4 +139,21 @@ ss_wait_replay_reaches(XLogRecPtr target, TimestampTz deadline)
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
+}
+
+/*
+ * Lets replay catch up with the WAL pg_wal holds now, until `deadline`: finds the end of its
+ * valid records from the replay position on, then waits for replay to get there. Sets *end to
+ * that end; returns whether replay reached it in time.
+ */
+bool
+ss_catch_up(TimestampTz deadline, XLogRecPtr *end)
+{
+	TimeLineID	tli;
+	XLogRecPtr	replayed;
+
+	/* Read apart: the timeline is an output of the call that reads the position. */
+	replayed = GetXLogReplayRecPtr(&tli);
+	*end = pg_wal_valid_end(replayed, tli);
+	return wait_replay_reaches(*end, deadline);
 }

@@ -26,6 +26,7 @@ PG_FUNCTION_INFO_V1(slipstream_replication_status);
 PG_FUNCTION_INFO_V1(slipstream_backup_buffers);
 PG_FUNCTION_INFO_V1(slipstream_backup_status);
 PG_FUNCTION_INFO_V1(slipstream_promote);
+PG_FUNCTION_INFO_V1(slipstream_catch_up);
 PG_FUNCTION_INFO_V1(slipstream_index_import_status);
 
 
@@ -180,13 +181,10 @@ request_stop_serving(bool *was)
 	return generation;
 }
 
-/* Waits up to wait_seconds until the backup worker has stopped serving `generation`. */
+/* Waits until `deadline` for the backup worker to have stopped serving `generation`. */
 static bool
-wait_stopped_serving(uint32 generation, int wait_seconds)
+wait_stopped_serving(uint32 generation, TimestampTz deadline)
 {
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													   (int64) wait_seconds * 1000);
-
 	for (;;)
 	{
 		bool		done;
@@ -216,7 +214,8 @@ slipstream_stop_serving(PG_FUNCTION_ARGS)
 
 	ss_require_admin("configure a backup");
 	generation = request_stop_serving(&was);
-	if (!wait_stopped_serving(generation, 60))
+	if (!wait_stopped_serving(generation,
+							  TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 60 * 1000)))
 		ereport(WARNING,
 				(errmsg("the backup worker did not confirm that it stopped serving"),
 				 errhint("Check that the slipstream backup worker runs (server log).")));
@@ -530,13 +529,36 @@ slipstream_backup_buffers(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
+/* Refuses a wait_seconds argument outside 1 s to a day. */
+static void
+check_wait_seconds(int wait_seconds, const char *what)
+{
+	if (wait_seconds <= 0 || wait_seconds > 86400)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait_seconds must be between 1 and 86400"),
+				 errhint("Give how long to wait for %s, e.g. 60.", what)));
+}
+
+/* Refuses to run on a node that is not in recovery; `function` names the caller for the hint. */
+static void
+require_standby(const char *function)
+{
+	if (!RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("this node is not a standby"),
+				 errhint("%s works on a backup seeded with scripts/seed_backup.sh, or on any "
+						 "standby.", function)));
+}
+
 /*
  * promote(wait_seconds): takes over on a backup whose primary is dead. Fences the primary
  * first (the backup stops serving: every primary connection is closed and its regions revoked,
  * so a zombie primary cannot write any more, and the valid prefix of every open buffer is
  * written into pg_wal), then lets replay catch up with all of pg_wal (catch_up.c says why a
- * promotion must wait for it), then promotes. The engine goes on as a primary's
- * (docs/replication.md, "Failures"). Returns the WAL position recovery ended at.
+ * promotion must wait for it), then promotes, all within wait_seconds. The engine goes on as
+ * a primary's (docs/replication.md, "Failures"). Returns the WAL position recovery ended at.
  */
 Datum
 slipstream_promote(PG_FUNCTION_ARGS)
@@ -546,23 +568,12 @@ slipstream_promote(PG_FUNCTION_ARGS)
 	uint32		generation;
 	bool		promoted;
 	bool		served;
-	TimeLineID	tli;
-	XLogRecPtr	replayed;
 	XLogRecPtr	held_end;
 	long		left_ms;
 
 	ss_require_admin("promote a backup");
-	if (wait_seconds <= 0 || wait_seconds > 86400)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("wait_seconds must be between 1 and 86400"),
-				 errhint("Give how long to wait for the fencing and the promotion, e.g. 60.")));
-	if (!RecoveryInProgress())
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("this node is not a standby"),
-				 errhint("slipstream.promote() takes over on a backup seeded with "
-						 "scripts/seed_backup.sh.")));
+	check_wait_seconds(wait_seconds, "the fencing, the catch-up and the promotion");
+	require_standby("slipstream.promote()");
 	if (ss_engine_imports() && ss_slot_horizon() == InvalidXLogRecPtr)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -573,7 +584,7 @@ slipstream_promote(PG_FUNCTION_ARGS)
 
 	/* 1. Fence: stop serving, and wait until the backup worker has persisted and closed all. */
 	generation = request_stop_serving(&served);
-	if (!wait_stopped_serving(generation, wait_seconds))
+	if (!wait_stopped_serving(generation, deadline))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("the backup worker did not stop serving within %d seconds",
@@ -582,9 +593,7 @@ slipstream_promote(PG_FUNCTION_ARGS)
 						 "node was not promoted.")));
 
 	/* 2. Catch up: nothing writes into pg_wal any more; replay reaches its end. */
-	replayed = GetXLogReplayRecPtr(&tli);
-	held_end = ss_pg_wal_valid_end(replayed, tli);
-	if (!ss_wait_replay_reaches(held_end, deadline))
+	if (!ss_catch_up(deadline, &held_end))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("replay reached %X/%X, not the end of the WAL this backup holds at "
@@ -594,7 +603,7 @@ slipstream_promote(PG_FUNCTION_ARGS)
 				 errhint("The node was fenced but not promoted; call slipstream.promote() "
 						 "again with a longer wait.")));
 
-	/* 3. Promote: recovery ends at the end of pg_wal. */
+	/* 3. Promote: recovery ends at the end of pg_wal. pg_promote waits whole seconds. */
 	left_ms = Max(TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline), 1000);
 	promoted = DatumGetBool(DirectFunctionCall2(pg_promote, BoolGetDatum(true),
 												Int32GetDatum((int32) ((left_ms + 999) / 1000))));
@@ -606,4 +615,32 @@ slipstream_promote(PG_FUNCTION_ARGS)
 
 	/* Replay went no further after the promotion: this is where recovery ended. */
 	PG_RETURN_LSN(GetXLogReplayRecPtr(NULL));
+}
+
+/*
+ * catch_up(wait_seconds): on a standby, lets replay reach the end of the valid WAL in pg_wal
+ * as it is now, ending any pause of replay on the way, as a promotion would. Called before a
+ * pg_promote() that someone else makes (Patroni's pre_promote hook), so that recovery cannot
+ * end short of WAL the node holds (catch_up.c). Returns that end.
+ */
+Datum
+slipstream_catch_up(PG_FUNCTION_ARGS)
+{
+	int			wait_seconds = PG_ARGISNULL(0) ? 60 : PG_GETARG_INT32(0);
+	XLogRecPtr	end;
+
+	ss_require_admin("let a standby catch up");
+	check_wait_seconds(wait_seconds, "replay to reach the end of pg_wal");
+	require_standby("slipstream.catch_up()");
+	if (!ss_catch_up(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												 (int64) wait_seconds * 1000), &end))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("replay reached %X/%X, not the end of pg_wal at %X/%X, within %d "
+						"seconds",
+						LSN_FORMAT_ARGS(GetXLogReplayRecPtr(NULL)), LSN_FORMAT_ARGS(end),
+						wait_seconds),
+				 errhint("Call it again with a longer wait; the server log tells why replay is "
+						 "slow.")));
+	PG_RETURN_LSN(end);
 }

@@ -166,8 +166,7 @@ extern int	ss_repl_configured_backups(void);
 extern const char *ss_backup_state_name(SsBackupState state);
 
 /* catch_up.c: a backup's replay catches up with all of pg_wal before it is promoted */
-extern XLogRecPtr ss_pg_wal_valid_end(XLogRecPtr from, TimeLineID tli);
-extern bool ss_wait_replay_reaches(XLogRecPtr target, TimestampTz deadline);
+extern bool ss_catch_up(TimestampTz deadline, XLogRecPtr *end);
 
 /* wal_reader.c: flushed WAL read from pg_wal, by the shipper and by committing backends */
 typedef struct SsWalReader
