@@ -78,7 +78,7 @@ test-sanitize: sanitize-build
 # 16 rounds; a backup killed under load; a seeded streaming standby; takeovers after SIGKILL
 # of the primary with two backups, 22 rounds over tcp, shm (by scripts/failover.sh), remote_flush and deferred replay,
 # a promotion of a backup whose replay was paused while the load arrived,
-# and 28 with Send-Index backups over tcp and shm, compacting all along, remote_flush too; a
+# and 20 with Send-Index backups over tcp and shm, compacting all along, remote_flush too; a
 # Send-Index backup through DDL, refused reads and a promotion compared table by table;
 # Patroni's failover after a SIGKILL of the leader, 3 rounds with streaming replicas and 3 with
 # Tailwind backups), logical decoding (test_decoding against heap's output, a pgoutput
@@ -106,8 +106,8 @@ test-pg: install
 	tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3
 	tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3 tailwind
 	tests/pg_takeover_test.sh /tmp/slipstream-takeover-flush 55740 4 tcp remote_flush
-	tests/pg_takeover_test.sh /tmp/slipstream-send-index-tcp 55780 12 tcp remote_memory continuous send_index
-	tests/pg_takeover_test.sh /tmp/slipstream-send-index-shm 55800 12 shm remote_memory continuous send_index
+	tests/pg_takeover_test.sh /tmp/slipstream-send-index-tcp 55780 8 tcp remote_memory continuous send_index
+	tests/pg_takeover_test.sh /tmp/slipstream-send-index-shm 55800 8 shm remote_memory continuous send_index
 	tests/pg_takeover_test.sh /tmp/slipstream-send-index-flush 55840 4 tcp remote_flush continuous send_index
 	tests/pg_send_index_test.sh /tmp/slipstream-send-index 55820 tcp
 	tests/pg_shuffle_test.sh /tmp/slipstream-shuffle 55860
