@@ -244,8 +244,7 @@ Status EngineImpl::EnsureMemtableRoom(uint64_t mem_bytes, std::unique_lock<Share
                start - pinned_since >= uint64_t(options_.pinned_wait_ms) * 1000) {
       return Status::Busy(
           "every memtable is pinned by long-running readers (scans or cursors open for " +
-          std::to_string(options_.pinned_wait_ms / 1000) +
-          " s or more); writes resume when they finish");
+          std::to_string(options_.pinned_wait_ms) + " ms or more); writes resume when they finish");
     }
     shared_->counters.stall_count++;
     lock->unlock();

@@ -51,11 +51,6 @@ struct Options {
   // ends the wait with Status::Busy, so the host can honour a cancel or timeout. Empty: never.
   std::function<bool()> interrupted;
 
-  // A writer gives up with Status::Busy after waiting this long while every memtable slot but
-  // the active one is pinned by long-lived readers (only they can end the wait, and they may
-  // be waiting for this writer). 0: wait for ever.
-  uint32_t pinned_wait_ms = 30000;
-
   // Told about log write-outs and compactions in this handle's process (observer.h). Empty:
   // nobody is told.
   std::shared_ptr<EngineObserver> observer;
