@@ -47,7 +47,6 @@ me=-1
 for i in "${!members[@]}"; do [ "${members[$i]}" = "$node" ] && me=$i; done
 [ "$me" -ge 0 ] || { echo "patroni_callback.sh: $node is not a member (${members[*]})" >&2; exit 2; }
 sock=$scratch/$node/sock
-datadir=$scratch/$node/data
 logfile=$scratch/$node/callback.log
 
 log() { printf '%s %s[%d] %s\n' "$(date '+%F %T.%3N')" "$action" $$ "$*" >>"$logfile"; }
