@@ -325,6 +325,7 @@ extern void ss_chain_prune_if_worth(SsChainWalk *walk, Snapshot snapshot,
 									struct GlobalVisState *vistest);
 extern bool ss_chain_all_dead(Relation rel, uint32 keyspace, uint64 root,
 							  struct GlobalVisState *vistest, TransactionId *latest_removed);
+extern uint64 ss_redirect_target(Relation rel, HeapTuple redirect);
 extern SsPruneResult ss_prune_chain(Relation rel, uint32 keyspace, uint64 root,
 									struct GlobalVisState *vistest, TransactionId oldest_xmin);
 
@@ -421,6 +422,8 @@ extern void ss_init_vacuum_callbacks(TableAmRoutine *am);
 extern void ss_install_planner_hook(void);
 /* Makes a scan return chain roots' redirects, which scans skip otherwise (tableam/scan.c). */
 extern void ss_scan_every_row(TableScanDesc scan);
+/* Moves a forward scan on to the first row id >= `rowid`; returns the rows passed over. */
+extern uint64 ss_scan_skip_to(TableScanDesc scan, uint64 rowid);
 /* Serializable: reports a read of `tuple` that a concurrent writer may invalidate. */
 extern void ss_conflict_out(Relation rel, HeapTuple tuple, bool visible, Snapshot snapshot);
 

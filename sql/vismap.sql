@@ -75,3 +75,33 @@ VACUUM vm_t;
 SELECT blkno, all_visible FROM pg_visibility_map('vm_t') ORDER BY 1;
 SELECT count(*), sum(v) FROM vm_t WHERE id < 100;
 DROP TABLE vm_t;
+
+-- VACUUM leaves out all-visible blocks, as heap's does (VERBOSE says how many): a change
+-- clears its block's bit, so only the blocks of the two deletes are read. Their rows are
+-- counted in full and the others' by their keys; relfrozenxid stays, since the skipped blocks'
+-- xids were not looked at. DISABLE_PAGE_SKIPPING and FREEZE read every block and may
+-- advance it.
+CREATE TABLE vm_skip (id int PRIMARY KEY, v int) USING slipstream;
+INSERT INTO vm_skip SELECT g, 0 FROM generate_series(1, 1280) g;
+VACUUM (FREEZE) vm_skip;
+SELECT relfrozenxid::text::bigint AS frozen_before FROM pg_class WHERE relname = 'vm_skip' \gset
+DELETE FROM vm_skip WHERE id IN (10, 1000);
+SELECT count(*) FILTER (WHERE all_visible) AS visible_blocks FROM pg_visibility_map('vm_skip');
+VACUUM (VERBOSE) vm_skip;
+SELECT reltuples, relallvisible, relfrozenxid::text::bigint = :frozen_before AS frozenxid_kept
+  FROM pg_class WHERE relname = 'vm_skip';
+SELECT n_live_tup, n_dead_tup FROM pg_stat_get_live_tuples('vm_skip'::regclass) n_live_tup,
+  pg_stat_get_dead_tuples('vm_skip'::regclass) n_dead_tup;
+SELECT count(*), sum(id) FROM vm_skip;
+VACUUM (VERBOSE) vm_skip;
+-- Skipped blocks' rows are counted, not estimated: block 0 now holds far fewer rows than the
+-- others, and an estimate from the scanned blocks' density would be off.
+DELETE FROM vm_skip WHERE id <= 200;
+VACUUM vm_skip;
+UPDATE vm_skip SET v = 1 WHERE id = 700;
+VACUUM (VERBOSE) vm_skip;
+SELECT reltuples, (SELECT count(*) FROM vm_skip) AS rows FROM pg_class WHERE relname = 'vm_skip';
+VACUUM (VERBOSE, DISABLE_PAGE_SKIPPING) vm_skip;
+SELECT reltuples, relallvisible, relfrozenxid::text::bigint > :frozen_before AS frozenxid_advanced
+  FROM pg_class WHERE relname = 'vm_skip';
+DROP TABLE vm_skip;

@@ -124,8 +124,8 @@ remember_first_needed(uint64 tag, uint64 root, uint64 rowid)
  * Where a redirect sends a walk: its target, or SS_NO_ROWID when it names itself (the whole
  * chain is dead). A target that is no row id of ours is corruption, reported, not followed.
  */
-static uint64
-redirect_target(Relation rel, HeapTuple redirect)
+uint64
+ss_redirect_target(Relation rel, HeapTuple redirect)
 {
 	if (ItemPointerEquals(&redirect->t_self, &redirect->t_data->t_ctid))
 		return SS_NO_ROWID;
@@ -257,7 +257,7 @@ ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot, HeapTuple root_tuple
 		}
 		if (at_root && ss_is_redirect(tuple->t_data))
 		{
-			walk->next = redirect_target(walk->rel, tuple);
+			walk->next = ss_redirect_target(walk->rel, tuple);
 			if (walk->next == SS_NO_ROWID)
 				finish_walk(walk);	/* the whole chain is dead */
 			pfree(tuple);
@@ -381,7 +381,7 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
 	was_redirect = ss_is_redirect(tuple->t_data);
 	if (was_redirect)
 	{
-		next = redirect_target(rel, tuple);
+		next = ss_redirect_target(rel, tuple);
 		if (next == SS_NO_ROWID)
 		{
 			LWLockRelease(lock);
@@ -486,7 +486,7 @@ ss_chain_all_dead(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *vi
 		}
 		if (at_root && ss_is_redirect(tuple->t_data))
 		{
-			next = redirect_target(rel, tuple);
+			next = ss_redirect_target(rel, tuple);
 			pfree(tuple);
 			continue;
 		}

@@ -190,6 +190,30 @@ ss_scan_every_row(TableScanDesc sscan)
 	((SsScanDesc) sscan)->every_row = true;
 }
 
+/*
+ * Moves a forward scan that has returned a row on to the first row id >= `rowid`, and returns
+ * how many rows it passed over, counted by their keys without reading their values: VACUUM
+ * leaves out blocks the visibility map says hold nothing to do, but counts their rows for
+ * pg_class.reltuples (tableam/vacuum.c).
+ */
+uint64
+ss_scan_skip_to(TableScanDesc sscan, uint64 rowid)
+{
+	SsScanDesc	scan = (SsScanDesc) sscan;
+	uint64		passed = 0;
+	uint64		at;
+
+	Assert(scan->positioned && !scan->backward && scan->base.rs_parallel == NULL);
+	while (iterator_row(scan->holder->it, &at) && at < rowid)
+	{
+		passed++;
+		ss_iter_next(scan->holder->it);
+		if ((passed & 1023) == 0)
+			CHECK_FOR_INTERRUPTS();
+	}
+	return passed;
+}
+
 /* The snapshot a scan's rows are checked against. */
 static inline Snapshot
 scan_snapshot(SsScanDesc scan)

@@ -5,6 +5,17 @@
  *
  * Order matters: index entries go first, rows after, so an index never points at a missing
  * row that a later insert could reuse the id of.
+ *
+ * As heap's lazy VACUUM, a VACUUM leaves out the blocks the visibility map marks all-visible
+ * (tableam/vismap.c): every change clears its blocks' bits, so such a block holds no dead row
+ * and nothing to prune. The map has no all-frozen bit, because a crash between a change and
+ * the clearing of its bit can leave a bit set over the change (vismap.c): such a bit may be
+ * trusted to mean "nothing for VACUUM to do" but not "no xid older than relfrozenxid". So an
+ * aggressive VACUUM (FREEZE, DISABLE_PAGE_SKIPPING, or relfrozenxid older than
+ * vacuum_freeze_table_age) reads every block, and a VACUUM that skipped blocks leaves
+ * relfrozenxid and relminmxid where they were. It still counts the skipped blocks' rows, by
+ * their keys alone, so that reltuples stays exact: an estimate from the scanned blocks' density
+ * would drift, since all-visible blocks hold no redirects and are denser than the others.
  */
 #include "slipstream.h"
 
@@ -14,6 +25,7 @@
 #include "access/heapam_xlog.h"
 #include "access/multixact.h"
 #include "access/transam.h"
+#include "access/visibilitymap.h"
 #include "access/xact.h"
 #include "catalog/index.h"
 #include "commands/vacuum.h"
@@ -35,18 +47,65 @@ typedef struct DeadRows
 	TransactionId latest_removed;	/* for hot standbys, as heap's latestRemovedXid */
 } DeadRows;
 
-/* Appends a dead row id (scans produce them in ascending order). */
+/* A pruned chain's root and the first version its redirect names as still needed. */
+typedef struct Redirect
+{
+	uint64		root;
+	uint64		target;
+} Redirect;
+
+typedef struct Redirects
+{
+	Redirect   *items;
+	int64		count;
+	int64		capacity;
+} Redirects;
+
+/* Makes room for one more item in a growing array of `size`-byte items. */
+static void *
+reserve_one(void *items, int64 count, int64 *capacity, size_t size)
+{
+	if (count < *capacity)
+		return items;
+	*capacity = Max(1024, *capacity * 2);
+	return items == NULL ? palloc_extended(size * *capacity, MCXT_ALLOC_HUGE)
+		: repalloc_huge(items, size * *capacity);
+}
+
+/* Appends a row id (scans produce them in ascending order). */
 static void
 dead_rows_add(DeadRows *dead, uint64 rowid)
 {
-	if (dead->count == dead->capacity)
-	{
-		dead->capacity = Max(1024, dead->capacity * 2);
-		dead->rowids = dead->rowids == NULL
-			? palloc_extended(sizeof(uint64) * dead->capacity, MCXT_ALLOC_HUGE)
-			: repalloc_huge(dead->rowids, sizeof(uint64) * dead->capacity);
-	}
+	dead->rowids = reserve_one(dead->rowids, dead->count, &dead->capacity, sizeof(uint64));
 	dead->rowids[dead->count++] = rowid;
+}
+
+/* Appends a redirect met by the scan. */
+static void
+redirects_add(Redirects *redirects, uint64 root, uint64 target)
+{
+	redirects->items = reserve_one(redirects->items, redirects->count, &redirects->capacity,
+								   sizeof(Redirect));
+	redirects->items[redirects->count].root = root;
+	redirects->items[redirects->count].target = target;
+	redirects->count++;
+}
+
+/* qsort order of row ids. */
+static int
+rowid_cmp(const void *a, const void *b)
+{
+	uint64		x = *(const uint64 *) a;
+	uint64		y = *(const uint64 *) b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* qsort order of redirects: by the version they name. */
+static int
+redirect_target_cmp(const void *a, const void *b)
+{
+	return rowid_cmp(&((const Redirect *) a)->target, &((const Redirect *) b)->target);
 }
 
 /* Index bulk-delete callback: is this TID one of the dead rows? */
@@ -163,6 +222,51 @@ charge_block(bool dirtied)
 	vacuum_delay_point();
 }
 
+/*
+ * Prunes the chains whose redirect names a version the scan did not find still needed (dead to
+ * everyone by `oldest_xmin`, or gone), and adds the roots of chains now wholly dead to `dead`.
+ * A redirect whose version the scan found needed (`needed`, ascending), or whose version lies
+ * in a block the visibility map marks all-visible (skipped by the scan, its rows all live),
+ * leads to no dead version, so its chain is left alone without reading it again: on a table of
+ * many updated rows, nearly every root is such a redirect, and two point reads for each made a
+ * VACUUM with nothing to do take seconds. The scan saw a version before the root's prune would
+ * have read it; a version needed then was needed at any earlier moment too.
+ */
+static void
+prune_redirected_chains(Relation rel, uint32 keyspace, Redirects *redirects,
+						const DeadRows *needed, TransactionId oldest_xmin, DeadRows *dead)
+{
+	int64		next_needed = 0;
+	bool		added = false;
+	Buffer		vm_buffer = InvalidBuffer;
+
+	if (redirects->count == 0)
+		return;
+	qsort(redirects->items, redirects->count, sizeof(Redirect), redirect_target_cmp);
+	for (int64 i = 0; i < redirects->count; i++)
+	{
+		Redirect   *r = &redirects->items[i];
+
+		while (next_needed < needed->count && needed->rowids[next_needed] < r->target)
+			next_needed++;
+		if (next_needed < needed->count && needed->rowids[next_needed] == r->target)
+			continue;
+		if (VM_ALL_VISIBLE(rel, (BlockNumber) (r->target / SS_ROWS_PER_BLOCK), &vm_buffer))
+			continue;
+		charge_block(true);
+		if (ss_prune_chain(rel, keyspace, r->root, NULL, oldest_xmin) == SS_PRUNE_DEAD_ROOT)
+		{
+			dead_rows_add(dead, r->root);
+			added = true;
+		}
+	}
+	if (BufferIsValid(vm_buffer))
+		ReleaseBuffer(vm_buffer);
+	/* tid_is_dead searches them: ascending again. */
+	if (added)
+		qsort(dead->rowids, dead->count, sizeof(uint64), rowid_cmp);
+}
+
 /* Removes the index entries of the dead rows, then the rows. */
 static void
 remove_dead_rows(Relation rel, uint32 keyspace, DeadRows *dead, Relation *indexes, int nindexes,
@@ -208,6 +312,8 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	IndexBulkDeleteResult **index_stats;
 	DeadRows	dead = {0};
 	DeadRows	orphans = {0};
+	DeadRows	needed_members = {0};
+	Redirects	redirects = {0};
 	bool		freeze_conflict_logged = false;
 	double		live = 0,
 				recently_dead = 0;
@@ -221,10 +327,16 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	bool		dead_stay;
 	uint64		last_block = PG_UINT64_MAX;
 	bool		dirtied_block = false;
+	bool		aggressive;
+	bool		may_skip;
+	Buffer		vm_buffer = InvalidBuffer;
+	BlockNumber skipped = 0;
 
-	vacuum_set_xid_limits(rel, params->freeze_min_age, params->freeze_table_age,
-						  params->multixact_freeze_min_age, params->multixact_freeze_table_age,
-						  &oldest_xmin, &oldest_mxact, &freeze_limit, &multi_cutoff);
+	aggressive = vacuum_set_xid_limits(rel, params->freeze_min_age, params->freeze_table_age,
+									   params->multixact_freeze_min_age,
+									   params->multixact_freeze_table_age, &oldest_xmin,
+									   &oldest_mxact, &freeze_limit, &multi_cutoff);
+	may_skip = !aggressive && !(params->options & VACOPT_DISABLE_PAGE_SKIPPING);
 	new_frozen_xid = oldest_xmin;
 	new_min_multi = oldest_mxact;
 	vac_open_indexes(rel, RowExclusiveLock, &nindexes, &indexes);
@@ -266,17 +378,36 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 			charge_block(dirtied_block);
 			last_block = block;
 			dirtied_block = false;
+			/* All-visible blocks hold nothing to do: on to the first block that may. */
+			if (may_skip && block < map_blocks && VM_ALL_VISIBLE(rel, block, &vm_buffer))
+			{
+				BlockNumber next = (BlockNumber) block + 1;
+
+				while (next < map_blocks && VM_ALL_VISIBLE(rel, next, &vm_buffer))
+					next++;
+				skipped += next - (BlockNumber) block;
+				/* This row and those passed over: all live, as the bits say. */
+				live += 1 + ss_scan_skip_to(scan, (uint64) next * SS_ROWS_PER_BLOCK);
+				continue;
+			}
 		}
 		else
 			vacuum_delay_point();
 		memcpy(&original, tuple->t_data, SS_HEADER_SIZE);
 		if (ss_is_redirect(tuple->t_data))
 		{
-			/* A pruned chain's root: prune it further; once all of it is dead, remove it. */
+			/*
+			 * A pruned chain's root: once all of the chain is dead, it goes; otherwise it is
+			 * pruned further after the scan if the version it names turns out dead.
+			 */
+			uint64		target = ss_redirect_target(rel, tuple);
+
 			if (block < map_blocks)
 				candidate[block] = false;
-			if (ss_prune_chain(rel, keyspace, rowid, NULL, oldest_xmin) == SS_PRUNE_DEAD_ROOT)
+			if (target == SS_NO_ROWID)
 				dead_rows_add(&dead, rowid);
+			else
+				redirects_add(&redirects, rowid, target);
 			continue;
 		}
 		state = ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after);
@@ -307,6 +438,8 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 				dead_rows_add(&dead, rowid);
 			continue;
 		}
+		if (HeapTupleHeaderIsHeapOnly(tuple->t_data))
+			dead_rows_add(&needed_members, rowid);
 		/* A dead row does not keep its block from all-visible if it is about to be removed. */
 		if (block < map_blocks &&
 			(state == HEAPTUPLE_DEAD ? dead_stay :
@@ -351,6 +484,16 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	table_endscan(scan);
+	if (BufferIsValid(vm_buffer))
+		ReleaseBuffer(vm_buffer);
+	prune_redirected_chains(rel, keyspace, &redirects, &needed_members, oldest_xmin, &dead);
+
+	/* The skipped blocks' xids were not looked at: relfrozenxid and relminmxid stay. */
+	if (skipped > 0)
+	{
+		new_frozen_xid = InvalidTransactionId;
+		new_min_multi = InvalidMultiXactId;
+	}
 
 	/* Versions of aborted updates that no chain leads to have no index entries either. */
 	for (int64 i = 0; i < orphans.count; i += SS_REMOVE_BATCH)
@@ -389,10 +532,12 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 						new_min_multi, NULL, NULL, false);
 	pgstat_report_vacuum(RelationGetRelid(rel), rel->rd_rel->relisshared, (PgStat_Counter) live,
 						 (PgStat_Counter) recently_dead);
-	ereport(params->log_min_duration >= 0 ? LOG : DEBUG2,
+	ereport((params->options & VACOPT_VERBOSE) ? INFO :
+			params->log_min_duration >= 0 ? LOG : DEBUG2,
 			(errmsg("slipstream: vacuumed \"%s\": removed " INT64_FORMAT " dead rows, %.0f live, "
-					"%.0f recently dead", RelationGetRelationName(rel), dead.count + orphans.count,
-					live, recently_dead)));
+					"%.0f recently dead; %u of %u blocks skipped as all-visible",
+					RelationGetRelationName(rel), dead.count + orphans.count, live,
+					recently_dead, Min(skipped, pages), pages)));
 }
 
 /*
