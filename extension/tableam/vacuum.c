@@ -30,6 +30,7 @@
 #include "catalog/index.h"
 #include "commands/vacuum.h"
 #include "miscadmin.h"
+#include "postmaster/autovacuum.h"
 #include "pgstat.h"
 #include "storage/bufmgr.h"
 #include "storage/pmsignal.h"
@@ -54,20 +55,29 @@ typedef struct Redirect
 	uint64		target;
 } Redirect;
 
+/*
+ * The redirects whose chains VACUUM looks at after its scan, and the heap-only versions the scan
+ * found still needed (a bit per row id below `nbits`). Both live in VACUUM's work memory
+ * (maintenance_work_mem, or autovacuum_work_mem), as heap's dead tuple array does; redirects
+ * past `limit` are pruned during the scan, as before this list existed.
+ */
 typedef struct Redirects
 {
 	Redirect   *items;
 	int64		count;
 	int64		capacity;
+	int64		limit;
+	uint8	   *needed;
+	uint64		nbits;
 } Redirects;
 
-/* Makes room for one more item in a growing array of `size`-byte items. */
+/* Makes room for one more item in a growing array of `size`-byte items, up to `most`. */
 static void *
-reserve_one(void *items, int64 count, int64 *capacity, size_t size)
+reserve_one(void *items, int64 count, int64 *capacity, size_t size, int64 most)
 {
 	if (count < *capacity)
 		return items;
-	*capacity = Max(1024, *capacity * 2);
+	*capacity = Min(Max(1024, *capacity * 2), Max(most, count + 1));
 	return items == NULL ? palloc_extended(size * *capacity, MCXT_ALLOC_HUGE)
 		: repalloc_huge(items, size * *capacity);
 }
@@ -76,7 +86,8 @@ reserve_one(void *items, int64 count, int64 *capacity, size_t size)
 static void
 dead_rows_add(DeadRows *dead, uint64 rowid)
 {
-	dead->rowids = reserve_one(dead->rowids, dead->count, &dead->capacity, sizeof(uint64));
+	dead->rowids = reserve_one(dead->rowids, dead->count, &dead->capacity, sizeof(uint64),
+							   PG_INT64_MAX);
 	dead->rowids[dead->count++] = rowid;
 }
 
@@ -85,10 +96,43 @@ static void
 redirects_add(Redirects *redirects, uint64 root, uint64 target)
 {
 	redirects->items = reserve_one(redirects->items, redirects->count, &redirects->capacity,
-								   sizeof(Redirect));
+								   sizeof(Redirect), redirects->limit);
 	redirects->items[redirects->count].root = root;
 	redirects->items[redirects->count].target = target;
 	redirects->count++;
+}
+
+/* Sizes the redirect list and the needed-version bitmap for a table of `nrowids` row ids. */
+static void
+redirects_init(Redirects *redirects, uint64 nrowids)
+{
+	int			work_kb = IsAutoVacuumWorkerProcess() && autovacuum_work_mem != -1
+		? autovacuum_work_mem : maintenance_work_mem;
+	double		budget = (double) work_kb * 1024;
+	double		bitmap_bytes = (double) (nrowids + 7) / 8;
+
+	memset(redirects, 0, sizeof(*redirects));
+	if (bitmap_bytes > budget / 2)
+		return;					/* no room: every redirect is pruned during the scan */
+	redirects->nbits = nrowids;
+	redirects->needed = palloc_extended(Max((Size) bitmap_bytes, 1),
+										MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+	redirects->limit = (int64) ((budget - bitmap_bytes) / sizeof(Redirect));
+}
+
+/* Notes a heap-only version the scan found still needed. */
+static inline void
+redirects_note_needed(Redirects *redirects, uint64 rowid)
+{
+	if (rowid < redirects->nbits)
+		redirects->needed[rowid / 8] |= (uint8) (1 << (rowid % 8));
+}
+
+/* Whether the scan found the version at `rowid` still needed. */
+static inline bool
+redirects_needed(const Redirects *redirects, uint64 rowid)
+{
+	return rowid < redirects->nbits && (redirects->needed[rowid / 8] & (1 << (rowid % 8))) != 0;
 }
 
 /* qsort order of row ids. */
@@ -101,12 +145,6 @@ rowid_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* qsort order of redirects: by the version they name. */
-static int
-redirect_target_cmp(const void *a, const void *b)
-{
-	return rowid_cmp(&((const Redirect *) a)->target, &((const Redirect *) b)->target);
-}
 
 /* Index bulk-delete callback: is this TID one of the dead rows? */
 static bool
@@ -225,7 +263,7 @@ charge_block(bool dirtied)
 /*
  * Prunes the chains whose redirect names a version the scan did not find still needed (dead to
  * everyone by `oldest_xmin`, or gone), and adds the roots of chains now wholly dead to `dead`.
- * A redirect whose version the scan found needed (`needed`, ascending), or whose version lies
+ * A redirect whose version the scan found needed (redirects_needed), or whose version lies
  * in a block the visibility map marks all-visible (skipped by the scan, its rows all live),
  * leads to no dead version, so its chain is left alone without reading it again: on a table of
  * many updated rows, nearly every root is such a redirect, and two point reads for each made a
@@ -233,23 +271,17 @@ charge_block(bool dirtied)
  * have read it; a version needed then was needed at any earlier moment too.
  */
 static void
-prune_redirected_chains(Relation rel, uint32 keyspace, Redirects *redirects,
-						const DeadRows *needed, TransactionId oldest_xmin, DeadRows *dead)
+prune_redirected_chains(Relation rel, uint32 keyspace, const Redirects *redirects,
+						TransactionId oldest_xmin, DeadRows *dead)
 {
-	int64		next_needed = 0;
 	bool		added = false;
 	Buffer		vm_buffer = InvalidBuffer;
 
-	if (redirects->count == 0)
-		return;
-	qsort(redirects->items, redirects->count, sizeof(Redirect), redirect_target_cmp);
 	for (int64 i = 0; i < redirects->count; i++)
 	{
-		Redirect   *r = &redirects->items[i];
+		const Redirect *r = &redirects->items[i];
 
-		while (next_needed < needed->count && needed->rowids[next_needed] < r->target)
-			next_needed++;
-		if (next_needed < needed->count && needed->rowids[next_needed] == r->target)
+		if (redirects_needed(redirects, r->target))
 			continue;
 		if (VM_ALL_VISIBLE(rel, (BlockNumber) (r->target / SS_ROWS_PER_BLOCK), &vm_buffer))
 			continue;
@@ -312,8 +344,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	IndexBulkDeleteResult **index_stats;
 	DeadRows	dead = {0};
 	DeadRows	orphans = {0};
-	DeadRows	needed_members = {0};
-	Redirects	redirects = {0};
+	Redirects	redirects;
 	bool		freeze_conflict_logged = false;
 	double		live = 0,
 				recently_dead = 0;
@@ -355,6 +386,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	high = ss_rowid_high(rel, keyspace);
 	map_blocks = (BlockNumber) ((high + SS_ROWS_PER_BLOCK - 1) / SS_ROWS_PER_BLOCK);
 	candidate = palloc(sizeof(bool) * Max(map_blocks, 1));
+	redirects_init(&redirects, (uint64) map_blocks * SS_ROWS_PER_BLOCK);
 	memset(candidate, true, sizeof(bool) * map_blocks);
 	dead_stay = nindexes > 0 && params->index_cleanup == VACOPTVALUE_DISABLED;
 
@@ -406,8 +438,11 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 				candidate[block] = false;
 			if (target == SS_NO_ROWID)
 				dead_rows_add(&dead, rowid);
-			else
+			else if (redirects.count < redirects.limit)
 				redirects_add(&redirects, rowid, target);
+			else if (ss_prune_chain(rel, keyspace, rowid, NULL, oldest_xmin) ==
+					 SS_PRUNE_DEAD_ROOT)
+				dead_rows_add(&dead, rowid);
 			continue;
 		}
 		state = ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after);
@@ -439,7 +474,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 			continue;
 		}
 		if (HeapTupleHeaderIsHeapOnly(tuple->t_data))
-			dead_rows_add(&needed_members, rowid);
+			redirects_note_needed(&redirects, rowid);
 		/* A dead row does not keep its block from all-visible if it is about to be removed. */
 		if (block < map_blocks &&
 			(state == HEAPTUPLE_DEAD ? dead_stay :
@@ -486,7 +521,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	table_endscan(scan);
 	if (BufferIsValid(vm_buffer))
 		ReleaseBuffer(vm_buffer);
-	prune_redirected_chains(rel, keyspace, &redirects, &needed_members, oldest_xmin, &dead);
+	prune_redirected_chains(rel, keyspace, &redirects, oldest_xmin, &dead);
 
 	/* The skipped blocks' xids were not looked at: relfrozenxid and relminmxid stay. */
 	if (skipped > 0)
