@@ -124,6 +124,11 @@ SELECT length(v) FROM slipstream.shuffle('SELECT 1 AS id, repeat(''x'', 900000) 
 -- shuffle_port: what peers ask through libpq
 SELECT slipstream.shuffle_port(424242, 0);
 SELECT slipstream.shuffle_port(424242, -1);
+-- how long peers may take to join is a setting (1 s to 1 hour)
+SET slipstream.shuffle_join_timeout = '500ms';
+SET slipstream.shuffle_join_timeout = '5s';
+SHOW slipstream.shuffle_join_timeout;
+RESET slipstream.shuffle_join_timeout;
 
 -- a one-node group returns every row unchanged: every type class, NULL in every column,
 -- user-defined types (an enum, a composite, a domain, their arrays), TOASTed values

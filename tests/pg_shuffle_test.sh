@@ -34,7 +34,7 @@
 #      of the group that never joins the shuffle: the others fail within 60 s, with a HINT.
 #   h. a node whose peer group has another secret: the shuffle fails with an ERROR on every
 #      node within 60 s, one error naming the secret. (g and h run at once: each waits out the
-#      30 s a node gives its peers to join.)
+#      time a node gives its peers to join, slipstream.shuffle_join_timeout, 10 s here.)
 # About 80-120 s on 2 cores.
 #   tests/pg_shuffle_test.sh [scratch dir] [base port]     (ports base..base+2; base+9 unused)
 set -euo pipefail
@@ -68,7 +68,8 @@ rm -rf "$scratch"
 mkdir -p "$work"
 [ "$(id -u)" = 0 ] && chown -R postgres: "$scratch"
 for i in 0 1 2; do
-  "$pg" init "${dirs[$i]}" "$(port_of "$i")" "autovacuum = off" >/dev/null
+  "$pg" init "${dirs[$i]}" "$(port_of "$i")" "autovacuum = off" \
+    "slipstream.shuffle_join_timeout = 10s" >/dev/null
 done
 for i in 0 1 2; do "$pg" start "${dirs[$i]}"; done
 trap 'for d in "${dirs[@]}"; do "$pg" stop "$d" immediate >/dev/null 2>&1 || true; done' EXIT
@@ -615,8 +616,8 @@ for i in 0 1 2; do check "n$i is clean afterwards" clean_after "$i"; done
 
 ################################################################################################
 case_title "g. a node nobody listens for; a node that never joins. h. a node with another secret (at once)"
-# All of g and h run at the same time (each failure takes up to the 30 s a node waits for its
-# peers to join); they use different groups and ids.
+# All of g and h run at the same time (each failure takes up to the 10 s a node waits here for
+# its peers to join); they use different groups and ids.
 unreachable="host=127.0.0.1 port=$((base + 9)) dbname=postgres user=postgres"
 for i in 0 1; do
   sql "$i" -c "SELECT slipstream.create_peer_group('gu', ARRAY['$(conninfo_of 0)', '$(conninfo_of 1)', '$unreachable'], $i, '$secret')" >/dev/null

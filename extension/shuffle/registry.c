@@ -56,6 +56,7 @@ static bool exit_callback_set = false;
 
 char	   *ss_shuffle_id_setting = NULL;
 int			ss_shuffle_stall_timeout = 600000;
+int			ss_shuffle_join_timeout = 30000;
 
 /* shmem_request_hook: the slots. */
 void
@@ -78,7 +79,7 @@ ss_shuffle_shmem_startup(void)
 	}
 }
 
-/* The GUC the group helper sets in each node's session. */
+/* The GUCs: the id the group helper sets in each node's session, and the waits. */
 void
 ss_shuffle_define_settings(void)
 {
@@ -92,6 +93,14 @@ ss_shuffle_define_settings(void)
 							"A peer that is gone fails the shuffle at once; this bounds one that is "
 							"alive but stuck. 0 waits as long as the statement may run.",
 							&ss_shuffle_stall_timeout, 600000, 0, INT_MAX, PGC_USERSET,
+							GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("slipstream.shuffle_join_timeout",
+							"How long a shuffle waits for its peers to join it, and to take the "
+							"last batch it sends them.",
+							"Every node of the group must start the shuffle within this time "
+							"(slipstream.shuffle_on_group starts them at once); a node that "
+							"never does fails the others after it.",
+							&ss_shuffle_join_timeout, 30000, 1000, 3600000, PGC_USERSET,
 							GUC_UNIT_MS, NULL, NULL, NULL);
 }
 

@@ -37,8 +37,6 @@
 
 PG_FUNCTION_INFO_V1(slipstream_shuffle);
 
-/* How long a node may wait for its peers to join, and for a stuck peer to take a batch. */
-#define SS_SHUFFLE_JOIN_MS 30000
 #define SS_SHUFFLE_FETCH 1000
 
 /* The rows bound for one peer: a batch being filled in the peer's slice of the arena. */
@@ -139,7 +137,7 @@ rendezvous(ShuffleRun *run, int node)
 					 errhint("Check node %d's conninfo in slipstream.peer_groups, and that the "
 							 "node is up.", node)));
 		snprintf(id_text, sizeof(id_text), "%lld", (long long) run->id);
-		snprintf(wait_text, sizeof(wait_text), "%d", SS_SHUFFLE_JOIN_MS / 1000);
+		snprintf(wait_text, sizeof(wait_text), "%d", Max(ss_shuffle_join_timeout / 1000, 1));
 		snprintf(sequence_text, sizeof(sequence_text), "%d", run->sequence);
 		if (!PQsendQueryParams(conn,
 							   "SELECT slipstream.shuffle_port($1::bigint, $2::integer, $3::integer)",
@@ -611,7 +609,7 @@ finish(ShuffleRun *run)
 			check_stall(run, "waiting for the other nodes' rows");
 		check_interrupts();
 	}
-	if (ss_shuffle_finish(run->shuffle, SS_SHUFFLE_JOIN_MS, run->error) != SS_SHUFFLE_OK)
+	if (ss_shuffle_finish(run->shuffle, ss_shuffle_join_timeout, run->error) != SS_SHUFFLE_OK)
 		raise_transport_error(run, "finishing", SS_SHUFFLE_ERROR);
 }
 
@@ -704,7 +702,8 @@ slipstream_shuffle(PG_FUNCTION_ARGS)
 		rc = ss_shuffle_connect(shuffle, (uint64) run->id * 1000003 + (uint64) run->sequence,
 								(uint32) run->group->self, addresses,
 								(uint32) n, (uint32) run->group->receive_buffers,
-								(uint32) run->group->buffer_size, SS_SHUFFLE_JOIN_MS, run->error);
+								(uint32) run->group->buffer_size, ss_shuffle_join_timeout,
+								run->error);
 		if (rc == SS_SHUFFLE_ERROR)
 			ereport(ERROR,
 					(errcode(ERRCODE_CONNECTION_FAILURE),

@@ -56,6 +56,8 @@ extern void ss_shuffle_define_settings(void);
 extern char *ss_shuffle_id_setting;
 /* The GUC slipstream.shuffle_stall_timeout (ms; 0: none). */
 extern int	ss_shuffle_stall_timeout;
+/* The GUC slipstream.shuffle_join_timeout (ms): how long peers may take to join. */
+extern int	ss_shuffle_join_timeout;
 
 /*
  * Takes a slot for shuffle (`id`, `sequence`) listening on `port`; returns its index (ERROR if
