@@ -90,7 +90,6 @@ _PG_init(void)
 						 "replication slot; set wal_level = replica.")));
 
 	ss_define_settings();
-	ss_shuffle_define_settings();
 
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = request_shmem;

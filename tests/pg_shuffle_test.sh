@@ -73,6 +73,11 @@ for i in 0 1 2; do
 done
 for i in 0 1 2; do "$pg" start "${dirs[$i]}"; done
 trap 'for d in "${dirs[@]}"; do "$pg" stop "$d" immediate >/dev/null 2>&1 || true; done' EXIT
+# The setting is honoured from postgresql.conf (it was once dropped as an unknown placeholder).
+for i in 0 1 2; do
+  shown=$("$pg" psql "${dirs[$i]}" -qAt -c "SHOW slipstream.shuffle_join_timeout")
+  [ "$shown" = 10s ] || { echo "n$i: slipstream.shuffle_join_timeout is $shown, not 10s" >&2; exit 1; }
+done
 
 nodes_sql="ARRAY['$(conninfo_of 0)', '$(conninfo_of 1)', '$(conninfo_of 2)']"
 

@@ -5,6 +5,7 @@
  */
 #include "slipstream.h"
 #include "replication/repl.h"
+#include "shuffle/shuffle.h"
 
 #include "miscadmin.h"
 #include "utils/guc.h"
@@ -63,6 +64,8 @@ ss_define_settings(void)
 						 LONG_DESCRIPTION);
 #include "admin/settings.def"
 	ss_repl_define_settings();
+	ss_shuffle_define_settings();
+	/* Last: placeholders of names not defined by now are dropped, with a warning. */
 	MarkGUCPrefixReserved("slipstream");
 
 	if (guc_small_threshold >= guc_large_threshold)
