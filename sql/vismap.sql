@@ -105,3 +105,14 @@ VACUUM (VERBOSE, DISABLE_PAGE_SKIPPING) vm_skip;
 SELECT reltuples, relallvisible, relfrozenxid::text::bigint > :frozen_before AS frozenxid_advanced
   FROM pg_class WHERE relname = 'vm_skip';
 DROP TABLE vm_skip;
+
+-- Without index cleanup a dead row stays, and so does its xmin's hold on relfrozenxid.
+CREATE TABLE vm_keep (id int PRIMARY KEY) USING slipstream;
+INSERT INTO vm_keep VALUES (1), (2);
+SELECT xmin::text::bigint AS kept_xmin FROM vm_keep WHERE id = 1 \gset
+DELETE FROM vm_keep WHERE id = 1;
+VACUUM (FREEZE, INDEX_CLEANUP off) vm_keep;
+SELECT relfrozenxid::text::bigint <= :kept_xmin AS holds_back FROM pg_class WHERE relname = 'vm_keep';
+VACUUM (FREEZE) vm_keep;
+SELECT relfrozenxid::text::bigint > :kept_xmin AS advanced FROM pg_class WHERE relname = 'vm_keep';
+DROP TABLE vm_keep;

@@ -8,7 +8,8 @@
  *
  * As heap's lazy VACUUM, a VACUUM leaves out the blocks the visibility map marks all-visible
  * (tableam/vismap.c): every change clears its blocks' bits, so such a block holds no dead row
- * and nothing to prune. The map has no all-frozen bit, because a crash between a change and
+ * and nothing to prune, but for the rows of changes a crash cut off before their bit was
+ * cleared (never committed, and never indexed), which only an aggressive VACUUM removes. The map has no all-frozen bit, because a crash between a change and
  * the clearing of its bit can leave a bit set over the change (vismap.c): such a bit may be
  * trusted to mean "nothing for VACUUM to do" but not "no xid older than relfrozenxid". So an
  * aggressive VACUUM (FREEZE, DISABLE_PAGE_SKIPPING, or relfrozenxid older than
@@ -57,9 +58,11 @@ typedef struct Redirect
 
 /*
  * The redirects whose chains VACUUM looks at after its scan, and the heap-only versions the scan
- * found still needed (a bit per row id below `nbits`). Both live in VACUUM's work memory
- * (maintenance_work_mem, or autovacuum_work_mem), as heap's dead tuple array does; redirects
- * past `limit` are pruned during the scan, as before this list existed.
+ * found still needed (a bit per row id from `base`, the first redirect's root: a chain's
+ * versions follow its root, so no target lies below it). Both live in VACUUM's work memory
+ * (maintenance_work_mem, or autovacuum_work_mem), as heap's dead tuple array does, and are
+ * allocated at the first redirect; redirects past `limit` are pruned during the scan, as before
+ * this list existed.
  */
 typedef struct Redirects
 {
@@ -67,7 +70,11 @@ typedef struct Redirects
 	int64		count;
 	int64		capacity;
 	int64		limit;
+	bool		started;		/* the first redirect sized the list and the bitmap */
+	double		budget;			/* bytes for both */
+	uint64		rows_end;		/* one past the last row id the scan may meet */
 	uint8	   *needed;
+	uint64		base;
 	uint64		nbits;
 } Redirects;
 
@@ -91,48 +98,82 @@ dead_rows_add(DeadRows *dead, uint64 rowid)
 	dead->rowids[dead->count++] = rowid;
 }
 
-/* Appends a redirect met by the scan. */
+/* Sets the work memory budget; nothing is allocated before the first redirect. */
 static void
+redirects_init(Redirects *redirects, uint64 rows_end)
+{
+	int			work_kb = IsAutoVacuumWorkerProcess() && autovacuum_work_mem != -1
+		? autovacuum_work_mem : maintenance_work_mem;
+
+	memset(redirects, 0, sizeof(*redirects));
+	redirects->budget = (double) work_kb * 1024;
+	redirects->rows_end = rows_end;
+}
+
+/*
+ * Keeps a redirect met by the scan for after it; false when there is no room (the caller
+ * prunes the chain at once). The first one sizes the bitmap from its root to the end.
+ */
+static bool
 redirects_add(Redirects *redirects, uint64 root, uint64 target)
 {
+	if (!redirects->started)
+	{
+		uint64		nbits = root < redirects->rows_end ? redirects->rows_end - root : 0;
+		double		bitmap_bytes = (double) (nbits + 7) / 8;
+
+		redirects->started = true;
+		if (bitmap_bytes > redirects->budget / 2)
+			return false;		/* no room: every redirect is pruned during the scan */
+		redirects->base = root;
+		redirects->nbits = nbits;
+		redirects->needed = palloc_extended(Max((Size) ((nbits + 7) / 8), 1),
+											MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+		redirects->limit = (int64) ((redirects->budget - bitmap_bytes) / sizeof(Redirect));
+	}
+	if (redirects->count >= redirects->limit)
+		return false;
 	redirects->items = reserve_one(redirects->items, redirects->count, &redirects->capacity,
 								   sizeof(Redirect), redirects->limit);
 	redirects->items[redirects->count].root = root;
 	redirects->items[redirects->count].target = target;
 	redirects->count++;
-}
-
-/* Sizes the redirect list and the needed-version bitmap for a table of `nrowids` row ids. */
-static void
-redirects_init(Redirects *redirects, uint64 nrowids)
-{
-	int			work_kb = IsAutoVacuumWorkerProcess() && autovacuum_work_mem != -1
-		? autovacuum_work_mem : maintenance_work_mem;
-	double		budget = (double) work_kb * 1024;
-	double		bitmap_bytes = (double) (nrowids + 7) / 8;
-
-	memset(redirects, 0, sizeof(*redirects));
-	if (bitmap_bytes > budget / 2)
-		return;					/* no room: every redirect is pruned during the scan */
-	redirects->nbits = nrowids;
-	redirects->needed = palloc_extended(Max((Size) bitmap_bytes, 1),
-										MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
-	redirects->limit = (int64) ((budget - bitmap_bytes) / sizeof(Redirect));
+	return true;
 }
 
 /* Notes a heap-only version the scan found still needed. */
 static inline void
 redirects_note_needed(Redirects *redirects, uint64 rowid)
 {
-	if (rowid < redirects->nbits)
-		redirects->needed[rowid / 8] |= (uint8) (1 << (rowid % 8));
+	if (rowid >= redirects->base && rowid - redirects->base < redirects->nbits)
+	{
+		uint64		bit = rowid - redirects->base;
+
+		redirects->needed[bit / 8] |= (uint8) (1 << (bit % 8));
+	}
 }
 
 /* Whether the scan found the version at `rowid` still needed. */
 static inline bool
 redirects_needed(const Redirects *redirects, uint64 rowid)
 {
-	return rowid < redirects->nbits && (redirects->needed[rowid / 8] & (1 << (rowid % 8))) != 0;
+	uint64		bit = rowid - redirects->base;
+
+	return rowid >= redirects->base && bit < redirects->nbits &&
+		(redirects->needed[bit / 8] & (1 << (bit % 8))) != 0;
+}
+
+/* Frees the list and the bitmap. */
+static void
+redirects_free(Redirects *redirects)
+{
+	if (redirects->items != NULL)
+		pfree(redirects->items);
+	if (redirects->needed != NULL)
+		pfree(redirects->needed);
+	redirects->items = NULL;
+	redirects->needed = NULL;
+	redirects->count = 0;
 }
 
 /* qsort order of row ids. */
@@ -262,17 +303,18 @@ charge_block(bool dirtied)
 
 /*
  * Prunes the chains whose redirect names a version the scan did not find still needed (dead to
- * everyone by `oldest_xmin`, or gone), and adds the roots of chains now wholly dead to `dead`.
- * A redirect whose version the scan found needed (redirects_needed), or whose version lies
- * in a block the visibility map marks all-visible (skipped by the scan, its rows all live),
- * leads to no dead version, so its chain is left alone without reading it again: on a table of
- * many updated rows, nearly every root is such a redirect, and two point reads for each made a
- * VACUUM with nothing to do take seconds. The scan saw a version before the root's prune would
- * have read it; a version needed then was needed at any earlier moment too.
+ * everyone by `oldest_xmin`, not met, or past the bitmap), and adds the roots of chains now
+ * wholly dead to `dead`. A redirect whose version the scan found needed, or (with `trust_map`:
+ * not an aggressive VACUUM) whose version lies in a block the visibility map marks all-visible,
+ * skipped by the scan, leads to no dead version, so its chain is left alone without reading it
+ * again: on a table of many updated rows nearly every root is such a redirect, and two point
+ * reads for each made a VACUUM with nothing to do take seconds. That needed version was made
+ * by a committed update, and with `oldest_xmin` fixed for the whole VACUUM, a version not dead
+ * by it when the scan met it is not dead by it later: the prune would stop at it.
  */
 static void
 prune_redirected_chains(Relation rel, uint32 keyspace, const Redirects *redirects,
-						TransactionId oldest_xmin, DeadRows *dead)
+						TransactionId oldest_xmin, bool trust_map, DeadRows *dead)
 {
 	bool		added = false;
 	Buffer		vm_buffer = InvalidBuffer;
@@ -283,7 +325,8 @@ prune_redirected_chains(Relation rel, uint32 keyspace, const Redirects *redirect
 
 		if (redirects_needed(redirects, r->target))
 			continue;
-		if (VM_ALL_VISIBLE(rel, (BlockNumber) (r->target / SS_ROWS_PER_BLOCK), &vm_buffer))
+		if (trust_map &&
+			VM_ALL_VISIBLE(rel, (BlockNumber) (r->target / SS_ROWS_PER_BLOCK), &vm_buffer))
 			continue;
 		charge_block(true);
 		if (ss_prune_chain(rel, keyspace, r->root, NULL, oldest_xmin) == SS_PRUNE_DEAD_ROOT)
@@ -418,8 +461,17 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 				while (next < map_blocks && VM_ALL_VISIBLE(rel, next, &vm_buffer))
 					next++;
 				skipped += next - (BlockNumber) block;
-				/* This row and those passed over: all live, as the bits say. */
-				live += 1 + ss_scan_skip_to(scan, (uint64) next * SS_ROWS_PER_BLOCK);
+				/*
+				 * This row and those passed over: all live, as the bits say. A block at a time,
+				 * leaving if the postmaster died (see charge_block).
+				 */
+				live += 1;
+				for (uint64 b = block + 1; b <= next; b++)
+				{
+					if (IsUnderPostmaster && !PostmasterIsAlive())
+						exit(1);
+					live += ss_scan_skip_to(scan, b * SS_ROWS_PER_BLOCK);
+				}
 				continue;
 			}
 		}
@@ -438,9 +490,8 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 				candidate[block] = false;
 			if (target == SS_NO_ROWID)
 				dead_rows_add(&dead, rowid);
-			else if (redirects.count < redirects.limit)
-				redirects_add(&redirects, rowid, target);
-			else if (ss_prune_chain(rel, keyspace, rowid, NULL, oldest_xmin) ==
+			else if (!redirects_add(&redirects, rowid, target) &&
+					 ss_prune_chain(rel, keyspace, rowid, NULL, oldest_xmin) ==
 					 SS_PRUNE_DEAD_ROOT)
 				dead_rows_add(&dead, rowid);
 			continue;
@@ -449,10 +500,11 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 		if (state == HEAPTUPLE_DEAD && HeapTupleHeaderIsHeapOnly(tuple->t_data))
 		{
 			/*
-			 * A dead chain member has no index entry. Its chain's prune (at the root, which
-			 * comes first: row ids grow along a chain) removes it, unless its update aborted and
-			 * no chain leads to it any more; a member still on a chain behind one that some
-			 * transaction may see stays.
+			 * A dead chain member has no index entry. Its chain's prune removes it (at its dead
+			 * root, which the scan met first: row ids grow along a chain; or after the scan,
+			 * for a redirect that names it), unless its update aborted and no chain leads to
+			 * it any more; a member still on a chain behind one that some transaction may see
+			 * stays.
 			 */
 			if (!TransactionIdDidCommit(xmin) && !HeapTupleHeaderXminFrozen(tuple->t_data))
 				dead_rows_add(&orphans, rowid);
@@ -485,6 +537,9 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 			case HEAPTUPLE_DEAD:
 				dead_rows_add(&dead, rowid);
 				HeapTupleHeaderAdvanceLatestRemovedXid(tuple->t_data, &dead.latest_removed);
+				/* Without index cleanup the row stays: its xids hold relfrozenxid back. */
+				if (dead_stay)
+					track_oldest_xids(tuple->t_data, &new_frozen_xid, &new_min_multi);
 				continue;
 			case HEAPTUPLE_LIVE:
 				live += 1;
@@ -521,7 +576,8 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	table_endscan(scan);
 	if (BufferIsValid(vm_buffer))
 		ReleaseBuffer(vm_buffer);
-	prune_redirected_chains(rel, keyspace, &redirects, oldest_xmin, &dead);
+	prune_redirected_chains(rel, keyspace, &redirects, oldest_xmin, may_skip, &dead);
+	redirects_free(&redirects);
 
 	/* The skipped blocks' xids were not looked at: relfrozenxid and relminmxid stay. */
 	if (skipped > 0)
