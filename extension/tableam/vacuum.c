@@ -7,16 +7,16 @@
  * row that a later insert could reuse the id of.
  *
  * As heap's lazy VACUUM, a VACUUM leaves out the blocks the visibility map marks all-visible
- * (tableam/vismap.c): every change clears its blocks' bits, so such a block holds no dead row
- * and nothing to prune, but for the rows of changes a crash cut off before their bit was
- * cleared (never committed, and never indexed), which only an aggressive VACUUM removes. The map has no all-frozen bit, because a crash between a change and
- * the clearing of its bit can leave a bit set over the change (vismap.c): such a bit may be
- * trusted to mean "nothing for VACUUM to do" but not "no xid older than relfrozenxid". So an
- * aggressive VACUUM (FREEZE, DISABLE_PAGE_SKIPPING, or relfrozenxid older than
- * vacuum_freeze_table_age) reads every block, and a VACUUM that skipped blocks leaves
- * relfrozenxid and relminmxid where they were. It still counts the skipped blocks' rows, by
- * their keys alone, so that reltuples stays exact: an estimate from the scanned blocks' density
- * would drift, since all-visible blocks hold no redirects and are denser than the others.
+ * (tableam/vismap.c): every change clears its blocks' bits, so such a block holds no dead row and
+ * nothing to prune, but for the rows of changes a crash cut off before their bit was cleared
+ * (never committed, and never indexed), which only an aggressive VACUUM removes. The map has no
+ * all-frozen bit, because a crash between a change and the clearing of its bit can leave a bit set
+ * over the change (vismap.c): such a bit may be trusted to mean "nothing for VACUUM to do" but not
+ * "no xid older than relfrozenxid". So an aggressive VACUUM (FREEZE, DISABLE_PAGE_SKIPPING, or
+ * relfrozenxid older than vacuum_freeze_table_age) reads every block, and a VACUUM that skipped
+ * blocks leaves relfrozenxid and relminmxid where they were. It still counts the skipped blocks'
+ * rows, by their keys alone, so that reltuples stays exact: an estimate from the scanned blocks'
+ * density would drift, since all-visible blocks hold no redirects and are denser than the others.
  */
 #include "slipstream.h"
 
@@ -185,7 +185,6 @@ rowid_cmp(const void *a, const void *b)
 
 	return x < y ? -1 : x > y;
 }
-
 
 /* Index bulk-delete callback: is this TID one of the dead rows? */
 static bool
