@@ -175,14 +175,17 @@ const MemNode* MemTable::IndexFind(std::string_view ikey, bool* answered) const 
   if (slots == 0) return nullptr;
   bool complete = header_->index_complete.load(std::memory_order_acquire) != 0;
   uint32_t mask = slots - 1;
-  uint32_t i = uint32_t(HashKey(ikey)) & mask;
+  const uint64_t hash = HashKey(ikey);
+  const uint32_t tag = SlotTag(hash);
+  uint32_t i = uint32_t(hash) & mask;
   for (uint32_t probes = 0; probes < slots; probes++, i = (i + 1) & mask) {
-    uint32_t off = index_[i].load(std::memory_order_acquire);
-    if (off == 0) {
+    uint32_t slot = index_[i].load(std::memory_order_acquire);
+    if (slot == 0) {
       *answered = complete;
       return nullptr;
     }
-    const MemNode* n = Node(off);
+    if ((slot >> tag_shift_) != tag) continue;  // another key's
+    const MemNode* n = Node(OffsetOf(slot));
     if (n->key() == ikey) {
       *answered = true;
       return n;
@@ -198,19 +201,22 @@ void MemTable::IndexPublish(std::string_view ikey, uint64_t lsn, uint32_t off) {
   uint32_t slots = header_->index_slots;
   if (slots == 0) return;
   uint32_t mask = slots - 1;
-  uint32_t i = uint32_t(HashKey(ikey)) & mask;
+  const uint64_t hash = HashKey(ikey);
+  const uint32_t tag = SlotTag(hash);
+  uint32_t i = uint32_t(hash) & mask;
   for (uint32_t probes = 0; probes < slots; probes++, i = (i + 1) & mask) {
     uint32_t current = index_[i].load(std::memory_order_relaxed);
     if (current == 0) {
       uint32_t used = header_->index_used.load(std::memory_order_relaxed);
       if (uint64_t(used + 1) * 10 > uint64_t(slots) * 7) break;
       header_->index_used.store(used + 1, std::memory_order_relaxed);
-      index_[i].store(off, std::memory_order_release);
+      index_[i].store(SlotOf(off, tag), std::memory_order_release);
       return;
     }
-    const MemNode* n = Node(current);
+    if ((current >> tag_shift_) != tag) continue;  // another key's
+    const MemNode* n = Node(OffsetOf(current));
     if (n->key() == ikey) {
-      if (lsn >= n->lsn) index_[i].store(off, std::memory_order_release);
+      if (lsn >= n->lsn) index_[i].store(SlotOf(off, tag), std::memory_order_release);
       return;
     }
   }

@@ -12,12 +12,16 @@
 // locks or prunes it) need no descent either. Its slots hold the
 // offset of each key's newest node (linear probing, 0: empty), published with a release store
 // after the node is linked, so a reader either finds the key there or the insert has not
-// finished. Slots are never emptied before a reset. Once 7/10 of them are taken, keys that find
+// finished. A slot also carries the high bits of its key's hash above the node's offset (in
+// units of 8 bytes, nodes' alignment), so a probe passes other keys' slots without reading their
+// nodes: a read of a key the memtable does not hold costs the slot's cache line, not a node per
+// probe. Slots are never emptied before a reset. Once 7/10 of them are taken, keys that find
 // no slot are not indexed and the index stops answering for absent keys (index_complete): the
 // skiplist answers those reads.
 #pragma once
 
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <string_view>
 
@@ -57,7 +61,10 @@ class MemTable {
  public:
   // `index`: the header's index_slots slots (unused if there are none).
   MemTable(MemtableHeader* header, char* data, std::atomic<uint32_t>* index)
-      : header_(header), data_(data), index_(index) {}
+      : header_(header),
+        data_(data),
+        index_(index),
+        tag_shift_(uint32_t(std::bit_width(header->capacity >> 3))) {}
 
   // Formats an empty skiplist over the data area (writer only, with no readers left).
   void Reset();
@@ -126,10 +133,18 @@ class MemTable {
   const MemNode* FindIndexed(std::string_view ikey, uint64_t max_lsn, bool* answered) const;
   // Makes `off` (a node of `ikey` at `lsn`, just linked) the key's entry in the index.
   void IndexPublish(std::string_view ikey, uint64_t lsn, uint32_t off);
+  // A slot's tag: the key hash's bits above the offset's (at least 3: the data area is below
+  // 4 GiB, so an offset in 8-byte units takes at most 29 bits).
+  uint32_t SlotTag(uint64_t hash) const { return uint32_t(hash >> (32 + tag_shift_)); }
+  uint32_t SlotOf(uint32_t off, uint32_t tag) const { return (off >> 3) | (tag << tag_shift_); }
+  uint32_t OffsetOf(uint32_t slot) const {
+    return (slot & ((uint32_t{1} << tag_shift_) - 1)) << 3;
+  }
 
   MemtableHeader* header_;
   char* data_;
   std::atomic<uint32_t>* index_;
+  uint32_t tag_shift_;  // bits of an offset in 8-byte units
 };
 
 }  // namespace slipstream::engine
