@@ -137,9 +137,7 @@ class MemTable {
   // 4 GiB, so an offset in 8-byte units takes at most 29 bits).
   uint32_t SlotTag(uint64_t hash) const { return uint32_t(hash >> (32 + tag_shift_)); }
   uint32_t SlotOf(uint32_t off, uint32_t tag) const { return (off >> 3) | (tag << tag_shift_); }
-  uint32_t OffsetOf(uint32_t slot) const {
-    return (slot & ((uint32_t{1} << tag_shift_) - 1)) << 3;
-  }
+  uint32_t OffsetOf(uint32_t slot) const { return (slot & ((uint32_t{1} << tag_shift_) - 1)) << 3; }
 
   MemtableHeader* header_;
   char* data_;
