@@ -8,7 +8,10 @@
 //      * piece_ns: WRITEs of max_sge() gather entries of 16 bytes (32 bytes apart in the
 //        source): their time less the wire time of their bytes, per entry;
 //      * copy_call_ns, copy_byte_ns: memcpy of pieces of variable length (averaging 8 and 256
-//        bytes) into a staging buffer; the line through the two per-piece times.
+//        bytes) into a staging buffer; the line through the two per-piece times;
+//      * period_piece_ns, period_byte_ns (backends with strided gathers): 1 MiB WRITEs that
+//        gather one entry of 8, and of 32, bytes again and again, 4 times its length apart;
+//        the line through the two per-entry times, less wire_byte_ns per byte.
 //     WRITEs go out kPostList per Post with the last one signaled, never more than
 //     max_outstanding in flight.
 //  B. D-RDMA's scenarios (§2.1 and §2.2, measured as in §5.1 and §5.2), three methods each:
@@ -295,7 +298,8 @@ class RequestQueue {
 
   // Queues a WRITE of `count` entries to `remote_addr`, posting the list when it is full;
   // false once anything failed (status() says what).
-  bool Add(const rdma::Sge* sges, uint32_t count, uint64_t remote_addr, uint64_t rkey) {
+  bool Add(const rdma::Sge* sges, uint32_t count, uint64_t remote_addr, uint64_t rkey,
+           uint32_t repeat = 1, uint64_t repeat_stride = 0) {
     rdma::Sge* slot = &sges_[size_t(queued_) * max_sge_];
     std::copy(sges, sges + count, slot);
     rdma::WorkRequest& request = requests_[queued_];
@@ -306,6 +310,8 @@ class RequestQueue {
     request.remote_addr = remote_addr;
     request.rkey = rkey;
     request.signaled = false;
+    request.repeat = repeat;
+    request.repeat_stride = repeat_stride;
     pieces_ += count;
     if (++queued_ == kPostList) PostQueued();
     return status_.ok();
@@ -496,8 +502,10 @@ struct Calibration {
   double big_write_ns_per_byte = 0;  // 1 MiB one-entry WRITEs
   double gather_ns_per_byte = 0;     // WRITEs of `gather_entries` 16-byte entries
   uint32_t gather_entries = 0;
-  double copy_small_ns = 0;  // per memcpy of a piece of about 8 bytes
-  double copy_large_ns = 0;  // per memcpy of a piece of about 256 bytes
+  double copy_small_ns = 0;    // per memcpy of a piece of about 8 bytes
+  double copy_large_ns = 0;    // per memcpy of a piece of about 256 bytes
+  double period_small_ns = 0;  // per entry of 8 bytes in a strided gather (0: none)
+  double period_large_ns = 0;  // per entry of 32 bytes
   rdma::TransferCosts costs;
 };
 
@@ -505,6 +513,8 @@ constexpr uint32_t kGatherPiece = 16;   // bytes per gather entry in the piece m
 constexpr uint32_t kGatherStride = 32;  // their distance in the source
 constexpr uint32_t kCopySmall = 8;      // average piece lengths of the copy measurement
 constexpr uint32_t kCopyLarge = 256;
+constexpr uint32_t kPeriodSmall = 8;  // entry lengths of the strided gather measurement
+constexpr uint32_t kPeriodLarge = 32;
 constexpr size_t kCalibrationSpan = 8u << 20;  // source and target of the calibration WRITEs
 
 // Times WRITEs of `entries` gather entries of `piece` bytes, `stride` bytes apart in `source`
@@ -533,6 +543,31 @@ rdma::Status TimeWrites(rdma::Connection* client, const rdma::LocalRegion& sourc
   const rdma::Status s = queue.Drain();
   if (!s.ok()) return s;
   *ns_per_byte = SecondsSince(start) * 1e9 / double(requests * request_bytes);
+  return rdma::Status::OK();
+}
+
+// Times 1 MiB strided gathers of one `piece`-byte entry, 4 * piece bytes apart in `source`,
+// for about `seconds`: ns per entry copied.
+rdma::Status TimeStridedWrites(rdma::Connection* client, const rdma::LocalRegion& source,
+                               const rdma::RemoteRegion& remote, uint32_t piece, double seconds,
+                               double* ns_per_entry) {
+  RequestQueue queue(client, 1);
+  const uint32_t repeat = uint32_t(kMiB / piece);
+  const uint64_t stride = 4 * uint64_t(piece);
+  const uint64_t request_bytes = uint64_t(repeat) * piece;
+  const uint64_t remote_slots = std::max<uint64_t>(1, remote.length / request_bytes);
+  uint64_t requests = 0;
+  const Clock::time_point start = Clock::now();
+  do {
+    for (uint32_t k = 0; k < kPostList; k++, requests++) {
+      const rdma::Sge sge{source.addr, piece, source.lkey};
+      queue.Add(&sge, 1, remote.addr + (requests % remote_slots) * request_bytes, remote.rkey,
+                repeat, stride);
+    }
+  } while (queue.status().ok() && SecondsSince(start) < seconds);
+  const rdma::Status s = queue.Drain();
+  if (!s.ok()) return s;
+  *ns_per_entry = SecondsSince(start) * 1e9 / double(requests * repeat);
   return rdma::Status::OK();
 }
 
@@ -605,6 +640,14 @@ rdma::Status Calibrate(Pair* pair, const Flags& flags, Calibration* out) {
         out->copy_small_ns, TimeCopies(source_memory, &copy_staging, kCopySmall, flags.seconds));
     out->copy_large_ns = std::min(
         out->copy_large_ns, TimeCopies(source_memory, &copy_staging, kCopyLarge, flags.seconds));
+    if (s.ok() && client->max_repeat() > 1) {
+      if (rep == 0) out->period_small_ns = out->period_large_ns = 1e300;
+      s = TimeStridedWrites(client, source, remote, kPeriodSmall, flags.seconds, &value);
+      out->period_small_ns = std::min(out->period_small_ns, value);
+      if (s.ok())
+        s = TimeStridedWrites(client, source, remote, kPeriodLarge, flags.seconds, &value);
+      out->period_large_ns = std::min(out->period_large_ns, value);
+    }
   }
   client->FreeRegion(source);
   server->FreeRegion(landing);
@@ -616,14 +659,24 @@ rdma::Status Calibrate(Pair* pair, const Flags& flags, Calibration* out) {
   costs.copy_byte_ns =
       std::max(0.0, (out->copy_large_ns - out->copy_small_ns) / double(kCopyLarge - kCopySmall));
   costs.copy_call_ns = std::max(0.0, out->copy_small_ns - double(kCopySmall) * costs.copy_byte_ns);
+  if (out->period_small_ns > 0) {
+    // A strided gather must look dearer than nothing, or the planner would cut boxes at every
+    // gap: at least a hundredth of a nanosecond per entry.
+    const double per_byte = std::max(
+        0.0, (out->period_large_ns - out->period_small_ns) / double(kPeriodLarge - kPeriodSmall));
+    costs.period_byte_ns = std::max(0.0, per_byte - costs.wire_byte_ns);
+    costs.period_piece_ns = std::max(0.01, out->period_small_ns - double(kPeriodSmall) * per_byte);
+  }
   return rdma::Status::OK();
 }
 
-// The constants as a C++ initializer: {piece_ns, wire_byte_ns, copy_call_ns, copy_byte_ns}.
+// The constants as a C++ initializer: {piece_ns, wire_byte_ns, copy_call_ns, copy_byte_ns,
+// period_piece_ns, period_byte_ns}.
 std::string CostsInitializer(const rdma::TransferCosts& costs) {
-  char text[160];
-  std::snprintf(text, sizeof(text), "{%.4g, %.4g, %.4g, %.4g}", costs.piece_ns, costs.wire_byte_ns,
-                costs.copy_call_ns, costs.copy_byte_ns);
+  char text[200];
+  std::snprintf(text, sizeof(text), "{%.4g, %.4g, %.4g, %.4g, %.4g, %.4g}", costs.piece_ns,
+                costs.wire_byte_ns, costs.copy_call_ns, costs.copy_byte_ns, costs.period_piece_ns,
+                costs.period_byte_ns);
   return text;
 }
 
@@ -649,6 +702,14 @@ void PrintCalibration(const std::string& backend, const Calibration& c) {
       "  memcpy of ~%u B pieces:         %8.3f ns/piece -> copy_call_ns = %.4g, "
       "copy_byte_ns = %.4g\n",
       kCopyLarge, c.copy_large_ns, c.costs.copy_call_ns, c.costs.copy_byte_ns);
+  if (c.period_small_ns > 0) {
+    std::printf("  strided gather of %u B entries:  %8.3f ns/entry\n", kPeriodSmall,
+                c.period_small_ns);
+    std::printf(
+        "  strided gather of %u B entries: %8.3f ns/entry -> period_piece_ns = %.4g, "
+        "period_byte_ns = %.4g\n",
+        kPeriodLarge, c.period_large_ns, c.costs.period_piece_ns, c.costs.period_byte_ns);
+  }
   std::printf("  calibrated TransferCosts%s;  // %s: %s\n", CostsInitializer(c.costs).c_str(),
               backend.c_str(), ThresholdsText(c.costs).c_str());
   const rdma::TransferCosts library = rdma::TransferCosts::Measured(backend);
@@ -679,7 +740,7 @@ struct PassStats {
   uint64_t requests = 0;
   uint64_t pieces = 0;  // gather entries
   uint64_t wire_bytes = 0;
-  uint64_t packed_bytes = 0;  // regions: bytes copied into staging
+  uint64_t packed_bytes = 0;  // regions: bytes copied into staging, or gathered from the source
 };
 
 // One connection's share of a scenario: the buffers on both ends.
@@ -873,7 +934,7 @@ class Scenario {
     stats->requests = transfer.requests;
     stats->pieces = transfer.pieces;
     stats->wire_bytes = transfer.wire_bytes;
-    stats->packed_bytes = transfer.packed_bytes;
+    stats->packed_bytes = transfer.packed_bytes + transfer.gathered_bytes;
     return s;
   }
 
@@ -1174,9 +1235,18 @@ std::string Bytes(uint64_t bytes) {
 // Prints how the regions of a scenario travel (from the untimed planning in Setup).
 void PrintSchedule(const Scenario& scenario, bool library_costs) {
   uint64_t runs = 0, packed_runs = 0, wire = 0, bridged = 0, packed = 0, fragments = 0;
+  std::string periods;
   for (const rdma::Schedule& schedule : scenario.schedules()) {
-    runs += schedule.runs.size();
-    for (const rdma::Run& run : schedule.runs) packed_runs += run.packed ? 1 : 0;
+    runs += schedule.box_count();
+    for (uint64_t i = 0; i < schedule.box_count(); i++) {
+      packed_runs += schedule.box(i).packed ? 1 : 0;
+    }
+    if (schedule.has_period()) {
+      periods += "; a period of " + std::to_string(schedule.period_runs()) + " box(es), " +
+                 std::to_string(schedule.period_wire_bytes) + " B, x " +
+                 std::to_string(schedule.period_repeat) +
+                 (schedule.period_packed() ? " (packed: a strided gather)" : "");
+    }
     wire += schedule.wire_bytes;
     bridged += schedule.bridged_bytes;
     packed += schedule.packed_bytes;
@@ -1186,11 +1256,11 @@ void PrintSchedule(const Scenario& scenario, bool library_costs) {
       "  regions plan (%s costs): max_bridge %u B, max_bridge_packed %u B, min_in_place %u B;\n"
       "    %" PRIu64 " fragments -> %" PRIu64 " boxes (%" PRIu64
       " packed); wire %s = payload %s + bridged %s; "
-      "packed %s\n",
+      "packed %s%s\n",
       library_costs ? "library" : "calibrated", scenario.options().max_bridge,
       scenario.options().max_bridge_packed, scenario.options().min_in_place, fragments, runs,
       packed_runs, Bytes(wire).c_str(), Bytes(scenario.payload_bytes()).c_str(),
-      Bytes(bridged).c_str(), Bytes(packed).c_str());
+      Bytes(bridged).c_str(), Bytes(packed).c_str(), periods.c_str());
 }
 
 // Sets up, checks and times one scenario on `backend`; prints its table and appends CSV rows.

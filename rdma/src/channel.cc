@@ -117,7 +117,7 @@ class RegionPayload : public PayloadSource {
 class LayoutPayload : public PayloadSource {
  public:
   LayoutPayload(std::string_view prefix, const LocalRegion& source, const Schedule& schedule)
-      : prefix_(prefix), source_(source), runs_(schedule.runs) {}
+      : prefix_(prefix), source_(source), schedule_(schedule) {}
   // Copies what is left of the prefix, then walks the runs that cover the package's bytes.
   void Gather(uint64_t length, char* staging, uint32_t staging_lkey, std::vector<Sge>* sges,
               uint32_t max_sges) override {
@@ -131,7 +131,11 @@ class LayoutPayload : public PayloadSource {
       length -= take;
     }
     while (length > 0) {
-      const Run& run = runs_[run_];
+      if (run_ != box_index_) {
+        box_ = schedule_.box(run_);
+        box_index_ = run_;
+      }
+      const Run& run = box_;
       const uint64_t take = std::min(length, run.length - in_run_);
       const char* from = source_.addr + run.source + in_run_;
       if (run.packed || sges->size() + 1 >= max_sges) {
@@ -154,8 +158,10 @@ class LayoutPayload : public PayloadSource {
   std::string_view prefix_;
   uint64_t prefix_done_ = 0;
   const LocalRegion& source_;
-  const std::vector<Run>& runs_;
-  size_t run_ = 0;
+  const Schedule& schedule_;
+  uint64_t run_ = 0;
+  uint64_t box_index_ = UINT64_MAX;  // which box box_ holds
+  Run box_;
   uint64_t in_run_ = 0;
 };
 

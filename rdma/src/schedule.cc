@@ -21,11 +21,12 @@ uint32_t Threshold(double numerator, double denominator) {
 }  // namespace
 
 // Measured with `bench/region_bench --calibrate-only` on this machine type (docs/benchmarks.md,
-// "Regions"). verbs: D-RDMA's finding that DMAs below 256 bytes waste the PCIe link, and a
-// gather entry costing about as much as 64 bytes of wire time.
+// "Regions"); the strided gathers' two, added later, as the middle of three runs. verbs:
+// D-RDMA's finding that DMAs below 256 bytes waste the PCIe link, and a gather entry costing
+// about as much as 64 bytes of wire time; no strided gather.
 TransferCosts TransferCosts::Measured(std::string_view backend) {
-  if (backend == "shm") return TransferCosts{9.681, 0.0302, 3.185, 0.03029};
-  if (backend == "tcp") return TransferCosts{125.4, 0.2229, 3.181, 0.03252};
+  if (backend == "shm") return TransferCosts{9.681, 0.0302, 3.185, 0.03029, 0.222, 0.0025};
+  if (backend == "tcp") return TransferCosts{125.4, 0.2229, 3.181, 0.03252, 0.42, 0.06};
   return TransferCosts{10.0, 0.04, 2.5, 0.06};
 }
 
@@ -59,17 +60,32 @@ class RunBuilder {
     walker.ExtendTo(end);
     schedule_->runs.back().length = walker.box_length();
   }
+  // Makes the runs from `first` on a period that recurs `repeat` times in all, `stride` bytes
+  // apart in the source; nothing may be placed after it.
+  void SetPeriod(size_t first, uint64_t repeat, uint64_t stride) {
+    Schedule& s = *schedule_;
+    s.period_first = first;
+    s.period_repeat = repeat;
+    s.period_stride = stride;
+    s.period_wire_bytes = s.runs.back().wire + s.runs.back().length - s.runs[first].wire;
+  }
   // Fills in the packed flags and the totals.
   void Finish() {
     Schedule& s = *schedule_;
-    for (Run& run : s.runs) {
+    for (size_t i = 0; i < s.runs.size(); i++) {
+      Run& run = s.runs[i];
       run.packed = run.length < s.options.min_in_place && run.length <= kMaxBoxBytes;
       if (run.packed) {
-        s.packed_bytes += run.length;
+        s.packed_bytes +=
+            run.length * (s.has_period() && i >= s.period_first ? s.period_repeat : 1);
         s.max_packed_run = std::max(s.max_packed_run, run.length);
       }
     }
-    s.wire_bytes = s.runs.empty() ? 0 : s.runs.back().wire + s.runs.back().length;
+    s.wire_bytes = 0;
+    if (!s.runs.empty()) {
+      s.wire_bytes =
+          s.runs.back().wire + s.runs.back().length + (s.period_repeat - 1) * s.period_wire_bytes;
+    }
     s.bridged_bytes = s.wire_bytes - s.payload_bytes;
   }
 
@@ -174,7 +190,8 @@ void PlanBitmapped(const RegionLayout& layout, RunBuilder& builder) {
 //    most max_bridge, whole rows join the box at once for as long as they fit in kMaxBoxBytes.
 //  * When two rows in a row each opened a box with their first field, every later row does
 //    the same and is cut into the same boxes: the box state a row leaves behind depends only
-//    on the row's pattern once the row started afresh. The rest is copied from the last row.
+//    on the row's pattern once the row started afresh. The last row's boxes become a period
+//    that recurs for the rest.
 void PlanStrided(const RegionLayout& layout, RunBuilder& builder) {
   const std::vector<Field>& fields = layout.fields();
   const uint64_t max_bridge = builder.walker.options().max_bridge;
@@ -212,17 +229,7 @@ void PlanStrided(const RegionLayout& layout, RunBuilder& builder) {
     }
     row++;
     if (fresh && previous_fresh && row < rows) {
-      std::vector<Run>& runs = builder.runs();
-      const size_t per_row = runs.size() - first_run;
-      const uint64_t row_wire = runs.back().wire + runs.back().length - runs[first_run].wire;
-      runs.reserve(runs.size() + (rows - row) * per_row);
-      for (uint64_t k = 1; row < rows; row++, k++) {
-        for (size_t i = 0; i < per_row; i++) {
-          const Run& model = runs[first_run + i];
-          runs.push_back(Run{model.source + k * layout.stride(), model.length,
-                             model.wire + k * row_wire, false});
-        }
-      }
+      builder.SetPeriod(first_run, rows - row + 1, layout.stride());
       return;
     }
     previous_fresh = fresh;
@@ -265,19 +272,59 @@ Schedule PlanSchedule(const RegionLayout& layout, const ScheduleOptions& options
   return Plan(layout, options, /*shortcuts=*/true);
 }
 
-double ModelCost(const Schedule& schedule, const TransferCosts& costs) {
-  double cost = double(schedule.wire_bytes) * costs.wire_byte_ns;
-  bool in_stretch = false;
-  for (const Run& run : schedule.runs) {
+std::vector<Run> Schedule::Boxes() const {
+  std::vector<Run> boxes;
+  boxes.reserve(box_count());
+  for (uint64_t i = 0; i < box_count(); i++) boxes.push_back(box(i));
+  return boxes;
+}
+
+bool Schedule::period_packed() const {
+  if (!has_period()) return false;
+  for (size_t i = period_first; i < runs.size(); i++) {
+    if (!runs[i].packed) return false;
+  }
+  return true;
+}
+
+namespace {
+
+// What runs [first, last) cost sent one by one, after a packed run when `in_stretch`; leaves
+// *in_stretch as the last run leaves it.
+double RunsCost(const std::vector<Run>& runs, size_t first, size_t last, const TransferCosts& costs,
+                bool* in_stretch) {
+  double cost = 0;
+  for (size_t i = first; i < last; i++) {
+    const Run& run = runs[i];
     if (run.packed) {
       cost += costs.copy_call_ns + double(run.length) * costs.copy_byte_ns;
-      if (!in_stretch) cost += costs.piece_ns;
+      if (!*in_stretch) cost += costs.piece_ns;
     } else {
       cost += costs.piece_ns;
     }
-    in_stretch = run.packed;
+    *in_stretch = run.packed;
   }
   return cost;
+}
+
+}  // namespace
+
+double ModelCost(const Schedule& schedule, const TransferCosts& costs) {
+  double cost = double(schedule.wire_bytes) * costs.wire_byte_ns;
+  bool in_stretch = false;
+  const size_t single = schedule.has_period() ? schedule.period_first : schedule.runs.size();
+  cost += RunsCost(schedule.runs, 0, single, costs, &in_stretch);
+  if (!schedule.has_period()) return cost;
+  const double copies = double(schedule.period_repeat);
+  if (costs.period_piece_ns > 0 && schedule.period_packed()) {
+    return cost + costs.piece_ns * double(schedule.period_runs()) +
+           copies * (double(schedule.period_runs()) * costs.period_piece_ns +
+                     double(schedule.period_wire_bytes) * costs.period_byte_ns);
+  }
+  cost += RunsCost(schedule.runs, single, schedule.runs.size(), costs, &in_stretch);
+  const double later_copy =
+      RunsCost(schedule.runs, single, schedule.runs.size(), costs, &in_stretch);
+  return cost + (copies - 1) * later_copy;
 }
 
 Schedule PlanSchedule(const RegionLayout& layout, const TransferCosts& costs) {
@@ -286,13 +333,23 @@ Schedule PlanSchedule(const RegionLayout& layout, const TransferCosts& costs) {
   bridged.max_bridge_packed = std::max(greedy.max_bridge_packed, greedy.max_bridge);
   ScheduleOptions in_place = greedy;
   in_place.min_in_place = 0;
+  // Where the transport has strided gathers, a gap inside a period costs its bytes against
+  // one more entry per period, far cheaper than a copy: bridge fewer.
+  ScheduleOptions gathered = greedy;
+  gathered.max_bridge_packed =
+      Threshold(costs.period_piece_ns, costs.wire_byte_ns + costs.period_byte_ns);
   Schedule best = PlanSchedule(layout, greedy);
   // The other sets decide differently only where a box still short of min_in_place meets a
   // gap the greedy rule did not bridge, which leaves a packed box behind; without one they
   // would plan the same schedule.
   if (best.packed_bytes == 0) return best;
   double best_cost = ModelCost(best, costs);
-  for (const ScheduleOptions& options : {bridged, in_place}) {
+  std::vector<ScheduleOptions> candidates = {bridged, in_place};
+  if (costs.period_piece_ns > 0 && layout.kind() == RegionKind::kStrided &&
+      gathered.max_bridge_packed != greedy.max_bridge_packed) {
+    candidates.push_back(gathered);
+  }
+  for (const ScheduleOptions& options : candidates) {
     Schedule candidate = PlanSchedule(layout, options);
     const double cost = ModelCost(candidate, costs);
     if (cost < best_cost) {
@@ -313,7 +370,9 @@ Status CheckSchedule(const RegionLayout& layout, const Schedule& schedule, uint6
     return Status::InvalidArgument("the source buffer is shorter than the region's extent");
   }
   uint64_t wire = 0;
-  for (const Run& run : schedule.runs) {
+  uint64_t period_wire = 0;
+  for (size_t i = 0; i < schedule.runs.size(); i++) {
+    const Run& run = schedule.runs[i];
     if (run.wire != wire || run.source > source_length || run.length > source_length - run.source) {
       return Status::InvalidArgument("a run of the schedule lies outside the source buffer");
     }
@@ -321,6 +380,26 @@ Status CheckSchedule(const RegionLayout& layout, const Schedule& schedule, uint6
       return Status::InvalidArgument("a packed run is longer than the schedule's largest");
     }
     wire += run.length;
+    if (i >= schedule.period_first) period_wire += run.length;
+  }
+  if (schedule.period_repeat == 0) return Status::InvalidArgument("a period that never occurs");
+  if (schedule.has_period()) {
+    // Copies lie further on in the source the later they come: the last one bounds the rest.
+    const uint64_t later = schedule.period_repeat - 1;
+    if (schedule.period_first >= schedule.runs.size() ||
+        period_wire != schedule.period_wire_bytes ||
+        (schedule.period_stride > 0 && later > source_length / schedule.period_stride) ||
+        (period_wire > 0 && later > (UINT64_MAX - wire) / period_wire)) {
+      return Status::InvalidArgument("the schedule's period does not fit its runs");
+    }
+    const uint64_t reach = later * schedule.period_stride;
+    for (size_t i = schedule.period_first; i < schedule.runs.size(); i++) {
+      const Run& run = schedule.runs[i];
+      if (run.source + run.length > source_length - reach) {
+        return Status::InvalidArgument("a run of the schedule lies outside the source buffer");
+      }
+    }
+    wire += later * period_wire;
   }
   if (wire != schedule.wire_bytes) {
     return Status::InvalidArgument("the schedule's runs do not add up to its wire image");

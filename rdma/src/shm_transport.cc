@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "backends.h"
+#include "gather.h"
 #include "setup.h"
 #include "shm_heap.h"
 #include "slipstream/rdma/shm_peer.h"
@@ -202,6 +203,7 @@ class ShmConnection : public Connection, public FaultInjectable {
   // The backend's name.
   std::string backend() const override { return "shm"; }
   uint32_t max_sge() const override { return kSoftwareMaxSge; }
+  uint32_t max_repeat() const override { return kSoftwareMaxRepeat; }
   // CopyAscending stores upwards, 16 bytes at a time.
   bool places_in_address_order() const override { return true; }
 
@@ -895,12 +897,22 @@ void ShmConnection::ExecuteLocked(const PendingRequest& pending, Clock::time_poi
         limit = std::min<uint64_t>(limit, uint64_t(faults_.tear_next_write_after));
         faults_.tear_next_write_after = -1;
       }
-      for (const Sge& sge : pending.sges) {
-        if (limit == 0) break;
-        const uint64_t piece = std::min<uint64_t>(sge.length, limit);
-        CopyAscending(target, static_cast<const char*>(sge.addr), piece);
-        target += piece;
-        limit -= piece;
+      if (wr.repeat > 1) {
+        // A strided gather copies straight into the peer's memory: no staging copy.
+        if (tear) {
+          GatherPrefix(pending.sges.data(), pending.sges.size(), wr.repeat_stride, limit, target);
+        } else {
+          GatherPeriods(pending.sges.data(), pending.sges.size(), wr.repeat_stride, 0, wr.repeat,
+                        target);
+        }
+      } else {
+        for (const Sge& sge : pending.sges) {
+          if (limit == 0) break;
+          const uint64_t piece = std::min<uint64_t>(sge.length, limit);
+          CopyAscending(target, static_cast<const char*>(sge.addr), piece);
+          target += piece;
+          limit -= piece;
+        }
       }
       // A later WRITE's bytes must never become visible before this one's; and a region the
       // peer revoked while we copied (it is ending the connection, and may already have read

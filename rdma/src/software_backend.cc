@@ -2,6 +2,7 @@
 #include "software_backend.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace slipstream::rdma {
 
@@ -37,15 +38,36 @@ Status PrepareRequest(const WorkRequest& wr, const std::function<Status(const Sg
   }
   if (wr.num_sge > kSoftwareMaxSge) return Status::InvalidArgument("too many Sge");
   if (wr.num_sge > 0 && wr.sg_list == nullptr) return Status::InvalidArgument("no sg_list");
+  const bool is_write = wr.opcode == Opcode::kWrite || wr.opcode == Opcode::kWriteWithImm;
+  if (wr.repeat == 0 || (wr.repeat > 1 && !is_write)) {
+    return Status::InvalidArgument("a repeat is for WRITEs only, and at least 1");
+  }
   out->wr = wr;
   out->wr.sg_list = nullptr;
   out->sges.assign(wr.sg_list, wr.sg_list + wr.num_sge);
   out->length = 0;
+  // The last copy of an entry lies `reach` bytes after the first; both must lie in the
+  // entry's region, and then every copy between them does.
+  const uint64_t copies_after_first = uint64_t(wr.repeat) - 1;
+  if (copies_after_first > 0 && wr.repeat_stride > UINT64_MAX / copies_after_first) {
+    return Status::InvalidArgument("repeat_stride * repeat overflows");
+  }
+  const uint64_t reach = copies_after_first * wr.repeat_stride;
   for (const Sge& sge : out->sges) {
     Status s = check_sge(sge);
     if (!s.ok()) return s;
+    if (reach > 0 && sge.length > 0) {
+      const uintptr_t first = reinterpret_cast<uintptr_t>(sge.addr);
+      if (first > UINTPTR_MAX - reach) return Status::InvalidArgument("buffer outside its region");
+      s = check_sge(Sge{reinterpret_cast<const void*>(first + reach), sge.length, sge.lkey});
+      if (!s.ok()) return s;
+    }
     out->length += sge.length;
   }
+  if (out->length > 0 && wr.repeat > kSoftwareMaxRequestBytes / out->length) {
+    return Status::InvalidArgument("request too long");
+  }
+  out->length *= wr.repeat;
   if (out->length > kSoftwareMaxRequestBytes) return Status::InvalidArgument("request too long");
   return Status::OK();
 }

@@ -20,6 +20,8 @@ namespace slipstream::rdma {
 constexpr uint32_t kSoftwareMaxSge = 256;
 // Largest payload of one request: Completion::byte_len is 32 bits.
 constexpr uint64_t kSoftwareMaxRequestBytes = UINT32_MAX;
+// Largest WorkRequest::repeat of a strided gather.
+constexpr uint32_t kSoftwareMaxRepeat = UINT32_MAX;
 
 // True when [addr, addr+length) lies inside [base, base+size), without overflow.
 bool Inside(const char* base, size_t size, const void* addr, uint64_t length);
@@ -35,7 +37,8 @@ struct PreparedRequest {
   uint64_t length = 0;
 };
 
-// Validates a work request (opcode, list size, each Sge through `check_sge`, total length)
+// Validates a work request (opcode, list size, each Sge through `check_sge`, total length;
+// for a strided gather the first and the last copy of each entry, which bound the others)
 // and fills `out`; posts nothing on failure, so the caller can refuse the whole list.
 Status PrepareRequest(const WorkRequest& wr, const std::function<Status(const Sge&)>& check_sge,
                       PreparedRequest* out);

@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "backends.h"
+#include "gather.h"
 #include "region_table.h"
 #include "software_backend.h"
 
@@ -70,6 +71,11 @@ constexpr size_t kDiscardChunk = 64u << 10;
 constexpr uint64_t kInlineSendBytes = 64u << 10;
 // The end of an incoming WRITE received and stored apart, after the rest (HandleWrite).
 constexpr size_t kOrderedTailBytes = 16;
+// A strided gather is packed this many bytes at a time before it is sent: small enough to
+// stay in a core's L2 (1 MiB here) between our copy and the kernel's, large enough that a
+// send carries a lot. region_bench's narrow projection on tcp: 256 KiB 1.0-1.2x copy-out,
+// 512 KiB 1.2-1.5x, 1-2 MiB 1.2-1.4x.
+constexpr uint64_t kGatherChunkBytes = 512u << 10;
 
 // An anonymous mapping; unmapped when the last holder lets go.
 struct Mapping {
@@ -217,6 +223,7 @@ class TcpConnection : public Connection, public FaultInjectable {
 
   std::string backend() const override { return "tcp"; }
   uint32_t max_sge() const override { return kSoftwareMaxSge; }
+  uint32_t max_repeat() const override { return kSoftwareMaxRepeat; }
   // The agent receives a WRITE's payload into the region in order, then acknowledges.
   bool places_in_address_order() const override { return true; }
   // With receive_in_poll the socket, which the agent thread would otherwise read.
@@ -271,6 +278,12 @@ class TcpConnection : public Connection, public FaultInjectable {
   // gather list.
   bool SendFrame(const TcpFrameHeader& header, const std::vector<Sge>& sges, uint64_t payload_limit,
                  bool use_ring, size_t header_sent = 0);
+
+  // Sends a strided gather's frame: the header, then `payload_limit` bytes of its image,
+  // gathered a chunk at a time into gather_chunk_ (periods longer than a chunk go as an iovec
+  // array each, straight from their buffers).
+  bool SendRepeatedFrame(const TcpFrameHeader& header, const PreparedRequest& request,
+                         uint64_t payload_limit, bool use_ring);
 
   // Sends the posted requests that are next in order and small from the posting thread, while
   // no other thread is writing to the socket and no reply waits (mu_ held).
@@ -368,7 +381,8 @@ class TcpConnection : public Connection, public FaultInjectable {
   std::deque<std::shared_ptr<PendingRequest>> in_flight_;  // posting order, oldest first
   uint64_t next_sequence_ = 0;
   uint64_t next_to_send_ = 0;
-  bool sending_ = false;    // a thread is writing a frame to the socket (one at a time)
+  bool sending_ = false;            // a thread is writing a frame to the socket (one at a time)
+  std::vector<char> gather_chunk_;  // strided gathers' bytes on their way out (sending_ only)
   bool receiving_ = false;  // receive_in_poll: a thread in Poll reads the socket (one at a time)
   std::deque<Reply> replies_;
   DelayedCompletions completions_{&faults_};
@@ -796,6 +810,44 @@ bool TcpConnection::SendFrame(const TcpFrameHeader& header, const std::vector<Sg
   return SendVector(iov, use_ring);
 }
 
+bool TcpConnection::SendRepeatedFrame(const TcpFrameHeader& header, const PreparedRequest& request,
+                                      uint64_t payload_limit, bool use_ring) {
+  const WorkRequest& wr = request.wr;
+  const Sge* sges = request.sges.data();
+  const size_t count = request.sges.size();
+  const uint64_t period_bytes = PeriodBytes(sges, count);
+  std::vector<iovec> iov;
+  iov.push_back(iovec{const_cast<TcpFrameHeader*>(&header), sizeof(header)});
+  if (period_bytes == 0 || payload_limit == 0) return SendVector(iov, use_ring);
+  if (period_bytes > kGatherChunkBytes) {
+    for (uint64_t k = 0; k < wr.repeat && payload_limit > 0; k++) {
+      for (size_t i = 0; i < count && payload_limit > 0; i++) {
+        const uint64_t piece = std::min<uint64_t>(sges[i].length, payload_limit);
+        if (piece == 0) continue;
+        iov.push_back(
+            iovec{const_cast<char*>(static_cast<const char*>(sges[i].addr)) + k * wr.repeat_stride,
+                  piece});
+        payload_limit -= piece;
+      }
+      if (!SendVector(iov, use_ring)) return false;
+      iov.clear();
+    }
+    return true;
+  }
+  const uint64_t chunk_periods = kGatherChunkBytes / period_bytes;
+  gather_chunk_.resize(chunk_periods * period_bytes);
+  for (uint64_t k = 0; k < wr.repeat && payload_limit > 0; k += chunk_periods) {
+    const uint64_t periods = std::min<uint64_t>(chunk_periods, wr.repeat - k);
+    GatherPeriods(sges, count, wr.repeat_stride, k, periods, gather_chunk_.data());
+    const uint64_t bytes = std::min(periods * period_bytes, payload_limit);
+    iov.push_back(iovec{gather_chunk_.data(), bytes});
+    if (!SendVector(iov, use_ring)) return false;
+    iov.clear();
+    payload_limit -= bytes;
+  }
+  return true;
+}
+
 void TcpConnection::SenderLoop() {
   // The ring belongs to this thread alone: created, used and torn down here, so any io_uring
   // task work is this thread's business and never interrupts an application thread.
@@ -897,7 +949,8 @@ void TcpConnection::SendRequest(std::unique_lock<std::mutex>& lock,
   next_to_send_++;
   sending_ = true;
   lock.unlock();
-  bool ok = SendFrame(header, pending->sges, payload, use_ring);
+  bool ok = wr.repeat > 1 ? SendRepeatedFrame(header, *pending, payload, use_ring)
+                          : SendFrame(header, pending->sges, payload, use_ring);
   lock.lock();
   sending_ = false;
   WakeSenderLocked();

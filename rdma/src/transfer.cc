@@ -53,32 +53,69 @@ Status CheckTarget(const RegionTarget& t) {
 
 // Builds and posts the target's next batch: up to kBatchRequests requests of up to max_sge
 // gather entries each, stopping early when the staging buffer is full. Packed runs are copied
-// into staging here; the batch's last request is signaled.
+// into staging here; the batch's last request is signaled. Where the connection has strided
+// gathers and the schedule a packed period, the period's copies go as one request that
+// gathers them straight from the source (no staging copy).
 Status PostBatch(RegionTarget& t, TargetState& state, uint64_t batch_id, TransferStats* stats) {
-  const std::vector<Run>& runs = t.schedule->runs;
+  const Schedule& schedule = *t.schedule;
+  const uint64_t boxes = schedule.box_count();
   const uint32_t max_sge = std::max<uint32_t>(1, t.connection->max_sge());
+  const uint64_t period_runs = schedule.period_runs();
+  const bool gather_periods = t.connection->max_repeat() > 1 && schedule.period_packed() &&
+                              period_runs <= max_sge && schedule.period_wire_bytes > 0 &&
+                              schedule.period_wire_bytes <= kMaxRequestBytes;
+  // Whether box `i` starts a copy of the period that a strided gather sends.
+  auto starts_gathered_copy = [&](uint64_t i) {
+    return gather_periods && i >= schedule.period_first &&
+           (i - schedule.period_first) % period_runs == 0;
+  };
   state.sges.clear();
   state.requests.clear();
   std::vector<std::pair<size_t, size_t>>& spans = state.spans;  // per request: first, count
   spans.clear();
   uint64_t staged = 0;
   uint64_t request_bytes = 0;
-  uint64_t request_wire = 0;
   bool staging_full = false;
   bool last_was_staging = false;
-  while (state.next_run < runs.size() && !staging_full) {
-    const Run& run = runs[state.next_run];
+  bool request_closed = false;  // the last request is a strided gather: nothing joins it
+  while (state.next_run < boxes && !staging_full) {
+    if (starts_gathered_copy(state.next_run)) {
+      if (spans.size() == kBatchRequests) break;
+      const uint64_t copy = (state.next_run - schedule.period_first) / period_runs;
+      const uint64_t copies =
+          std::min<uint64_t>({schedule.period_repeat - copy, t.connection->max_repeat(),
+                              kMaxRequestBytes / schedule.period_wire_bytes});
+      spans.emplace_back(state.sges.size(), period_runs);
+      for (uint64_t j = 0; j < period_runs; j++) {
+        const Run run = schedule.box(state.next_run + j);
+        state.sges.push_back(Sge{t.source.addr + run.source, uint32_t(run.length), t.source.lkey});
+      }
+      WorkRequest wr;
+      wr.opcode = Opcode::kWrite;
+      wr.remote_addr = t.remote.addr + t.remote_offset + schedule.box(state.next_run).wire;
+      wr.rkey = t.remote.rkey;
+      wr.signaled = false;
+      wr.repeat = uint32_t(copies);
+      wr.repeat_stride = schedule.period_stride;
+      state.requests.push_back(wr);
+      if (stats) stats->gathered_bytes += copies * schedule.period_wire_bytes;
+      state.next_run += copies * period_runs;
+      request_closed = true;
+      last_was_staging = false;
+      continue;
+    }
+    const Run run = schedule.box(state.next_run);
     const uint64_t needs = run.packed ? run.length : 1;  // in-place runs may be split
-    const bool new_request =
-        spans.empty() || spans.back().second == max_sge || request_bytes + needs > kMaxRequestBytes;
+    const bool new_request = request_closed || spans.empty() || spans.back().second == max_sge ||
+                             request_bytes + needs > kMaxRequestBytes;
     if (new_request) {
       if (spans.size() == kBatchRequests) break;
-      request_wire = run.wire + state.next_run_offset;
+      request_closed = false;
       request_bytes = 0;
       spans.emplace_back(state.sges.size(), 0);
       WorkRequest wr;
       wr.opcode = Opcode::kWrite;
-      wr.remote_addr = t.remote.addr + t.remote_offset + request_wire;
+      wr.remote_addr = t.remote.addr + t.remote_offset + run.wire + state.next_run_offset;
       wr.rkey = t.remote.rkey;
       wr.signaled = false;
       state.requests.push_back(wr);
@@ -93,11 +130,12 @@ Status PostBatch(RegionTarget& t, TargetState& state, uint64_t batch_id, Transfe
       const uint64_t limit = std::min(t.staging.length - staged,
                                       std::min(kMaxRequestBytes - request_bytes, kMaxBoxBytes));
       char* const end = first + limit;
-      size_t next = state.next_run;
-      while (next < runs.size() && runs[next].packed && runs[next].length <= uint64_t(end - at)) {
-        CopyFragment(at, from + runs[next].source, runs[next].length);
-        at += runs[next].length;
-        next++;
+      uint64_t next = state.next_run;
+      for (; next < boxes && (next == state.next_run || !starts_gathered_copy(next)); next++) {
+        const Run box = next == state.next_run ? run : schedule.box(next);
+        if (!box.packed || box.length > uint64_t(end - at)) break;
+        CopyFragment(at, from + box.source, box.length);
+        at += box.length;
       }
       const uint64_t copied = uint64_t(at - first);
       if (copied == 0) {  // the next packed run does not fit what is left
@@ -138,7 +176,7 @@ Status PostBatch(RegionTarget& t, TargetState& state, uint64_t batch_id, Transfe
     state.requests.pop_back();
   }
   if (state.requests.empty()) {
-    if (state.next_run < runs.size()) {
+    if (state.next_run < boxes) {
       return Status::InvalidArgument("a packed run does not fit the staging buffer");
     }
     state.done = true;
@@ -150,7 +188,8 @@ Status PostBatch(RegionTarget& t, TargetState& state, uint64_t batch_id, Transfe
     if (stats) {
       stats->pieces += spans[i].second;
       for (size_t j = 0; j < spans[i].second; j++) {
-        stats->wire_bytes += state.sges[spans[i].first + j].length;
+        stats->wire_bytes +=
+            uint64_t(state.sges[spans[i].first + j].length) * state.requests[i].repeat;
       }
     }
   }

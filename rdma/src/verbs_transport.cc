@@ -522,6 +522,9 @@ Status VerbsConnection::ValidateRequest(const WorkRequest& request) const {
   if (uint8_t(request.opcode) > uint8_t(Opcode::kSend)) {
     return Status::InvalidArgument("Post: unknown opcode");
   }
+  if (request.repeat != 1) {
+    return Status::InvalidArgument("Post: verbs has no strided gather (max_repeat is 1)");
+  }
   if (request.num_sge > max_sge_) {
     return Status::InvalidArgument("Post: more gather entries than the queue pair allows (" +
                                    std::to_string(max_sge_) + ")");

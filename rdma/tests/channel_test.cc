@@ -381,7 +381,9 @@ TEST_P(ChannelTest, LayoutsAcrossPackages) {
     const ScheduleOptions& options = choices[round % 5];
     Schedule schedule = PlanSchedule(layout, options);
     std::string wire;
-    for (const rdma::Run& run : schedule.runs) wire.append(source.data() + run.source, run.length);
+    for (const rdma::Run& run : schedule.Boxes()) {
+      wire.append(source.data() + run.source, run.length);
+    }
     const std::string prefix = Pattern(rng() % 3 == 0 ? 0 : rng() % 9000, round);
     std::string payload;
     FragmentCursor cursor(layout);

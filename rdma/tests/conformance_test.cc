@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -127,6 +128,136 @@ TEST_P(ConformanceTest, WritePlacesExactBytesFromScatterGather) {
   EXPECT_EQ(target.addr[400], source.addr[17]);
   EXPECT_EQ(std::memcmp(target.addr + 401, source.addr + 40000, 9000), 0);
   EXPECT_TRUE(AllZero(target.addr + 9401, target.length - 9401));
+}
+
+// A strided gather's bytes as a loop over its periods would place them.
+std::string ReferenceGather(const std::vector<Sge>& sges, uint64_t repeat, uint64_t stride) {
+  std::string image;
+  for (uint64_t k = 0; k < repeat; k++) {
+    for (const Sge& sge : sges) {
+      image.append(static_cast<const char*>(sge.addr) + k * stride, sge.length);
+    }
+  }
+  return image;
+}
+
+// Strided gathers of random shapes (entries of every common width and odd ones, periods from
+// a few bytes to more than tcp's 256 KiB send chunk, repeats from 1 to thousands), alone and
+// with immediate, land exactly as the reference loop places them, and nowhere else.
+TEST_P(ConformanceTest, StridedGathersPlaceEveryPeriod) {
+  ASSERT_GT(client_->max_repeat(), 1u);
+  constexpr size_t kSource = 8 << 20;
+  constexpr size_t kTarget = 4 << 20;
+  LocalRegion source = Allocate(client_, kSource, kLocalOnly);
+  LocalRegion target = Allocate(server_, kTarget, kRemoteWrite);
+  FillPattern(source.addr, source.length, 5);
+  RemoteRegion remote = server_->Describe(target);
+  std::mt19937_64 rng(20261130);
+  const uint32_t widths[] = {1, 2, 3, 4, 8, 12, 16, 24, 32, 40, 300};
+  for (int round = 0; round < 60; round++) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<Sge> sges;
+    uint64_t period = 0;
+    uint64_t reach = 0;  // how far into a period's source the entries go
+    const size_t entries = 1 + rng() % 5;
+    for (size_t i = 0; i < entries; i++) {
+      const uint32_t width = round == 7 ? 300000 : widths[rng() % std::size(widths)];
+      const uint64_t at = reach + rng() % 64;
+      sges.push_back(Sge{source.addr + at, width, source.lkey});
+      reach = at + width;
+      period += width;
+    }
+    const uint64_t stride = reach + rng() % 200;
+    const uint64_t max_repeat =
+        std::min<uint64_t>((kSource - reach) / stride + 1, (kTarget - 64) / period);
+    const uint64_t repeat = 1 + rng() % std::min<uint64_t>(max_repeat, round % 3 ? 5000 : 8);
+    const uint64_t offset = rng() % 64;
+    WorkRequest wr = OneSided(round % 4 == 0 ? Opcode::kWriteWithImm : Opcode::kWrite,
+                              uint64_t(round) + 1, sges, remote, offset);
+    wr.repeat = uint32_t(repeat);
+    wr.repeat_stride = stride;
+    wr.imm = uint32_t(round);
+    if (wr.opcode == Opcode::kWriteWithImm) {
+      LocalRegion notice = Allocate(server_, 64, kLocalOnly);
+      RecvRequest recv{7, Sge{notice.addr, 64, notice.lkey}};
+      ASSERT_TRUE(server_->PostRecv(&recv, 1).ok());
+      ASSERT_EQ(PostAndWait(client_, wr), WcStatus::kSuccess);
+      std::vector<Completion> got = PollN(server_, 1);
+      ASSERT_EQ(got.size(), 1u);
+      EXPECT_EQ(got[0].byte_len, repeat * period);
+      EXPECT_EQ(got[0].imm, uint32_t(round));
+      EXPECT_TRUE(server_->FreeRegion(notice).ok());
+    } else {
+      ASSERT_EQ(PostAndWait(client_, wr), WcStatus::kSuccess);
+    }
+    const std::string want = ReferenceGather(sges, repeat, stride);
+    ASSERT_EQ(std::string(target.addr + offset, want.size()), want);
+    EXPECT_TRUE(AllZero(target.addr, offset));
+    EXPECT_TRUE(AllZero(target.addr + offset + want.size(), kTarget - offset - want.size()));
+    std::memset(target.addr, 0, kTarget);
+  }
+}
+
+// A strided gather whose last copy would read past its region, whose repeat is 0, whose
+// stride overflows, or that is not a WRITE, is refused at Post: nothing is placed.
+TEST_P(ConformanceTest, BadStridedGathersAreRefusedLocally) {
+  LocalRegion source = Allocate(client_, 4096, kLocalOnly);
+  LocalRegion target = Allocate(server_, 1 << 16, kRemoteWrite | kRemoteRead);
+  RemoteRegion remote = server_->Describe(target);
+  std::vector<Sge> sges = {{source.addr + 8, 16, source.lkey}};
+  WorkRequest wr = OneSided(Opcode::kWrite, 1, sges, remote);
+  wr.repeat_stride = 128;
+  wr.repeat = 33;  // the last copy starts at 8 + 32 * 128 = 4,104: past the 4,096 bytes
+  EXPECT_EQ(client_->Post(&wr, 1).code(), Status::Code::kInvalidArgument);
+  wr.repeat = 32;
+  wr.repeat_stride = 132;  // ends at 8 + 31 * 132 + 16 = 4,116: one entry's end past it
+  EXPECT_EQ(client_->Post(&wr, 1).code(), Status::Code::kInvalidArgument);
+  wr.repeat = 0;
+  EXPECT_EQ(client_->Post(&wr, 1).code(), Status::Code::kInvalidArgument);
+  wr.repeat = 3;
+  wr.repeat_stride = UINT64_MAX / 2 + 1;  // 2 * stride wraps around
+  EXPECT_EQ(client_->Post(&wr, 1).code(), Status::Code::kInvalidArgument);
+  wr.repeat_stride = UINT64_MAX / 2 - 4;  // no wrap in the product, but past the address space
+  EXPECT_EQ(client_->Post(&wr, 1).code(), Status::Code::kInvalidArgument);
+  wr.repeat_stride = 128;
+  wr.opcode = Opcode::kRead;
+  EXPECT_EQ(client_->Post(&wr, 1).code(), Status::Code::kInvalidArgument);
+  wr.opcode = Opcode::kSend;
+  EXPECT_EQ(client_->Post(&wr, 1).code(), Status::Code::kInvalidArgument);
+  EXPECT_TRUE(AllZero(target.addr, target.length));
+  // The largest that fits: the last copy ends at 8 + 31 * 129 + 16 = 4,023.
+  wr.opcode = Opcode::kWrite;
+  wr.repeat = 32;
+  wr.repeat_stride = 129;
+  FillPattern(source.addr, source.length, 3);
+  ASSERT_EQ(PostAndWait(client_, wr), WcStatus::kSuccess);
+  EXPECT_EQ(std::string(target.addr, 32 * 16), ReferenceGather(sges, 32, 129));
+  EXPECT_TRUE(AllZero(target.addr + 32 * 16, target.length - 32 * 16));
+  EXPECT_TRUE(client_->state().ok());
+}
+
+// A strided gather cut short by an injected fault leaves exactly a prefix of its image.
+TEST_P(ConformanceTest, TornStridedGatherPlacesAPrefix) {
+  LocalRegion source = Allocate(client_, 1 << 20, kLocalOnly);
+  LocalRegion target = Allocate(server_, 1 << 20, kRemoteWrite);
+  FillPattern(source.addr, source.length, 9);
+  RemoteRegion remote = server_->Describe(target);
+  std::vector<Sge> sges = {{source.addr, 16, source.lkey}, {source.addr + 40, 8, source.lkey}};
+  WorkRequest wr = OneSided(Opcode::kWrite, 1, sges, remote);
+  wr.repeat = 8000;
+  wr.repeat_stride = 128;
+  constexpr int64_t kTorn = 70001;
+  TestFaults(client_)->tear_next_write_after = kTorn;
+  ASSERT_TRUE(client_->Post(&wr, 1).ok());
+  std::vector<Completion> got = PollN(client_, 1);
+  if (!got.empty()) {
+    EXPECT_NE(got[0].status, WcStatus::kSuccess);
+  }
+  Status state = WaitForFailure(server_);
+  EXPECT_EQ(state.code(), Status::Code::kDisconnected) << state.ToString();
+  const std::string want = ReferenceGather(sges, 8000, 128);
+  EXPECT_EQ(std::string(target.addr, kTorn), want.substr(0, kTorn));
+  EXPECT_TRUE(AllZero(target.addr + kTorn, target.length - kTorn));
 }
 
 TEST_P(ConformanceTest, CompletionImpliesPlacement) {

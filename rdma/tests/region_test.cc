@@ -409,6 +409,7 @@ std::string CheckPlan(const Spec& spec, const RegionLayout& layout, std::string_
   std::vector<Fragment> fragments = ReferenceFragments(spec);
   ReferencePlan want = PlanByHand(fragments, options);
   Schedule plan = PlanSchedule(layout, options);
+  const std::vector<Run> boxes = plan.Boxes();  // a period written out
 
   // The totals and every run, exactly.
   if (plan.options.max_bridge != options.max_bridge ||
@@ -434,11 +435,11 @@ std::string CheckPlan(const Spec& spec, const RegionLayout& layout, std::string_
   if (plan.max_packed_run != want.max_packed_run) {
     err << "max_packed_run " << plan.max_packed_run << " want " << want.max_packed_run << "; ";
   }
-  if (plan.runs.size() != want.runs.size()) {
-    err << plan.runs.size() << " runs, want " << want.runs.size() << "; ";
+  if (boxes.size() != want.runs.size()) {
+    err << boxes.size() << " runs, want " << want.runs.size() << "; ";
   } else {
-    for (size_t i = 0; i < plan.runs.size(); i++) {
-      const Run& g = plan.runs[i];
+    for (size_t i = 0; i < boxes.size(); i++) {
+      const Run& g = boxes[i];
       const Run& w = want.runs[i];
       if (g.source != w.source || g.length != w.length || g.wire != w.wire ||
           g.packed != w.packed) {
@@ -449,8 +450,8 @@ std::string CheckPlan(const Spec& spec, const RegionLayout& layout, std::string_
   }
   // The invariants, stated on PlanSchedule's own output.
   uint64_t wire = 0, packed = 0, max_packed = 0;
-  for (size_t i = 0; i < plan.runs.size(); i++) {
-    const Run& r = plan.runs[i];
+  for (size_t i = 0; i < boxes.size(); i++) {
+    const Run& r = boxes[i];
     if (r.wire != wire) err << "run " << i << " is not contiguous in the wire image; ";
     if (r.length == 0) err << "run " << i << " is empty; ";
     if (r.source + r.length > layout.extent() || r.source + r.length < r.source) {
@@ -1265,8 +1266,8 @@ TEST(RegionScheduleTest, RandomLayoutsMatchTheReference) {
     Expected expected;
     ASSERT_EQ(CheckPlan(spec, layout, source, options, &expected), "") << context;
     fragments += expected.schedule.fragments;
-    runs += expected.schedule.runs.size();
-    for (const rdma::Run& run : expected.schedule.runs) packed += run.packed;
+    runs += expected.schedule.box_count();
+    for (const rdma::Run& run : expected.schedule.Boxes()) packed += run.packed;
   }
   // The generator really produced work of every sort.
   EXPECT_GT(fragments, uint64_t{kCases} * 20);
@@ -1318,6 +1319,50 @@ std::string CheckTarget(const LocalRegion& target, uint64_t offset, const Region
   return "";
 }
 
+// A connection as a transport without strided gathers sees it (verbs: max_repeat 1), so that
+// the transfer layer's expansion of a period into single boxes runs on shm and tcp too.
+class FlatGatherConnection : public Connection {
+ public:
+  explicit FlatGatherConnection(Connection* inner) : inner_(inner) {}
+  // Forwards to the wrapped connection.
+  Status AllocateRegion(size_t length, uint32_t access, LocalRegion* region) override {
+    return inner_->AllocateRegion(length, access, region);
+  }
+  // Forwards to the wrapped connection.
+  Status RegisterLocal(void* addr, size_t length, LocalRegion* region) override {
+    return inner_->RegisterLocal(addr, length, region);
+  }
+  // Forwards to the wrapped connection.
+  Status FreeRegion(const LocalRegion& region) override { return inner_->FreeRegion(region); }
+  // Forwards to the wrapped connection.
+  RemoteRegion Describe(const LocalRegion& region) const override {
+    return inner_->Describe(region);
+  }
+  // Forwards to the wrapped connection.
+  Status Post(const WorkRequest* requests, size_t count) override {
+    return inner_->Post(requests, count);
+  }
+  // Forwards to the wrapped connection.
+  Status PostRecv(const RecvRequest* requests, size_t count) override {
+    return inner_->PostRecv(requests, count);
+  }
+  // Forwards to the wrapped connection.
+  Status Poll(Completion* out, size_t max, int timeout_ms, size_t* count) override {
+    return inner_->Poll(out, max, timeout_ms, count);
+  }
+  // Forwards to the wrapped connection.
+  Status state() const override { return inner_->state(); }
+  // Forwards to the wrapped connection.
+  void Disconnect() override { inner_->Disconnect(); }
+  // Forwards to the wrapped connection.
+  std::string backend() const override { return inner_->backend(); }
+  // Forwards to the wrapped connection.
+  uint32_t max_sge() const override { return inner_->max_sge(); }
+
+ private:
+  Connection* inner_;
+};
+
 class RegionTransferTest : public ::testing::TestWithParam<std::string> {
  protected:
   // Connects `count` pairs of the backend under test.
@@ -1352,7 +1397,8 @@ class RegionTransferTest : public ::testing::TestWithParam<std::string> {
 
 // 10,000 random layouts (every kind, masked or not, random options, random staging sizes no
 // smaller than the largest packed run, random remote offsets) each arrive as exactly the
-// reference wire image, unpack to the reference payload, and touch no other target byte.
+// reference wire image, unpack to the reference payload, and touch no other target byte. Every
+// third goes through a connection without strided gathers, where periods are expanded.
 TEST_P(RegionTransferTest, RandomLayoutsArriveIntact) {
   constexpr uint64_t kSource = 16 << 10, kWireCap = 32 << 10, kSlack = 512;
   constexpr int kCases = 10000;
@@ -1365,7 +1411,8 @@ TEST_P(RegionTransferTest, RandomLayoutsArriveIntact) {
   LocalRegion target = Allocate(server, kWireCap + kSlack, kRemoteWrite);
   ASSERT_FALSE(HasFailure());
   RemoteRegion remote = server->Describe(target);
-  uint64_t wire_total = 0, packed_total = 0;
+  uint64_t wire_total = 0, packed_total = 0, gathered_total = 0, expanded_periods = 0;
+  FlatGatherConnection flat(client);
   for (int i = 0; i < kCases; i++) {
     Rng r(CaseSeed(5, i));
     Spec spec;
@@ -1384,7 +1431,7 @@ TEST_P(RegionTransferTest, RandomLayoutsArriveIntact) {
     ASSERT_EQ(CheckPlan(spec, layout, memory, options, &expected), "") << context;
 
     RegionTarget t;
-    t.connection = client;
+    t.connection = i % 3 == 2 ? static_cast<Connection*>(&flat) : client;
     t.source = Slice(source, 0, r.Uniform(layout.extent(), kSource));
     t.layout = &layout;
     t.schedule = &expected.schedule;
@@ -1396,13 +1443,25 @@ TEST_P(RegionTransferTest, RandomLayoutsArriveIntact) {
     ASSERT_TRUE(s.ok()) << context << ": " << s.ToString();
     ASSERT_EQ(CheckTarget(target, t.remote_offset, layout, expected), "") << context;
     EXPECT_EQ(stats.wire_bytes, expected.schedule.wire_bytes) << context;
-    EXPECT_EQ(stats.packed_bytes, expected.schedule.packed_bytes) << context;
+    // Packed boxes are copied into staging, or gathered straight from the source when they
+    // form a period (shm and tcp have strided gathers).
+    EXPECT_EQ(stats.packed_bytes + stats.gathered_bytes, expected.schedule.packed_bytes) << context;
+    if (expected.schedule.period_packed() && t.connection == client) {
+      EXPECT_GT(stats.gathered_bytes, 0u) << context;
+    }
+    if (t.connection == &flat) {
+      EXPECT_EQ(stats.gathered_bytes, 0u) << context;
+      expanded_periods += expected.schedule.period_packed();
+    }
     EXPECT_LE(stats.pieces, stats.requests * uint64_t{client->max_sge()}) << context;
     std::memset(target.addr + t.remote_offset, 0, expected.wire.size());
     wire_total += expected.schedule.wire_bytes;
     packed_total += expected.schedule.packed_bytes;
+    gathered_total += stats.gathered_bytes;
   }
   EXPECT_GT(packed_total, 0u);
+  EXPECT_GT(gathered_total, 0u);
+  EXPECT_GT(expanded_periods, 0u);
   EXPECT_GT(wire_total, packed_total);
 }
 
@@ -1894,7 +1953,7 @@ TEST_P(RegionTransferTest, MorePiecesThanMaxSge) {
       ASSERT_OK(Build(spec, &layout));
       Expected expected;
       ASSERT_EQ(CheckPlan(spec, layout, memory, Options(0, 0, min_in_place), &expected), "");
-      ASSERT_EQ(expected.schedule.runs.size(), runs);
+      ASSERT_EQ(expected.schedule.box_count(), runs);
       RegionTarget t;
       t.connection = client;
       t.source = source;

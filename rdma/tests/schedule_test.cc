@@ -11,12 +11,14 @@ namespace {
 
 // Two schedules are the same when every box and every total is.
 void ExpectSameSchedule(const Schedule& fast, const Schedule& slow, const std::string& what) {
-  ASSERT_EQ(fast.runs.size(), slow.runs.size()) << what;
-  for (size_t i = 0; i < fast.runs.size(); i++) {
-    ASSERT_EQ(fast.runs[i].source, slow.runs[i].source) << what << " run " << i;
-    ASSERT_EQ(fast.runs[i].length, slow.runs[i].length) << what << " run " << i;
-    ASSERT_EQ(fast.runs[i].wire, slow.runs[i].wire) << what << " run " << i;
-    ASSERT_EQ(fast.runs[i].packed, slow.runs[i].packed) << what << " run " << i;
+  ASSERT_EQ(fast.box_count(), slow.box_count()) << what;
+  for (uint64_t i = 0; i < fast.box_count(); i++) {
+    const Run f = fast.box(i);
+    const Run s = slow.box(i);
+    ASSERT_EQ(f.source, s.source) << what << " run " << i;
+    ASSERT_EQ(f.length, s.length) << what << " run " << i;
+    ASSERT_EQ(f.wire, s.wire) << what << " run " << i;
+    ASSERT_EQ(f.packed, s.packed) << what << " run " << i;
   }
   EXPECT_EQ(fast.wire_bytes, slow.wire_bytes) << what;
   EXPECT_EQ(fast.packed_bytes, slow.packed_bytes) << what;
@@ -99,8 +101,8 @@ TEST(SchedulePlanner, StridedFastPathMatchesTheRule) {
   const ScheduleOptions options{UINT32_MAX, 0, 0};
   Schedule fast = PlanSchedule(big, options);
   ExpectSameSchedule(fast, PlanScheduleByFragments(big, options), "1 MiB rows");
-  EXPECT_GT(fast.runs.size(), 2u);
-  for (const rdma::Run& run : fast.runs) EXPECT_LE(run.length, kMaxBoxBytes);
+  EXPECT_GT(fast.box_count(), 2u);
+  for (const rdma::Run& run : fast.Boxes()) EXPECT_LE(run.length, kMaxBoxBytes);
 }
 
 // The word-at-a-time gap check on hand-made masks: runs inside a word, across words, at the
@@ -147,17 +149,27 @@ TEST(SchedulePlanner, CostBasedPlanningPicksTheCheapestSet) {
     }
     TransferCosts costs{1.0 + double(rng() % 200), 0.01 + double(rng() % 100) / 200,
                         1.0 + double(rng() % 5), 0.01 + double(rng() % 10) / 100};
+    if (round % 4 >= 2) {  // a transport with strided gathers
+      costs.period_piece_ns = 0.05 + double(rng() % 100) / 100;
+      costs.period_byte_ns = double(rng() % 10) / 100;
+    }
     const ScheduleOptions greedy = ScheduleOptions::FromCosts(costs);
     ScheduleOptions bridged = greedy;
     bridged.max_bridge_packed = std::max(greedy.max_bridge_packed, greedy.max_bridge);
     ScheduleOptions in_place = greedy;
     in_place.min_in_place = 0;
+    ScheduleOptions gathered = greedy;
+    gathered.max_bridge_packed =
+        costs.period_piece_ns > 0
+            ? uint32_t(costs.period_piece_ns / (costs.wire_byte_ns + costs.period_byte_ns))
+            : greedy.max_bridge_packed;
     const Schedule a = PlanSchedule(layout, greedy);
     const Schedule b = PlanSchedule(layout, bridged);
     const Schedule c = PlanSchedule(layout, in_place);
+    const Schedule d = PlanSchedule(layout, gathered);
     const Schedule chosen = PlanSchedule(layout, costs);
-    const double cheapest =
-        std::min({ModelCost(a, costs), ModelCost(b, costs), ModelCost(c, costs)});
+    double cheapest = std::min({ModelCost(a, costs), ModelCost(b, costs), ModelCost(c, costs)});
+    if (layout.kind() == RegionKind::kStrided) cheapest = std::min(cheapest, ModelCost(d, costs));
     EXPECT_DOUBLE_EQ(ModelCost(chosen, costs), a.packed_bytes == 0 ? ModelCost(a, costs) : cheapest)
         << "round " << round;
     if (a.packed_bytes == 0) {
@@ -167,6 +179,64 @@ TEST(SchedulePlanner, CostBasedPlanningPicksTheCheapestSet) {
     }
   }
   EXPECT_GT(shortcuts, 50);
+}
+
+// D-RDMA's narrow projection (columns 0, 1 and 5 of 16 eight-byte ones): where the transport
+// has strided gathers, the planner cuts each row into its two field groups, unbridged, as one
+// packed period; where it has none (verbs), it keeps the greedy choice. A period costs what
+// its copies would under ModelCost unless the transport gathers it.
+TEST(SchedulePlanner, NarrowProjectionBecomesAStridedGather) {
+  RegionLayout layout;
+  ASSERT_TRUE(RegionLayout::Strided(0, 128, 65536, {{0, 16}, {40, 8}}, &layout).ok());
+  const Schedule shm = PlanSchedule(layout, TransferCosts::Measured("shm"));
+  ASSERT_TRUE(shm.has_period());
+  EXPECT_TRUE(shm.period_packed());
+  EXPECT_EQ(shm.period_runs(), 2u);
+  EXPECT_EQ(shm.period_wire_bytes, 24u);
+  EXPECT_EQ(shm.period_stride, 128u);
+  EXPECT_EQ(shm.wire_bytes, 65536u * 24);
+  EXPECT_EQ(shm.box_count(), 2u * 65536);
+  EXPECT_LE(shm.runs.size(), 6u);  // a row or two before the period, then the period once
+  EXPECT_TRUE(CheckSchedule(layout, shm, layout.extent()).ok());
+  const Schedule verbs = PlanSchedule(layout, TransferCosts::Measured("verbs"));
+  EXPECT_FALSE(verbs.period_packed() && verbs.period_wire_bytes == 24);
+
+  // The same schedule's cost with and without strided gathers.
+  TransferCosts flat = TransferCosts::Measured("shm");
+  flat.period_piece_ns = flat.period_byte_ns = 0;
+  Schedule expanded = shm;
+  expanded.runs = shm.Boxes();
+  expanded.period_repeat = 1;
+  expanded.period_first = 0;
+  expanded.period_stride = expanded.period_wire_bytes = 0;
+  EXPECT_NEAR(ModelCost(shm, flat), ModelCost(expanded, flat), 1e-6 * ModelCost(expanded, flat));
+  EXPECT_LT(ModelCost(shm, TransferCosts::Measured("shm")), ModelCost(shm, flat) / 4);
+}
+
+// CheckSchedule takes a period for what it claims: copies past the source, a period that
+// does not add up, or one that never occurs are refused.
+TEST(SchedulePlanner, CheckScheduleRefusesABadPeriod) {
+  RegionLayout layout;
+  ASSERT_TRUE(RegionLayout::Strided(8, 100, 1000, {{0, 10}, {50, 4}}, &layout).ok());
+  const Schedule plan = PlanSchedule(layout, ScheduleOptions{0, 0, 64});
+  ASSERT_TRUE(plan.has_period());
+  ASSERT_TRUE(CheckSchedule(layout, plan, layout.extent()).ok());
+  EXPECT_FALSE(CheckSchedule(layout, plan, layout.extent() - 1).ok());
+  Schedule bad = plan;
+  bad.period_repeat++;
+  EXPECT_FALSE(CheckSchedule(layout, bad, layout.extent() + 1000).ok());  // wire adds up wrong
+  bad = plan;
+  bad.period_wire_bytes++;
+  EXPECT_FALSE(CheckSchedule(layout, bad, layout.extent()).ok());
+  bad = plan;
+  bad.period_stride = UINT64_MAX / 2;
+  EXPECT_FALSE(CheckSchedule(layout, bad, layout.extent()).ok());
+  bad = plan;
+  bad.period_repeat = 0;
+  EXPECT_FALSE(CheckSchedule(layout, bad, layout.extent()).ok());
+  bad = plan;
+  bad.period_first = bad.runs.size();
+  EXPECT_FALSE(CheckSchedule(layout, bad, layout.extent()).ok());
 }
 
 }  // namespace

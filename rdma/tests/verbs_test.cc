@@ -393,6 +393,11 @@ TEST_F(VerbsTest, BadRequestsAreRefusedBeforeAnythingIsPosted) {
   wr[1] = Write(2, &good, remote);
   wr[1].opcode = Opcode::kRecv;
   EXPECT_EQ(client_->Post(wr, 2).code(), Status::Code::kInvalidArgument);
+  // A NIC's gather list is flat: no strided gathers (the transfer layer expands periods).
+  EXPECT_EQ(client_->max_repeat(), 1u);
+  wr[1] = Write(2, &good, remote);
+  wr[1].repeat = 2;
+  EXPECT_EQ(client_->Post(wr, 2).code(), Status::Code::kInvalidArgument);
   RecvRequest recv{5, past_end};
   EXPECT_EQ(client_->PostRecv(&recv, 1).code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(fabric_.post_send_calls, calls);

@@ -33,7 +33,7 @@ std::string Batch(const RegionLayout& layout, const char* backend) {
   for (size_t i = 0; i < source.size(); i++) source[i] = char('a' + (i * 7) % 26);
   const Schedule schedule = PlanSchedule(layout, TransferCosts::Measured(backend));
   std::string wire(schedule.wire_bytes, '\0');
-  for (const Run& run : schedule.runs) {
+  for (const Run& run : schedule.Boxes()) {
     wire.replace(run.wire, run.length, source, run.source, run.length);
   }
   return EncodeBatchHeader(layout, schedule.options) + wire;

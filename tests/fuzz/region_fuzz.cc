@@ -39,15 +39,15 @@ uint8_t SourceByte(uint64_t offset) {
 
 // Two schedules are the same when every run and every total is.
 bool SameSchedule(const Schedule& a, const Schedule& b) {
-  if (a.runs.size() != b.runs.size() || a.fragments != b.fragments ||
+  if (a.box_count() != b.box_count() || a.fragments != b.fragments ||
       a.payload_bytes != b.payload_bytes || a.wire_bytes != b.wire_bytes ||
       a.bridged_bytes != b.bridged_bytes || a.packed_bytes != b.packed_bytes ||
       a.max_packed_run != b.max_packed_run || a.layout_fingerprint != b.layout_fingerprint) {
     return false;
   }
-  for (size_t i = 0; i < a.runs.size(); i++) {
-    const Run& x = a.runs[i];
-    const Run& y = b.runs[i];
+  for (uint64_t i = 0; i < a.box_count(); i++) {
+    const Run x = a.box(i);
+    const Run y = b.box(i);
     if (x.source != y.source || x.length != y.length || x.wire != y.wire || x.packed != y.packed) {
       return false;
     }
@@ -104,7 +104,8 @@ void CheckUnpack(const RegionLayout& layout, const Schedule& schedule,
   const uint64_t n = schedule.wire_bytes;
   // Exactly n bytes on the heap, so that ASan reports any read past the image.
   std::unique_ptr<char[]> wire(new char[n == 0 ? 1 : n]);
-  for (const Run& run : schedule.runs) {
+  for (uint64_t b = 0; b < schedule.box_count(); b++) {
+    const Run run = schedule.box(b);
     for (uint64_t i = 0; i < run.length; i++) wire[run.wire + i] = char(SourceByte(run.source + i));
   }
   std::string payload;

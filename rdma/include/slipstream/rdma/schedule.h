@@ -33,6 +33,10 @@ struct TransferCosts {
   double wire_byte_ns = 0;  // one more byte moved by the transport
   double copy_call_ns = 0;  // one more packing copy
   double copy_byte_ns = 0;  // one more byte packed
+  // A strided gather (WorkRequest::repeat): per entry and period, and per byte on top of
+  // wire_byte_ns. 0 and 0 where the transport has none (Connection::max_repeat() is 1).
+  double period_piece_ns = 0;
+  double period_byte_ns = 0;
 
   // The constants measured on this machine type for "shm", "tcp" or "verbs" (docs/benchmarks.md,
   // "Regions"); verbs has no measurement here and uses D-RDMA's published figures.
@@ -59,16 +63,46 @@ struct Run {
   bool packed = false;
 };
 
+// The boxes of a region in wire order. A strided layout whose rows all cut into the same boxes
+// keeps them once, as a period: runs [period_first, runs.size()) are its first copy, and it
+// recurs period_repeat times in all, copy k lying k * period_stride further on in the source
+// and k * period_wire_bytes further on in the wire image. Planning and sending then cost a
+// period, not a row, and a transport with strided gathers sends it as one work request.
 struct Schedule {
   ScheduleOptions options;
   std::vector<Run> runs;
+  uint64_t period_repeat = 1;  // 1: no period
+  size_t period_first = 0;
+  uint64_t period_stride = 0;
+  uint64_t period_wire_bytes = 0;  // the period's runs' lengths, added up
   uint64_t fragments = 0;
   uint64_t payload_bytes = 0;  // the fragments' bytes
   uint64_t wire_bytes = 0;     // payload plus bridged gaps
   uint64_t bridged_bytes = 0;
-  uint64_t packed_bytes = 0;        // bytes copied into staging
+  uint64_t packed_bytes = 0;        // bytes of packed boxes (copied into staging, or gathered)
   uint64_t max_packed_run = 0;      // staging must hold at least this much
   uint64_t layout_fingerprint = 0;  // RegionLayout::Fingerprint of the layout planned
+
+  bool has_period() const { return period_repeat > 1; }
+  // How many runs the period holds (0 without one).
+  size_t period_runs() const { return has_period() ? runs.size() - period_first : 0; }
+  // The boxes, a period's copies included.
+  uint64_t box_count() const { return runs.size() + (period_repeat - 1) * period_runs(); }
+  // Box `i` (< box_count()).
+  Run box(uint64_t i) const {
+    if (i < runs.size()) return runs[i];
+    const uint64_t relative = i - period_first;
+    const uint64_t copy = relative / period_runs();
+    Run run = runs[period_first + relative % period_runs()];
+    run.source += copy * period_stride;
+    run.wire += copy * period_wire_bytes;
+    return run;
+  }
+  // Every box, the period written out (for tests and small schedules).
+  std::vector<Run> Boxes() const;
+  // Whether the period's boxes are all packed: then a transport with strided gathers sends the
+  // period with one work request, straight from the source.
+  bool period_packed() const;
 };
 
 // Plans the transfer of `layout` under `options`. Strided and bitmapped layouts skip over
@@ -82,7 +116,9 @@ Schedule PlanSchedule(const RegionLayout& layout, const ScheduleOptions& options
 // returns the schedule ModelCost ranks cheapest; its `options` go to the receiver.
 Schedule PlanSchedule(const RegionLayout& layout, const TransferCosts& costs);
 // What a schedule costs under `costs`, in nanoseconds: a gather entry per in-place box and per
-// stretch of packed boxes, a copy per packed box, and every byte on the wire.
+// stretch of packed boxes, a copy per packed box, and every byte on the wire; a packed period,
+// where the transport has strided gathers, costs one entry and the gather's per-entry and
+// per-byte costs instead of its copies.
 double ModelCost(const Schedule& schedule, const TransferCosts& costs);
 // The same schedule, planned fragment by fragment: the rule's definition, for tests.
 Schedule PlanScheduleByFragments(const RegionLayout& layout, const ScheduleOptions& options);
@@ -138,8 +174,9 @@ class BoxWalker {
 };
 
 // Checks that `schedule` fits `layout` and a source buffer of `source_length` bytes: it was
-// planned for this layout (by its fingerprint), its runs lie inside the source and add up to
-// its wire image, and no packed run is longer than the schedule's largest or than a box.
+// planned for this layout (by its fingerprint), its runs (every copy of a period) lie inside
+// the source and add up to its wire image, and no packed run is longer than the schedule's
+// largest or than a box.
 Status CheckSchedule(const RegionLayout& layout, const Schedule& schedule, uint64_t source_length);
 
 // Walks where each fragment of a layout lands in the wire image of its schedule (the

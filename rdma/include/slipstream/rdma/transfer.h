@@ -25,9 +25,10 @@ struct RegionTarget {
 
 struct TransferStats {
   uint64_t requests = 0;  // work requests posted
-  uint64_t pieces = 0;    // gather entries
+  uint64_t pieces = 0;    // gather entries (a strided gather's once)
   uint64_t wire_bytes = 0;
-  uint64_t packed_bytes = 0;
+  uint64_t packed_bytes = 0;    // copied into staging
+  uint64_t gathered_bytes = 0;  // sent as strided gathers, straight from the source
 };
 
 // Writes every target's wire image. Targets may share a connection, not staging memory.

@@ -72,6 +72,12 @@ struct WorkRequest {
   uint32_t imm = 0;          // kWriteWithImm: delivered to the target's next receive
   bool signaled = true;      // unsignaled requests produce a completion only on error
   bool fence = false;        // start only after every earlier request has completed
+  // A strided gather (WRITE and WRITE with immediate, up to Connection::max_repeat()): the
+  // gather list is taken `repeat` times, each time `repeat_stride` bytes further on in every
+  // entry's buffer, and the copies land back to back at remote_addr. Such a WRITE places its
+  // bytes in no particular order (places_in_address_order covers only WRITEs without one).
+  uint32_t repeat = 1;
+  uint64_t repeat_stride = 0;
 };
 
 // A buffer for an incoming SEND (or the notification of a WRITE with immediate).
@@ -149,10 +155,14 @@ class Connection {
   virtual std::string backend() const = 0;
   // The most gather entries one work request may carry here.
   virtual uint32_t max_sge() const = 0;
-  // Whether the bytes of one WRITE become visible at the target in increasing address order,
-  // and a WRITE cut short by a failure leaves exactly a prefix placed. Then a checksum at the
-  // end of a WRITE is never seen before what it covers, and needs no fenced WRITE of its own
-  // (shm copies upwards, tcp receives into the region in order; verbs promises neither).
+  // The largest WorkRequest::repeat a WRITE may carry here: 1 where the transport has no
+  // strided gather (verbs: a NIC's gather list is flat).
+  virtual uint32_t max_repeat() const { return 1; }
+  // Whether the bytes of one WRITE (without a repeat) become visible at the target in
+  // increasing address order, and a WRITE cut short by a failure leaves exactly a prefix
+  // placed. Then a checksum at the end of a WRITE is never seen before what it covers, and
+  // needs no fenced WRITE of its own (shm copies upwards, tcp receives into the region in
+  // order; verbs promises neither).
   virtual bool places_in_address_order() const { return false; }
   // A descriptor that becomes readable when the peer sent something only Poll handles, so that
   // a caller can wait for it together with other events and then Poll(0); -1 when no
