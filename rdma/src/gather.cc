@@ -12,22 +12,13 @@ namespace {
 // column is copied into it.
 constexpr uint64_t kBlockBytes = 4096;
 
-// One entry's bytes from `periods` periods: a copy of a width known at compile time, so that
-// each becomes one or two moves.
+// One entry's bytes from `periods` periods. A width known at compile time (kWidth > 0) makes
+// each copy one or two moves; kWidth 0 copies `width` bytes.
 template <size_t kWidth>
-void CopyColumn(char* out, uint64_t out_step, const char* from, uint64_t stride, uint64_t periods) {
+void CopyColumn(char* out, uint64_t out_step, const char* from, uint64_t stride, uint64_t periods,
+                uint64_t width = kWidth) {
   for (uint64_t k = 0; k < periods; k++) {
-    std::memcpy(out, from, kWidth);
-    out += out_step;
-    from += stride;
-  }
-}
-
-// The same for any width.
-void CopyColumnAnyWidth(char* out, uint64_t out_step, const char* from, uint64_t stride,
-                        uint64_t periods, uint64_t width) {
-  for (uint64_t k = 0; k < periods; k++) {
-    std::memcpy(out, from, width);
+    std::memcpy(out, from, kWidth > 0 ? kWidth : width);
     out += out_step;
     from += stride;
   }
@@ -56,7 +47,7 @@ void CopyEntry(char* out, uint64_t out_step, const char* from, uint64_t stride, 
     case 32:
       return CopyColumn<32>(out, out_step, from, stride, periods);
     default:
-      return CopyColumnAnyWidth(out, out_step, from, stride, periods, width);
+      return CopyColumn<0>(out, out_step, from, stride, periods, width);
   }
 }
 

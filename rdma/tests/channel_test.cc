@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "slipstream/rdma/testing.h"
+#include "test_util.h"
 
 namespace slipstream::rdma {
 namespace {
@@ -51,34 +52,11 @@ Pair Connect(const std::string& backend) {
 // A connection that forwards everything to another one but, while `hold` is set, keeps the
 // successful completions to itself: the sender's packages then stay in flight as far as the
 // channel can tell, although the transport placed them. Failures pass through at once.
-class HeldCompletions : public Connection {
+class HeldCompletions : public test::ForwardingConnection {
  public:
-  explicit HeldCompletions(Connection* inner) : inner_(inner) {}
+  explicit HeldCompletions(Connection* inner) : ForwardingConnection(inner) {}
 
   std::atomic<bool> hold{false};
-
-  // Forwards to the wrapped connection.
-  Status AllocateRegion(size_t length, uint32_t access, LocalRegion* region) override {
-    return inner_->AllocateRegion(length, access, region);
-  }
-  // Forwards to the wrapped connection.
-  Status RegisterLocal(void* addr, size_t length, LocalRegion* region) override {
-    return inner_->RegisterLocal(addr, length, region);
-  }
-  // Forwards to the wrapped connection.
-  Status FreeRegion(const LocalRegion& region) override { return inner_->FreeRegion(region); }
-  // Forwards to the wrapped connection.
-  RemoteRegion Describe(const LocalRegion& region) const override {
-    return inner_->Describe(region);
-  }
-  // Forwards to the wrapped connection.
-  Status Post(const WorkRequest* requests, size_t count) override {
-    return inner_->Post(requests, count);
-  }
-  // Forwards to the wrapped connection.
-  Status PostRecv(const RecvRequest* requests, size_t count) override {
-    return inner_->PostRecv(requests, count);
-  }
 
   // While holding, collects the inner completions (without waiting) and returns only failed
   // ones; afterwards returns the held ones first, in their order.
@@ -91,11 +69,11 @@ class HeldCompletions : public Connection {
         held_.pop_front();
       }
       if (*count > 0) return Status::OK();
-      return inner_->Poll(out, max, timeout_ms, count);
+      return inner()->Poll(out, max, timeout_ms, count);
     }
     Completion polled[32];
     size_t n = 0;
-    Status s = inner_->Poll(polled, std::min<size_t>(max, 32), 0, &n);
+    Status s = inner()->Poll(polled, std::min<size_t>(max, 32), 0, &n);
     for (size_t i = 0; i < n; i++) {
       if (polled[i].status == WcStatus::kSuccess) {
         held_.push_back(polled[i]);
@@ -106,17 +84,7 @@ class HeldCompletions : public Connection {
     return s;
   }
 
-  // Forwards to the wrapped connection.
-  Status state() const override { return inner_->state(); }
-  // Forwards to the wrapped connection.
-  void Disconnect() override { inner_->Disconnect(); }
-  // Forwards to the wrapped connection.
-  std::string backend() const override { return inner_->backend(); }
-  // Forwards to the wrapped connection.
-  uint32_t max_sge() const override { return inner_->max_sge(); }
-
  private:
-  Connection* inner_;
   std::mutex mu_;
   std::deque<Completion> held_;
 };
@@ -648,25 +616,11 @@ TEST_P(ChannelTest, PackagesInFlightIsChecked) {
 
 // A connection that forwards everything to another one, but first overwrites the message size
 // in the header of every package the channel posts on it: a peer that lies about the size.
-class MessageSizeLiar : public Connection {
+class MessageSizeLiar : public test::ForwardingConnection {
  public:
   MessageSizeLiar(Connection* inner, uint64_t message_size)
-      : inner_(inner), message_size_(message_size) {}
+      : ForwardingConnection(inner), message_size_(message_size) {}
 
-  // Forwards to the wrapped connection.
-  Status AllocateRegion(size_t length, uint32_t access, LocalRegion* region) override {
-    return inner_->AllocateRegion(length, access, region);
-  }
-  // Forwards to the wrapped connection.
-  Status RegisterLocal(void* addr, size_t length, LocalRegion* region) override {
-    return inner_->RegisterLocal(addr, length, region);
-  }
-  // Forwards to the wrapped connection.
-  Status FreeRegion(const LocalRegion& region) override { return inner_->FreeRegion(region); }
-  // Forwards to the wrapped connection.
-  RemoteRegion Describe(const LocalRegion& region) const override {
-    return inner_->Describe(region);
-  }
   // A package WRITE gathers its 48-byte header first (magic "SLPK", opcode, sequence, message
   // size, ...): the size is rewritten in the Send Buffer before the transport reads it.
   Status Post(const WorkRequest* requests, size_t count) override {
@@ -679,27 +633,10 @@ class MessageSizeLiar : public Connection {
       std::memcpy(&magic, header, 4);
       if (magic == kPackageMagic) std::memcpy(header + 16, &message_size_, 8);
     }
-    return inner_->Post(requests, count);
+    return inner()->Post(requests, count);
   }
-  // Forwards to the wrapped connection.
-  Status PostRecv(const RecvRequest* requests, size_t count) override {
-    return inner_->PostRecv(requests, count);
-  }
-  // Forwards to the wrapped connection.
-  Status Poll(Completion* out, size_t max, int timeout_ms, size_t* count) override {
-    return inner_->Poll(out, max, timeout_ms, count);
-  }
-  // Forwards to the wrapped connection.
-  Status state() const override { return inner_->state(); }
-  // Forwards to the wrapped connection.
-  void Disconnect() override { inner_->Disconnect(); }
-  // Forwards to the wrapped connection.
-  std::string backend() const override { return inner_->backend(); }
-  // Forwards to the wrapped connection.
-  uint32_t max_sge() const override { return inner_->max_sge(); }
 
  private:
-  Connection* inner_;
   uint64_t message_size_;
 };
 

@@ -1320,48 +1320,9 @@ std::string CheckTarget(const LocalRegion& target, uint64_t offset, const Region
 }
 
 // A connection as a transport without strided gathers sees it (verbs: max_repeat 1), so that
-// the transfer layer's expansion of a period into single boxes runs on shm and tcp too.
-class FlatGatherConnection : public Connection {
- public:
-  explicit FlatGatherConnection(Connection* inner) : inner_(inner) {}
-  // Forwards to the wrapped connection.
-  Status AllocateRegion(size_t length, uint32_t access, LocalRegion* region) override {
-    return inner_->AllocateRegion(length, access, region);
-  }
-  // Forwards to the wrapped connection.
-  Status RegisterLocal(void* addr, size_t length, LocalRegion* region) override {
-    return inner_->RegisterLocal(addr, length, region);
-  }
-  // Forwards to the wrapped connection.
-  Status FreeRegion(const LocalRegion& region) override { return inner_->FreeRegion(region); }
-  // Forwards to the wrapped connection.
-  RemoteRegion Describe(const LocalRegion& region) const override {
-    return inner_->Describe(region);
-  }
-  // Forwards to the wrapped connection.
-  Status Post(const WorkRequest* requests, size_t count) override {
-    return inner_->Post(requests, count);
-  }
-  // Forwards to the wrapped connection.
-  Status PostRecv(const RecvRequest* requests, size_t count) override {
-    return inner_->PostRecv(requests, count);
-  }
-  // Forwards to the wrapped connection.
-  Status Poll(Completion* out, size_t max, int timeout_ms, size_t* count) override {
-    return inner_->Poll(out, max, timeout_ms, count);
-  }
-  // Forwards to the wrapped connection.
-  Status state() const override { return inner_->state(); }
-  // Forwards to the wrapped connection.
-  void Disconnect() override { inner_->Disconnect(); }
-  // Forwards to the wrapped connection.
-  std::string backend() const override { return inner_->backend(); }
-  // Forwards to the wrapped connection.
-  uint32_t max_sge() const override { return inner_->max_sge(); }
-
- private:
-  Connection* inner_;
-};
+// the transfer layer's expansion of a period into single boxes runs on shm and tcp too:
+// ForwardingConnection keeps Connection's default max_repeat.
+using FlatGatherConnection = ForwardingConnection;
 
 class RegionTransferTest : public ::testing::TestWithParam<std::string> {
  protected:

@@ -119,4 +119,54 @@ inline void ConnectRawTcpPeer(const TransportOptions& options, std::unique_ptr<C
   ASSERT_TRUE(accepted.get().ok());
 }
 
+// A connection that forwards every call to another one: tests derive from it and override the
+// one call they change (hold completions back, rewrite what is posted, hide a capability).
+// The optional capabilities (max_repeat, places_in_address_order, wait_fd) keep Connection's
+// defaults unless a test forwards them.
+class ForwardingConnection : public Connection {
+ public:
+  explicit ForwardingConnection(Connection* inner) : inner_(inner) {}
+
+  // Forwards to the wrapped connection.
+  Status AllocateRegion(size_t length, uint32_t access, LocalRegion* region) override {
+    return inner_->AllocateRegion(length, access, region);
+  }
+  // Forwards to the wrapped connection.
+  Status RegisterLocal(void* addr, size_t length, LocalRegion* region) override {
+    return inner_->RegisterLocal(addr, length, region);
+  }
+  // Forwards to the wrapped connection.
+  Status FreeRegion(const LocalRegion& region) override { return inner_->FreeRegion(region); }
+  // Forwards to the wrapped connection.
+  RemoteRegion Describe(const LocalRegion& region) const override {
+    return inner_->Describe(region);
+  }
+  // Forwards to the wrapped connection.
+  Status Post(const WorkRequest* requests, size_t count) override {
+    return inner_->Post(requests, count);
+  }
+  // Forwards to the wrapped connection.
+  Status PostRecv(const RecvRequest* requests, size_t count) override {
+    return inner_->PostRecv(requests, count);
+  }
+  // Forwards to the wrapped connection.
+  Status Poll(Completion* out, size_t max, int timeout_ms, size_t* count) override {
+    return inner_->Poll(out, max, timeout_ms, count);
+  }
+  // Forwards to the wrapped connection.
+  Status state() const override { return inner_->state(); }
+  // Forwards to the wrapped connection.
+  void Disconnect() override { inner_->Disconnect(); }
+  // Forwards to the wrapped connection.
+  std::string backend() const override { return inner_->backend(); }
+  // Forwards to the wrapped connection.
+  uint32_t max_sge() const override { return inner_->max_sge(); }
+
+ protected:
+  Connection* inner() const { return inner_; }
+
+ private:
+  Connection* inner_;
+};
+
 }  // namespace slipstream::rdma::test
