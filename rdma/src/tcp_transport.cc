@@ -73,8 +73,8 @@ constexpr uint64_t kInlineSendBytes = 64u << 10;
 constexpr size_t kOrderedTailBytes = 16;
 // A strided gather is packed this many bytes at a time before it is sent: small enough to
 // stay in a core's L2 (1 MiB here) between our copy and the kernel's, large enough that a
-// send carries a lot. region_bench's narrow projection on tcp: 256 KiB 1.0-1.2x copy-out,
-// 512 KiB 1.2-1.5x, 1-2 MiB 1.2-1.4x.
+// send carries a lot. region_bench's narrow projection on tcp: 256 KiB 0.94-1.23x copy-out,
+// 512 KiB 1.18-1.47x, 1-2 MiB 1.13-1.56x (docs/benchmarks.md).
 constexpr uint64_t kGatherChunkBytes = 512u << 10;
 
 // An anonymous mapping; unmapped when the last holder lets go.
