@@ -8,6 +8,36 @@
 
 namespace slipstream::engine {
 
+namespace {
+
+// A writer thread's append finger into one keyspace of one memtable generation (memtable.h):
+// data-area offsets, at[0] the newest key the thread appended there and at[i] a node of level
+// i before it (the head where none is known).
+struct AppendFinger {
+  const MemtableHeader* header = nullptr;
+  uint64_t generation = 0;
+  uint32_t keyspace = 0;
+  uint32_t at[kMemMaxHeight];
+};
+
+constexpr int kFingerSlots = 16;
+// Links a finger walk may follow at one level before a descent is cheaper: a descent reads
+// about four nodes a level.
+constexpr int kFingerSteps = 3;
+
+thread_local AppendFinger t_fingers[kFingerSlots];
+
+// The keyspace prefix of an internal key (0 for the short keys of tests).
+uint32_t PrefixOf(std::string_view ikey) {
+  return ikey.size() >= kKeyspacePrefix ? KeyspaceOf(ikey) : 0;
+}
+
+AppendFinger& FingerSlot(uint32_t keyspace) {
+  return t_fingers[(keyspace * 0x9E3779B1u) >> 28];
+}
+
+}  // namespace
+
 Status MemNodeEntry(const MemNode* node, LeafEntry* entry) {
   entry->key = node->key();
   entry->kind = node->value_kind();
@@ -33,6 +63,13 @@ void MemTable::Reset() {
   header_->large_bytes.store(0);
   header_->max_lsn.store(0);
   header_->max_height.store(1);
+  header_->descents.store(0);
+  // Random rather than counted: a test's next arena may reuse this header's address.
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  uint64_t generation;
+  do generation = rng();
+  while (generation == 0 || generation == header_->generation.load());
+  header_->generation.store(generation);
   if (header_->index_slots != 0) {
     std::memset(static_cast<void*>(index_), 0, size_t(header_->index_slots) * sizeof(uint32_t));
     header_->index_used.store(0);
@@ -82,6 +119,52 @@ MemNode* MemTable::PredecessorOfNewVersion(std::string_view ikey, uint64_t lsn) 
   return before;
 }
 
+// Each level starts from the finger's node there, which precedes the key: the finger's nodes
+// are never unlinked in this generation and at[0] orders before (ikey, lsn), checked here.
+// Only the writer changes links, and it holds the write mutex, so relaxed loads see them all.
+bool MemTable::PathFromFinger(std::string_view ikey, uint64_t lsn, int height,
+                              MemNode** prev) const {
+  const uint32_t keyspace = PrefixOf(ikey);
+  const AppendFinger& f = FingerSlot(keyspace);
+  if (f.header != header_ || f.keyspace != keyspace ||
+      f.generation != header_->generation.load(std::memory_order_relaxed) ||
+      !Before(Node(f.at[0]), ikey, lsn))
+    return false;
+  for (int level = 0; level < height; level++) {
+    MemNode* x = Node(f.at[level]);
+    for (int steps = 0;; steps++) {
+      MemNode* next = Node(x->next[level].load(std::memory_order_relaxed));
+      if (next == nullptr || !Before(next, ikey, lsn)) break;
+      if (steps == kFingerSteps) return false;
+      x = next;
+    }
+    prev[level] = x;
+  }
+  return true;
+}
+
+// A rewrite of an older row leaves the finger at the keyspace's end, where the next new row
+// id goes. A finger of another keyspace or generation gives way to this one.
+void MemTable::RememberFinger(std::string_view ikey, uint64_t lsn, uint32_t off, int height,
+                              MemNode* const* prev, bool full_path) const {
+  const uint32_t keyspace = PrefixOf(ikey);
+  const uint64_t generation = header_->generation.load(std::memory_order_relaxed);
+  AppendFinger& f = FingerSlot(keyspace);
+  if (f.header == header_ && f.keyspace == keyspace && f.generation == generation) {
+    if (!Before(Node(f.at[0]), ikey, lsn)) return;
+  } else {
+    f.header = header_;
+    f.keyspace = keyspace;
+    f.generation = generation;
+    for (uint32_t& at : f.at) at = kHeadOffset;
+  }
+  for (int level = 0; level < height; level++) f.at[level] = off;
+  if (!full_path) return;
+  const int used = int(header_->max_height.load(std::memory_order_relaxed));
+  for (int level = height; level < used; level++)
+    f.at[level] = uint32_t(reinterpret_cast<char*>(prev[level]) - data_);
+}
+
 bool MemTable::LevelsOrdered() const {
   int max_height = int(header_->max_height.load(std::memory_order_acquire));
   for (int level = 0; level < max_height; level++) {
@@ -129,10 +212,18 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
     for (int i = max_height; i < height; i++) prev[i] = Head();
     header_->max_height.store(uint32_t(height), std::memory_order_release);
   }
-  // Heights stay random (a key's versions all of height 1 would make a long level-0 run of a
-  // hot key that every search passing it walks): only a height-1 node skips the descent.
-  prev[0] = height == 1 ? PredecessorOfNewVersion(ikey, lsn) : nullptr;
-  if (prev[0] == nullptr) FindPrevious(ikey, lsn, prev, nullptr);
+  // A new row id right after this thread's last one takes its path from the finger (checking
+  // it costs a node the thread just wrote). Heights stay random (a key's versions all of
+  // height 1 would make a long level-0 run of a hot key that every search passing it walks):
+  // only a height-1 node skips the descent by the index and a back link.
+  bool full_path = false;
+  if (!PathFromFinger(ikey, lsn, height, prev) &&
+      (height != 1 || (prev[0] = PredecessorOfNewVersion(ikey, lsn)) == nullptr)) {
+    FindPrevious(ikey, lsn, prev, nullptr);
+    header_->descents.store(header_->descents.load(std::memory_order_relaxed) + 1,
+                            std::memory_order_relaxed);
+    full_path = true;
+  }
   for (int i = 0; i < height; i++) {
     node->next[i].store(prev[i]->next[i].load(std::memory_order_relaxed),
                         std::memory_order_relaxed);
@@ -142,6 +233,7 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
   if (MemNode* successor = Node(node->next[0].load(std::memory_order_relaxed)))
     successor->back() = uint32_t(off);
   IndexPublish(ikey, lsn, uint32_t(off));
+  RememberFinger(ikey, lsn, uint32_t(off), height, prev, full_path);
   header_->entries.fetch_add(1, std::memory_order_relaxed);
   header_->kv_bytes.fetch_add(ikey.size() + value.size(), std::memory_order_relaxed);
   if (lsn > header_->max_lsn.load(std::memory_order_relaxed)) header_->max_lsn.store(lsn);

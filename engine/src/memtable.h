@@ -18,6 +18,13 @@
 // probe. Slots are never emptied before a reset. Once 7/10 of them are taken, keys that find
 // no slot are not indexed and the index stops answering for absent keys (index_complete): the
 // skiplist answers those reads.
+//
+// New row ids go at the end of their keyspace, where the index has nothing to say, so each
+// writer thread keeps an append finger per keyspace: at every level, a node before the newest
+// key it appended there (process memory, never shared: one finger per keyspace class kept in the
+// memtable header, tried first, cost single-row updates more than it saved). An insert after that
+// key walks a few links from the finger at each of its node's levels instead of descending from the
+// top; a finger more than a few nodes behind is dropped for a descent, which renews it.
 #pragma once
 
 #include <atomic>
@@ -107,6 +114,8 @@ class MemTable {
   uint64_t large_bytes() const { return header_->large_bytes.load(); }
   void AddLargeBytes(uint64_t n) { header_->large_bytes.fetch_add(n, std::memory_order_relaxed); }
   uint64_t used() const { return header_->used.load(); }
+  // Inserts placed by a full descent since the last Reset (not by a back link or a finger).
+  uint64_t descents() const { return header_->descents.load(std::memory_order_relaxed); }
 
  private:
   static constexpr uint32_t kHeadOffset = 8;  // offset 0 means "null"
@@ -126,6 +135,14 @@ class MemTable {
   // the one before the key's newest node (by the hash index and that node's back link), or
   // nullptr if the key is not known so (then a descent finds it).
   MemNode* PredecessorOfNewVersion(std::string_view ikey, uint64_t lsn) const;
+  // Fills prev[0..height) for (ikey, lsn) by walking from this thread's append finger of the
+  // key's keyspace; false if there is none, the key is not after it, or it is too far behind.
+  bool PathFromFinger(std::string_view ikey, uint64_t lsn, int height, MemNode** prev) const;
+  // Moves the finger to node `off` (of `height`, just linked at ikey/lsn) when that node is the
+  // keyspace's newest key here; `full_path` says prev[] holds every used level, not just the
+  // node's own.
+  void RememberFinger(std::string_view ikey, uint64_t lsn, uint32_t off, int height,
+                      MemNode* const* prev, bool full_path) const;
   // The newest node of `ikey` by the index; *answered false if the index cannot say (no index,
   // or the key is absent from an incomplete one).
   const MemNode* IndexFind(std::string_view ikey, bool* answered) const;

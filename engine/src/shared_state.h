@@ -16,8 +16,9 @@
 namespace slipstream::engine {
 
 constexpr uint64_t kArenaMagic = 0x414e455241535353ull;  // "SSSARENA"
-// 2: the header split into per-owner parts; 3: memtable nodes carry a back link.
-constexpr uint32_t kArenaVersion = 3;
+// 2: the header split into per-owner parts; 3: memtable nodes carry a back link; 4: memtable
+// headers carry a generation and count descents.
+constexpr uint32_t kArenaVersion = 4;
 constexpr int kMaxLevels = 12;
 constexpr int kMaxReaders = 1024;
 constexpr int kL0LogBuffers = 4;
@@ -143,6 +144,10 @@ struct MemtableHeader {
   uint32_t index_slots;
   std::atomic<uint32_t> index_used;
   std::atomic<uint32_t> index_complete;
+  // A random value drawn at every Reset: a writer's append finger (memtable.h) names the
+  // generation it was taken in, so it is never followed into a reused data area.
+  std::atomic<uint64_t> generation;
+  std::atomic<uint64_t> descents;  // inserts placed by a full skiplist descent
 };
 
 struct RetiredItem {
