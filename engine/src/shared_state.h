@@ -17,7 +17,7 @@ namespace slipstream::engine {
 
 constexpr uint64_t kArenaMagic = 0x414e455241535353ull;  // "SSSARENA"
 // 2: the header split into per-owner parts; 3: memtable nodes carry a back link; 4: memtable
-// headers carry a generation and count descents.
+// headers carry a generation and count descents, and keep insert counters off lookups' line.
 constexpr uint32_t kArenaVersion = 4;
 constexpr int kMaxLevels = 12;
 constexpr int kMaxReaders = 1024;
@@ -127,28 +127,34 @@ struct KeyspaceSlot {
   std::atomic<uint32_t> state;
 };
 
+// Two cache lines: what the writer changes at every insert, and what every lookup reads (the
+// index's place and size, the height a descent starts at), which changes rarely. On one line,
+// each insert would cost every reader on another core a miss per memtable it looks into.
 struct MemtableHeader {
+  // Written by the writer at every insert.
   std::atomic<uint64_t> used;  // bytes allocated in the data area
-  uint64_t capacity;           // bytes of the data area
   std::atomic<uint64_t> entries;
   std::atomic<uint64_t> kv_bytes;
   std::atomic<uint64_t> large_bytes;  // large-log bytes its entries point at
   std::atomic<uint64_t> max_lsn;
+  std::atomic<uint64_t> descents;    // inserts placed by a full skiplist descent
+  std::atomic<uint32_t> index_used;  // the hash index's slots in use
+  // Read by every lookup.
+  alignas(64) uint64_t capacity;  // bytes of the data area
   std::atomic<uint32_t> max_height;
   std::atomic<uint32_t> in_use;  // 0: free for reuse once no reader can see it
   uint64_t retired_epoch;
   uint64_t data_offset;  // arena offset of the data area
   // The hash index over the keys (memtable.h): its slots' arena offset and count (a power of
-  // two; 0: none), the slots in use, and 1 while every key of the memtable is in it.
+  // two; 0: none), and 1 while every key of the memtable is in it.
   uint64_t index_offset;
   uint32_t index_slots;
-  std::atomic<uint32_t> index_used;
   std::atomic<uint32_t> index_complete;
   // A random value drawn at every Reset: a writer's append finger (memtable.h) names the
   // generation it was taken in, so it is never followed into a reused data area.
   std::atomic<uint64_t> generation;
-  std::atomic<uint64_t> descents;  // inserts placed by a full skiplist descent
 };
+static_assert(sizeof(MemtableHeader) == 128, "a line of insert counters, a line of lookup fields");
 
 struct RetiredItem {
   enum Kind : uint32_t { kNone = 0, kSegment = 1, kMemtable = 2, kTree = 3 };
