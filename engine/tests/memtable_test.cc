@@ -94,6 +94,22 @@ const std::pair<const uint64_t, Version>* ModelFind(const Model& m, const std::s
   return &*std::prev(v);
 }
 
+// Level 0 holds exactly the model's versions, by key ascending and newest LSN first.
+void ExpectListMatchesModel(const MemTable& t, const Model& model) {
+  const MemNode* node = t.First();
+  for (auto& [key, versions] : model) {
+    for (auto v = versions.rbegin(); v != versions.rend(); ++v) {
+      ASSERT_NE(node, nullptr) << "missing " << key.size() << "-byte key @" << v->first;
+      ASSERT_EQ(node->key(), key);
+      ASSERT_EQ(node->lsn, v->first);
+      ASSERT_EQ(node->value_kind(), v->second.kind);
+      ASSERT_EQ(node->value(), v->second.value);
+      node = t.Next(node);
+    }
+  }
+  ASSERT_EQ(node, nullptr);
+}
+
 // Iteration visits every entry once, by key ascending and newest LSN first among equal keys.
 TEST(MemTable, IteratesByKeyThenNewestFirst) {
   MemArea area(16u << 20);
@@ -250,16 +266,7 @@ TEST_P(MemTableVersions, EveryInsertPatternKeepsEveryLevelOrdered) {
         }
         if (testing::Test::HasFatalFailure()) return;
       }
-      const MemNode* node = t.First();
-      for (auto& [key, versions] : model) {
-        for (auto v = versions.rbegin(); v != versions.rend(); ++v) {
-          ASSERT_NE(node, nullptr);
-          ASSERT_EQ(node->key(), key);
-          ASSERT_EQ(node->lsn, v->first);
-          node = t.Next(node);
-        }
-      }
-      ASSERT_EQ(node, nullptr);
+      ASSERT_NO_FATAL_FAILURE(ExpectListMatchesModel(t, model));
       ASSERT_TRUE(t.LevelsOrdered());
       for (auto& [key, versions] : model) {
         const MemNode* found = t.Find(key, lsn);
@@ -364,17 +371,7 @@ TEST(MemTable, WritersTakingTurnsKeepTheListOrdered) {
   }
   for (auto& th : threads) th.join();
   ASSERT_TRUE(t.LevelsOrdered());
-  const MemNode* node = t.First();
-  for (auto& [key, versions] : model) {
-    for (auto v = versions.rbegin(); v != versions.rend(); ++v) {
-      ASSERT_NE(node, nullptr);
-      ASSERT_EQ(node->key(), key);
-      ASSERT_EQ(node->lsn, v->first);
-      ASSERT_EQ(node->value(), v->second.value);
-      node = t.Next(node);
-    }
-  }
-  ASSERT_EQ(node, nullptr);
+  ASSERT_NO_FATAL_FAILURE(ExpectListMatchesModel(t, model));
   // Two thirds of the inserts are appends, which the fingers place; a sixth are rewrites of
   // random old rows, which descend.
   EXPECT_LT(descents_before_reset + t.descents(), inserts / 3) << "of " << inserts << " inserts";
