@@ -81,11 +81,16 @@ void MemTable::Reset() {
   header_->max_lsn.store(0);
   header_->max_height.store(1);
   header_->descents.store(0);
-  // Random rather than counted: a test's next arena may reuse this header's address.
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  uint64_t generation;
-  do generation = rng();
-  while (generation == 0 || generation == header_->generation.load());
+  // Counted, so a slot never comes back to a generation some process's finger names (Resets
+  // are serialised: the write mutex, or no other process yet); started at 64 random bits,
+  // because a test's next arena may reuse this header's address.
+  uint64_t generation = header_->generation.load();
+  if (generation == 0) {
+    std::random_device seed;
+    generation = (uint64_t(seed()) << 32 | seed()) | 1;
+  } else {
+    generation = generation + 1 == 0 ? 1 : generation + 1;
+  }
   header_->generation.store(generation);
   if (header_->index_slots != 0) {
     std::memset(static_cast<void*>(index_), 0,
@@ -228,7 +233,6 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
   std::memcpy(kv, ikey.data(), ikey.size());
   if (!value.empty()) std::memcpy(kv + ikey.size(), value.data(), value.size());
 
-  FilterAdd(HashKey(ikey));
   MemNode* prev[kMemMaxHeight];
   int max_height = int(header_->max_height.load(std::memory_order_relaxed));
   if (height > max_height) {
@@ -247,6 +251,9 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
                             std::memory_order_relaxed);
     full_path = true;
   }
+  // Before the first link that could show the node, and after the path search, whose look at
+  // the filter must not see this key's own bits.
+  FilterAdd(HashKey(ikey));
   for (int i = 0; i < height; i++) {
     node->next[i].store(prev[i]->next[i].load(std::memory_order_relaxed),
                         std::memory_order_relaxed);

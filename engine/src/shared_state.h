@@ -150,8 +150,9 @@ struct MemtableHeader {
   uint64_t index_offset;
   uint32_t index_slots;
   std::atomic<uint32_t> index_complete;
-  // A random value drawn at every Reset: a writer's append finger (memtable.h) names the
-  // generation it was taken in, so it is never followed into a reused data area.
+  // Moved on by every Reset (counted from 64 random bits): a writer's append finger
+  // (memtable.h) names the generation it was taken in, so it is never followed into a reused
+  // data area.
   std::atomic<uint64_t> generation;
 };
 static_assert(sizeof(MemtableHeader) == 128, "a line of insert counters, a line of lookup fields");
