@@ -93,8 +93,7 @@ void MemTable::Reset() {
   }
   header_->generation.store(generation);
   if (header_->index_slots != 0) {
-    std::memset(static_cast<void*>(index_), 0,
-                size_t(IndexWords(header_->index_slots)) * sizeof(uint32_t));
+    std::memset(static_cast<void*>(index_), 0, size_t(header_->index_slots) * sizeof(uint32_t));
     header_->index_used.store(0);
     header_->index_complete.store(1);
   }
@@ -133,7 +132,6 @@ MemNode* MemTable::FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** p
 // orders right before it. The check that the back link leads to that node costs one node and
 // guards against a link the writer did not keep (it always does).
 MemNode* MemTable::PredecessorOfNewVersion(std::string_view ikey, uint64_t lsn) const {
-  if (!FilterMayHold(HashKey(ikey))) return nullptr;
   bool answered;
   const MemNode* newest = IndexFind(ikey, &answered);
   if (newest == nullptr || newest->lsn >= lsn) return nullptr;
@@ -251,9 +249,6 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
                             std::memory_order_relaxed);
     full_path = true;
   }
-  // Before the first link that could show the node, and after the path search, whose look at
-  // the filter must not see this key's own bits.
-  FilterAdd(HashKey(ikey));
   for (int i = 0; i < height; i++) {
     node->next[i].store(prev[i]->next[i].load(std::memory_order_relaxed),
                         std::memory_order_relaxed);
@@ -270,7 +265,6 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
 }
 
 const MemNode* MemTable::Find(std::string_view ikey, uint64_t max_lsn) const {
-  if (!FilterMayHold(HashKey(ikey))) return nullptr;
   bool answered;
   const MemNode* n = FindIndexed(ikey, max_lsn, &answered);
   if (answered) return n;
@@ -344,48 +338,6 @@ void MemTable::IndexPublish(std::string_view ikey, uint64_t lsn, uint32_t off) {
     }
   }
   header_->index_complete.store(0, std::memory_order_release);
-}
-
-namespace {
-
-// A key's line of the filter and its three bits there, from a remix of its hash (the index
-// uses the hash's low and high bits as they are).
-struct FilterProbe {
-  uint32_t line;
-  uint32_t bits[3];
-};
-
-FilterProbe ProbeOf(uint64_t hash, uint32_t lines) {
-  const uint64_t h = hash * 0x9E3779B97F4A7C15ull;
-  return {uint32_t(h >> 32) & (lines - 1),
-          {uint32_t(h) & 511, uint32_t(h >> 9) & 511, uint32_t(h >> 18) & 511}};
-}
-
-}  // namespace
-
-bool MemTable::FilterMayHold(uint64_t hash) const {
-  if (filter_lines_ == 0) return true;
-  const FilterProbe p = ProbeOf(hash, filter_lines_);
-  const std::atomic<uint64_t>* line = filter_ + size_t(p.line) * (kFilterLineBits / 64);
-  for (uint32_t bit : p.bits) {
-    if ((line[bit >> 6].load(std::memory_order_relaxed) & (uint64_t{1} << (bit & 63))) == 0)
-      return false;
-  }
-  return true;
-}
-
-// Plain loads first: most inserts are of keys whose bits are set already, and a store would
-// take the line from every reader's cache for nothing.
-void MemTable::FilterAdd(uint64_t hash) {
-  if (filter_lines_ == 0) return;
-  const FilterProbe p = ProbeOf(hash, filter_lines_);
-  std::atomic<uint64_t>* line = filter_ + size_t(p.line) * (kFilterLineBits / 64);
-  for (uint32_t bit : p.bits) {
-    const uint64_t mask = uint64_t{1} << (bit & 63);
-    std::atomic<uint64_t>& word = line[bit >> 6];
-    if ((word.load(std::memory_order_relaxed) & mask) == 0)
-      word.store(word.load(std::memory_order_relaxed) | mask, std::memory_order_relaxed);
-  }
 }
 
 const MemNode* MemTable::Seek(std::string_view ikey) const {

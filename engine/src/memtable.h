@@ -19,13 +19,6 @@
 // no slot are not indexed and the index stops answering for absent keys (index_complete): the
 // skiplist answers those reads.
 //
-// Beside the index, a blocked Bloom filter of one bit per index slot (an eighth of the index's
-// bytes, 256 KiB at the defaults: small enough to stay in a core's cache where the index's
-// slots do not) holds every key inserted. Most point reads ask for keys a memtable does not
-// hold (rows older than it), and the filter answers those with one cached line instead of a
-// miss on a slot line. The writer sets a key's bits before it links the key's node, and bits
-// are only cleared by a Reset, so the filter never denies a key a reader could find.
-//
 // New row ids go at the end of their keyspace, where the index has nothing to say, so each
 // writer thread keeps an append finger per keyspace: at every level, a node before the newest
 // key it appended there (process memory, never shared: one finger per keyspace class kept in the
@@ -78,15 +71,7 @@ class MemTable {
       : header_(header),
         data_(data),
         index_(index),
-        filter_(reinterpret_cast<std::atomic<uint64_t>*>(index + header->index_slots)),
-        filter_lines_(header->index_slots / kFilterLineBits),
         tag_shift_(uint32_t(std::bit_width(header->capacity >> 3))) {}
-
-  // 32-bit words of an index of `slots` slots with its filter (one bit per slot).
-  static uint64_t IndexWords(uint64_t slots) { return slots + slots / 32; }
-
-  // False only if no version of `ikey` was ever inserted here (the filter's answer).
-  bool MayHold(std::string_view ikey) const { return FilterMayHold(HashKey(ikey)); }
 
   // Formats an empty skiplist over the data area (writer only, with no readers left).
   void Reset();
@@ -173,17 +158,8 @@ class MemTable {
 
   MemtableHeader* header_;
   char* data_;
-  // Whether the filter may hold the key of `hash` (true without an index).
-  bool FilterMayHold(uint64_t hash) const;
-  // Sets the filter's bits for the key of `hash` (writer only, before the key's node is linked).
-  void FilterAdd(uint64_t hash);
-
-  static constexpr uint32_t kFilterLineBits = 512;  // a cache line
-
   std::atomic<uint32_t>* index_;
-  std::atomic<uint64_t>* filter_;  // right after the index's slots
-  uint32_t filter_lines_;          // 0: no index, no filter
-  uint32_t tag_shift_;             // bits of an offset in 8-byte units
+  uint32_t tag_shift_;  // bits of an offset in 8-byte units
 };
 
 }  // namespace slipstream::engine

@@ -28,9 +28,9 @@ class MemtablePool {
     while (slots * 48 < DataCapacity(options)) slots *= 2;
     return slots;
   }
-  // Bytes of one slot after its header: the data area, then the index and its filter.
+  // Bytes of one slot after its header: the data area, then the index.
   static uint64_t SlotBytes(const Options& options) {
-    return IndexStart(options) + MemTable::IndexWords(IndexSlots(options)) * sizeof(uint32_t);
+    return IndexStart(options) + IndexSlots(options) * sizeof(uint32_t);
   }
   // Where the index starts after the data area (cache-line aligned).
   static uint64_t IndexStart(const Options& options) {
