@@ -238,9 +238,9 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
     header_->max_height.store(uint32_t(height), std::memory_order_release);
   }
   // A new row id right after this thread's last one takes its path from the finger (checking
-  // it costs a node the thread just wrote). Heights stay random (a key's versions all of
-  // height 1 would make a long level-0 run of a hot key that every search passing it walks):
-  // only a height-1 node skips the descent by the index and a back link.
+  // that against the finger's copy of its key reads no shared memory). Heights stay random (a key's
+  // versions all of height 1 would make a long level-0 run of a hot key that every search passing
+  // it walks): only a height-1 node skips the descent by the index and a back link.
   bool full_path = false;
   if (!PathFromFinger(ikey, lsn, height, prev) &&
       (height != 1 || (prev[0] = PredecessorOfNewVersion(ikey, lsn)) == nullptr)) {
