@@ -128,8 +128,9 @@ struct KeyspaceSlot {
 };
 
 // Two cache lines: what the writer changes at every insert, and what every lookup reads (the
-// index's place and size, the height a descent starts at), which changes rarely. On one line,
-// each insert would cost every reader on another core a miss per memtable it looks into.
+// index's place and size, the height a descent starts at), which changes rarely, so that an
+// insert does not take the line lookups read from the other cores' caches. (No end-to-end
+// difference was measurable: docs/benchmarks.md, "Append fingers per writer thread".)
 struct MemtableHeader {
   // Written by the writer at every insert.
   std::atomic<uint64_t> used;  // bytes allocated in the data area
