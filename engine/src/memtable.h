@@ -22,9 +22,9 @@
 // New row ids go at the end of their keyspace, where the index has nothing to say, so each
 // writer thread keeps an append finger per keyspace: at every level, a node before the newest
 // key it appended there (process memory, never shared: one finger per keyspace class kept in the
-// memtable header, tried first, cost single-row updates more than it saved). An insert after that
-// key walks a few links from the finger at each of its node's levels instead of descending from the
-// top; a finger more than a few nodes behind is dropped for a descent, which renews it.
+// memtable header, tried first, is written by every insert and measured no better). An insert after
+// that key walks a few links from the finger at each of its node's levels instead of descending
+// from the top; a finger more than a few nodes behind is dropped for a descent, which renews it.
 #pragma once
 
 #include <atomic>
