@@ -99,7 +99,6 @@ _PG_init(void)
 	ss_register_worker();
 	ss_register_repl_workers();
 	ss_install_planner_hook();
-	ss_chain_cache_register();
 	RegisterXactCallback(on_xact_end, NULL);
 	RegisterSubXactCallback(on_subxact_end, NULL);
 }

@@ -305,6 +305,8 @@ typedef struct SsChainWalk
 	uint64		tag;			/* the relation file node's engine tag */
 	bool		cacheable;		/* an MVCC walk: it may use and fill the chain cache */
 	bool		from_cache;		/* it started where the chain cache said */
+	uint64		cache_start;	/* where that was */
+	int			reads;			/* engine reads of versions so far */
 } SsChainWalk;
 
 typedef enum SsPruneResult
@@ -316,8 +318,6 @@ typedef enum SsPruneResult
 
 extern void ss_chain_start(SsChainWalk *walk, Relation rel, uint32 keyspace, uint64 root,
 						   Snapshot snapshot);
-extern void ss_chain_cache_reset(void);
-extern void ss_chain_cache_register(void);
 extern HeapTuple ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot,
 									   HeapTuple root_tuple, struct GlobalVisState *vistest);
 extern void ss_chain_end(SsChainWalk *walk);
@@ -328,6 +328,13 @@ extern bool ss_chain_all_dead(Relation rel, uint32 keyspace, uint64 root,
 extern uint64 ss_redirect_target(Relation rel, HeapTuple redirect);
 extern SsPruneResult ss_prune_chain(Relation rel, uint32 keyspace, uint64 root,
 									struct GlobalVisState *vistest, TransactionId oldest_xmin);
+
+/* ---- the shared chain cache (tableam/chain_cache.c) ---- */
+extern void ss_chain_cache_shmem_request(void);
+extern void ss_chain_cache_shmem_init(void);
+extern bool ss_chain_cache_lookup(uint32 keyspace, uint64 root, uint64 *first_needed);
+extern void ss_chain_cache_remember(uint32 keyspace, uint64 root, uint64 rowid);
+extern void ss_chain_cache_forget(uint32 keyspace, uint64 root, uint64 rowid);
 
 /* ---- the visibility map (tableam/vismap.c) ---- */
 extern void ss_vm_clear_rows(Relation rel, const uint64 *rowids, int nrowids);

@@ -148,3 +148,26 @@ DELETE FROM hot_lock WHERE id = 2;
 SELECT ctid, infomask2 & x'4000'::int AS hot_updated, next_ctid
   FROM slipstream.row_versions('hot_lock') WHERE ctid IN ('(0,1)', '(0,2)');
 DROP TABLE hot_lock;
+
+-- The chain cache is shared by every backend (tableam/chain_cache.c): VACUUM's prune records
+-- where the chain's needed versions begin, so that a fetch in a new backend reads that one
+-- version and not the redirect before it. Each version read counts as a block access.
+CREATE TABLE hot_cache (id int PRIMARY KEY, v int) USING slipstream;
+INSERT INTO hot_cache VALUES (1, 0), (2, 0);
+UPDATE hot_cache SET v = 1 WHERE id = 1;
+UPDATE hot_cache SET v = 2 WHERE id = 1;
+VACUUM hot_cache;
+\c -
+SET enable_seqscan = off; SET enable_bitmapscan = off;
+BEGIN;
+SELECT v FROM hot_cache WHERE id = 1;
+SELECT v FROM hot_cache WHERE id = 2;
+SELECT pg_stat_get_xact_blocks_hit('hot_cache'::regclass) AS versions_read;
+COMMIT;
+-- A new file node is a new keyspace: what the cache knew of the old one never applies to it.
+TRUNCATE hot_cache;
+INSERT INTO hot_cache VALUES (1, 10), (2, 20);
+UPDATE hot_cache SET v = 11 WHERE id = 1;
+SELECT id, v FROM hot_cache ORDER BY id;
+RESET enable_seqscan; RESET enable_bitmapscan;
+DROP TABLE hot_cache;

@@ -58,6 +58,7 @@ ss_shmem_request(void)
 	RequestAddinShmemSpace(add_size(engine_arena_size, SS_ARENA_ALIGN));
 	RequestAddinShmemSpace(shared_size());
 	ss_rowids_shmem_request();
+	ss_chain_cache_shmem_request();
 }
 
 /* Creates or attaches the shared structures; a fresh arena is zeroed (shmem_startup_hook). */
@@ -89,6 +90,7 @@ ss_shmem_startup(void)
 	}
 	ss_row_locks_shmem_init(!found);
 	ss_rowids_shmem_init();
+	ss_chain_cache_shmem_init();
 	LWLockRelease(AddinShmemInitLock);
 	ss_row_locks_register_tranche();
 }

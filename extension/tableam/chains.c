@@ -30,56 +30,6 @@
 #define SS_PRUNE_MIN_DEAD 2
 
 /*
- * Where the versions some transaction may still see begin, per chain root: a backend-local,
- * direct-mapped cache that spares MVCC fetches the read of a root whose versions before that
- * point are all dead to everyone (a redirect, or a dead HOT-updated root). Dead to everyone is
- * for good and row ids are never reused while a relation file node lives, so an entry stays
- * true as long as its version exists; once a prune removes it, the fetch finds it gone and
- * walks from the root. Every relcache invalidation (a DROP, TRUNCATE or rewrite of any table)
- * empties it, and so does a truncate in place, which reuses row ids.
- */
-#define SS_CHAIN_CACHE_SIZE 4096
-
-typedef struct ChainCacheEntry
-{
-	uint64		tag;
-	uint64		root;
-	uint64		first_needed;
-} ChainCacheEntry;
-
-static ChainCacheEntry chain_cache[SS_CHAIN_CACHE_SIZE];
-
-/* The cache slot of a chain. */
-static inline ChainCacheEntry *
-chain_cache_slot(uint64 tag, uint64 root)
-{
-	uint64		h = (tag ^ (root * UINT64CONST(0x9E3779B97F4A7C15))) * UINT64CONST(0xff51afd7ed558ccd);
-
-	return &chain_cache[(h >> 40) % SS_CHAIN_CACHE_SIZE];
-}
-
-/* Empties the chain cache (every relcache invalidation, and a truncate in place). */
-void
-ss_chain_cache_reset(void)
-{
-	memset(chain_cache, 0, sizeof(chain_cache));
-}
-
-/* Relcache invalidation callback: see the cache's comment. */
-static void
-chain_cache_invalidate(Datum arg, Oid relid)
-{
-	ss_chain_cache_reset();
-}
-
-/* Registers the cache's invalidation (from _PG_init: forked backends inherit it). */
-void
-ss_chain_cache_register(void)
-{
-	CacheRegisterRelcacheCallback(chain_cache_invalidate, (Datum) 0);
-}
-
-/*
  * Starts a walk of the chain rooted at `root`; with an MVCC snapshot, from where the chain
  * cache says the versions it may see begin (the versions before are dead to everyone).
  */
@@ -98,26 +48,16 @@ ss_chain_start(SsChainWalk *walk, Relation rel, uint32 keyspace, uint64 root,
 	walk->tag = ss_tag(MyDatabaseId, rel->rd_node.relNode);
 	if (snapshot != NULL && IsMVCCSnapshot(snapshot))
 	{
-		ChainCacheEntry *entry = chain_cache_slot(walk->tag, root);
+		uint64		first_needed;
 
 		walk->cacheable = true;
-		if (entry->tag == walk->tag && entry->root == root && entry->first_needed != root)
+		if (ss_chain_cache_lookup(keyspace, root, &first_needed) && first_needed != root)
 		{
-			walk->next = entry->first_needed;
+			walk->next = first_needed;
+			walk->cache_start = first_needed;
 			walk->from_cache = true;
 		}
 	}
-}
-
-/* Remembers that the versions of chain `root` some transaction may see begin at `rowid`. */
-static void
-remember_first_needed(uint64 tag, uint64 root, uint64 rowid)
-{
-	ChainCacheEntry *entry = chain_cache_slot(tag, root);
-
-	entry->tag = tag;
-	entry->root = root;
-	entry->first_needed = rowid;
 }
 
 /*
@@ -193,9 +133,8 @@ restart_walk(SsChainWalk *walk)
 	}
 	if (walk->from_cache)
 	{
-		ChainCacheEntry *entry = chain_cache_slot(walk->tag, walk->root);
-
-		entry->tag = 0;			/* pruned past it: forget the entry */
+		/* A prune removed the version the cache named: forget it, unless it moved on. */
+		ss_chain_cache_forget(walk->keyspace, walk->root, walk->cache_start);
 		walk->from_cache = false;
 	}
 	walk->next = walk->root;
@@ -245,7 +184,10 @@ ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot, HeapTuple root_tuple
 			root_tuple = NULL;
 		}
 		else
+		{
 			tuple = ss_fetch_row(walk->rel, walk->keyspace, rowid);
+			walk->reads++;
+		}
 		if (tuple == NULL)
 		{
 			/* A missing root was removed by VACUUM; a missing member, maybe by a prune. */
@@ -290,7 +232,7 @@ ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot, HeapTuple root_tuple
 			{
 				walk->all_dead = false;
 				if (walk->cacheable && vistest != NULL && rowid != walk->root)
-					remember_first_needed(walk->tag, walk->root, rowid);
+					ss_chain_cache_remember(walk->keyspace, walk->root, rowid);
 			}
 		}
 		if (!visible)
@@ -448,9 +390,9 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
 					   latest_removed);
 	}
 	LWLockRelease(lock);
-	/* This backend's next fetch starts at the new target, not at a version now gone. */
+	/* The next fetch starts at the new target, not at a version now gone. */
 	if (target != root)
-		remember_first_needed(tag, root, target);
+		ss_chain_cache_remember(keyspace, root, target);
 	if (removed != NULL)
 		pfree(removed);
 	return result;

@@ -135,7 +135,6 @@ ss_relation_nontransactional_truncate(Relation rel)
 	/* The visibility map (and any other fork) goes too, WAL-logged as for heap. */
 	RelationTruncate(rel, 0);
 	ss_vm_forget();
-	ss_chain_cache_reset();		/* row ids start again from 0 */
 	forget_cached_keyspace(rel);
 }
 

@@ -637,6 +637,7 @@ ss_index_fetch_tuple(IndexFetchTableData *sscan, ItemPointer tid, Snapshot snaps
 	bool		first_call = !*call_again;
 	HeapTuple	tuple;
 	MemoryContext old;
+	int			reads_before;
 
 	*call_again = false;
 	if (all_dead)
@@ -647,12 +648,15 @@ ss_index_fetch_tuple(IndexFetchTableData *sscan, ItemPointer tid, Snapshot snaps
 		if (!ss_tid_valid(tid))
 			return false;
 		ss_chain_start(&fetch->walk, rel, fetch->keyspace, ss_tid_to_rowid(tid), snapshot);
-		count_block_read(rel);
 		predicate_lock(rel, snapshot);
 	}
+	reads_before = fetch->walk.reads;
 	old = MemoryContextSwitchTo(slot->tts_mcxt);
 	tuple = ss_chain_next_visible(&fetch->walk, snapshot, NULL, vistest);
 	MemoryContextSwitchTo(old);
+	/* Each version read counts as a block access: a chain's versions live in other blocks. */
+	for (int i = reads_before; i < fetch->walk.reads; i++)
+		count_block_read(rel);
 	if (first_call)
 		ss_chain_prune_if_worth(&fetch->walk, snapshot, vistest);
 	if (tuple == NULL)

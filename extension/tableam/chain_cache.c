@@ -1,0 +1,154 @@
+/*
+ * tableam/chain_cache.c: the chain cache, shared by every backend. Per chain root, it says
+ * where the versions some transaction may still see begin, so that an MVCC fetch starts there
+ * instead of reading a redirect or a dead root first (tableam/chains.c).
+ *
+ * Why an entry stays true: the versions before `first_needed` were dead to everyone when it was
+ * written, and dead to everyone is for good (the horizon is the same for every backend of the
+ * database). An entry names a chain by engine keyspace and root row id; a keyspace id is never
+ * given to a second relation file node while the server runs (the engine's counter only grows,
+ * and a truncate in place or a new file node gets a new keyspace), and row ids are never reused
+ * within a keyspace. So an entry is wrong only once a prune has removed `first_needed` itself: a
+ * fetch then finds it missing and walks from the root, as chains.c does for any vanished member.
+ * Shared memory is rebuilt at every server start and after a crash, which empties the cache.
+ *
+ * The cache is direct-mapped: a chain whose slot another chain takes is merely walked from its
+ * root again. Each entry is guarded by a sequence counter (odd while a writer fills it), so a
+ * reader never uses a torn entry; a writer that finds the entry busy gives up, since losing a
+ * cache write costs one read later and waiting would cost every fetch.
+ */
+#include "slipstream.h"
+
+#include "port/atomics.h"
+#include "port/pg_bitutils.h"
+#include "storage/shmem.h"
+
+typedef struct ChainCacheEntry
+{
+	pg_atomic_uint32 seq;		/* odd while a writer fills the entry; 0: never filled */
+	uint32		keyspace;
+	uint64		root;
+	uint64		first_needed;
+} ChainCacheEntry;
+
+static ChainCacheEntry *chain_cache = NULL;
+static uint64 chain_cache_mask = 0;
+
+/* Entries the cache has: slipstream.chain_cache_entries rounded down to a power of two. */
+static uint64
+chain_cache_entries(void)
+{
+	if (ss_chain_cache_entries == 0)
+		return 0;
+	return UINT64CONST(1) << pg_leftmost_one_pos32((uint32) ss_chain_cache_entries);
+}
+
+/* Asks for the cache's shared memory (from the shmem_request_hook). */
+void
+ss_chain_cache_shmem_request(void)
+{
+	RequestAddinShmemSpace(mul_size(sizeof(ChainCacheEntry), chain_cache_entries()));
+}
+
+/* Creates or attaches the cache (from the shmem_startup_hook, under AddinShmemInitLock). */
+void
+ss_chain_cache_shmem_init(void)
+{
+	uint64		entries = chain_cache_entries();
+	bool		found;
+
+	if (entries == 0)
+		return;
+	chain_cache = ShmemInitStruct("slipstream chain cache", sizeof(ChainCacheEntry) * entries,
+								  &found);
+	if (!found)
+	{
+		/* Zeroed entries are empty: sequence 0 names no chain (keyspace 0 is no keyspace). */
+		memset(chain_cache, 0, sizeof(ChainCacheEntry) * entries);
+		for (uint64 i = 0; i < entries; i++)
+			pg_atomic_init_u32(&chain_cache[i].seq, 0);
+	}
+	chain_cache_mask = entries - 1;
+}
+
+/* The entry a chain maps to. */
+static inline ChainCacheEntry *
+chain_cache_slot(uint32 keyspace, uint64 root)
+{
+	uint64		h = (((uint64) keyspace << 40) ^ root) * UINT64CONST(0x9E3779B97F4A7C15);
+
+	return &chain_cache[(h >> 24) & chain_cache_mask];
+}
+
+/*
+ * Whether the cache knows where the versions of chain `root` that some transaction may see
+ * begin; if so, *first_needed says where.
+ */
+bool
+ss_chain_cache_lookup(uint32 keyspace, uint64 root, uint64 *first_needed)
+{
+	ChainCacheEntry *entry;
+	uint32		before;
+	uint64		found_root;
+	uint64		found_first;
+	uint32		found_keyspace;
+
+	if (chain_cache == NULL)
+		return false;
+	entry = chain_cache_slot(keyspace, root);
+	before = pg_atomic_read_u32(&entry->seq);
+	if (before == 0 || (before & 1) != 0)
+		return false;
+	pg_read_barrier();
+	found_keyspace = ((volatile ChainCacheEntry *) entry)->keyspace;
+	found_root = ((volatile ChainCacheEntry *) entry)->root;
+	found_first = ((volatile ChainCacheEntry *) entry)->first_needed;
+	pg_read_barrier();
+	if (pg_atomic_read_u32(&entry->seq) != before || found_keyspace != keyspace ||
+		found_root != root)
+		return false;
+	*first_needed = found_first;
+	return true;
+}
+
+/* Fills an entry unless another writer holds it; `keyspace` 0 empties it. */
+static void
+chain_cache_store(ChainCacheEntry *entry, uint32 keyspace, uint64 root, uint64 first_needed)
+{
+	uint32		seq = pg_atomic_read_u32(&entry->seq);
+
+	if ((seq & 1) != 0 || !pg_atomic_compare_exchange_u32(&entry->seq, &seq, seq + 1))
+		return;
+	((volatile ChainCacheEntry *) entry)->keyspace = keyspace;
+	((volatile ChainCacheEntry *) entry)->root = root;
+	((volatile ChainCacheEntry *) entry)->first_needed = first_needed;
+	pg_write_barrier();
+	/* Never back to 0, which means empty; an even value names the entry's contents. */
+	pg_atomic_write_u32(&entry->seq, seq + 2 == 0 ? 2 : seq + 2);
+}
+
+/* Remembers that the versions of chain `root` some transaction may see begin at `rowid`. */
+void
+ss_chain_cache_remember(uint32 keyspace, uint64 root, uint64 rowid)
+{
+	uint64		known;
+
+	if (chain_cache == NULL)
+		return;
+	/* A fetch that changes nothing writes nothing: the line stays shared between readers. */
+	if (ss_chain_cache_lookup(keyspace, root, &known) && known == rowid)
+		return;
+	chain_cache_store(chain_cache_slot(keyspace, root), keyspace, root, rowid);
+}
+
+/* Forgets chain `root`'s entry if it still sends fetches to `rowid`, which a prune removed. */
+void
+ss_chain_cache_forget(uint32 keyspace, uint64 root, uint64 rowid)
+{
+	uint64		known;
+
+	if (chain_cache == NULL)
+		return;
+	if (ss_chain_cache_lookup(keyspace, root, &known) && known == rowid)
+		chain_cache_store(chain_cache_slot(keyspace, root), 0, 0, 0);
+}
