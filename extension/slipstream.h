@@ -332,9 +332,10 @@ extern SsPruneResult ss_prune_chain(Relation rel, uint32 keyspace, uint64 root,
 /* ---- the shared chain cache (tableam/chain_cache.c) ---- */
 extern void ss_chain_cache_shmem_request(void);
 extern void ss_chain_cache_shmem_init(void);
-extern bool ss_chain_cache_lookup(uint32 keyspace, uint64 root, uint64 *first_needed);
-extern void ss_chain_cache_remember(uint32 keyspace, uint64 root, uint64 rowid);
-extern void ss_chain_cache_forget(uint32 keyspace, uint64 root, uint64 rowid);
+extern bool ss_chain_cache_lookup(uint32 keyspace, uint64 tag, uint64 root,
+								  uint64 *first_needed);
+extern void ss_chain_cache_remember(uint32 keyspace, uint64 tag, uint64 root, uint64 rowid);
+extern void ss_chain_cache_forget(uint32 keyspace, uint64 tag, uint64 root, uint64 rowid);
 
 /* ---- the visibility map (tableam/vismap.c) ---- */
 extern void ss_vm_clear_rows(Relation rel, const uint64 *rowids, int nrowids);

@@ -5,11 +5,13 @@
  *
  * Why an entry stays true: the versions before `first_needed` were dead to everyone when it was
  * written, and dead to everyone is for good (the horizon is the same for every backend of the
- * database). An entry names a chain by engine keyspace and root row id; a keyspace id is never
- * given to a second relation file node while the server runs (the engine's counter only grows,
- * and a truncate in place or a new file node gets a new keyspace), and row ids are never reused
- * within a keyspace. So an entry is wrong only once a prune has removed `first_needed` itself: a
- * fetch then finds it missing and walks from the root, as chains.c does for any vanished member.
+ * database). An entry names a chain by engine keyspace, relation file node tag and root row id.
+ * A keyspace id is never given to a second file node while the server runs (the engine's counter
+ * only grows, and a truncate in place or a new file node gets a new keyspace); the tag must
+ * match too, because a standby importing the primary's index segments takes the primary's
+ * keyspace table as it is. Row ids are never reused within a keyspace. So an entry is wrong only
+ * once a prune has removed `first_needed` itself: a fetch then finds it missing and walks from
+ * the root, as chains.c does for any vanished member.
  * Shared memory is rebuilt at every server start and after a crash, which empties the cache.
  *
  * The cache is direct-mapped: a chain whose slot another chain takes is merely walked from its
@@ -27,6 +29,7 @@ typedef struct ChainCacheEntry
 {
 	pg_atomic_uint32 seq;		/* odd while a writer fills the entry; 0: never filled */
 	uint32		keyspace;
+	uint64		tag;
 	uint64		root;
 	uint64		first_needed;
 } ChainCacheEntry;
@@ -85,10 +88,11 @@ chain_cache_slot(uint32 keyspace, uint64 root)
  * begin; if so, *first_needed says where.
  */
 bool
-ss_chain_cache_lookup(uint32 keyspace, uint64 root, uint64 *first_needed)
+ss_chain_cache_lookup(uint32 keyspace, uint64 tag, uint64 root, uint64 *first_needed)
 {
 	ChainCacheEntry *entry;
 	uint32		before;
+	uint64		found_tag;
 	uint64		found_root;
 	uint64		found_first;
 	uint32		found_keyspace;
@@ -101,11 +105,12 @@ ss_chain_cache_lookup(uint32 keyspace, uint64 root, uint64 *first_needed)
 		return false;
 	pg_read_barrier();
 	found_keyspace = ((volatile ChainCacheEntry *) entry)->keyspace;
+	found_tag = ((volatile ChainCacheEntry *) entry)->tag;
 	found_root = ((volatile ChainCacheEntry *) entry)->root;
 	found_first = ((volatile ChainCacheEntry *) entry)->first_needed;
 	pg_read_barrier();
 	if (pg_atomic_read_u32(&entry->seq) != before || found_keyspace != keyspace ||
-		found_root != root)
+		found_tag != tag || found_root != root)
 		return false;
 	*first_needed = found_first;
 	return true;
@@ -113,13 +118,15 @@ ss_chain_cache_lookup(uint32 keyspace, uint64 root, uint64 *first_needed)
 
 /* Fills an entry unless another writer holds it; `keyspace` 0 empties it. */
 static void
-chain_cache_store(ChainCacheEntry *entry, uint32 keyspace, uint64 root, uint64 first_needed)
+chain_cache_store(ChainCacheEntry *entry, uint32 keyspace, uint64 tag, uint64 root,
+				  uint64 first_needed)
 {
 	uint32		seq = pg_atomic_read_u32(&entry->seq);
 
 	if ((seq & 1) != 0 || !pg_atomic_compare_exchange_u32(&entry->seq, &seq, seq + 1))
 		return;
 	((volatile ChainCacheEntry *) entry)->keyspace = keyspace;
+	((volatile ChainCacheEntry *) entry)->tag = tag;
 	((volatile ChainCacheEntry *) entry)->root = root;
 	((volatile ChainCacheEntry *) entry)->first_needed = first_needed;
 	pg_write_barrier();
@@ -129,26 +136,26 @@ chain_cache_store(ChainCacheEntry *entry, uint32 keyspace, uint64 root, uint64 f
 
 /* Remembers that the versions of chain `root` some transaction may see begin at `rowid`. */
 void
-ss_chain_cache_remember(uint32 keyspace, uint64 root, uint64 rowid)
+ss_chain_cache_remember(uint32 keyspace, uint64 tag, uint64 root, uint64 rowid)
 {
 	uint64		known;
 
 	if (chain_cache == NULL)
 		return;
 	/* A fetch that changes nothing writes nothing: the line stays shared between readers. */
-	if (ss_chain_cache_lookup(keyspace, root, &known) && known == rowid)
+	if (ss_chain_cache_lookup(keyspace, tag, root, &known) && known == rowid)
 		return;
-	chain_cache_store(chain_cache_slot(keyspace, root), keyspace, root, rowid);
+	chain_cache_store(chain_cache_slot(keyspace, root), keyspace, tag, root, rowid);
 }
 
 /* Forgets chain `root`'s entry if it still sends fetches to `rowid`, which a prune removed. */
 void
-ss_chain_cache_forget(uint32 keyspace, uint64 root, uint64 rowid)
+ss_chain_cache_forget(uint32 keyspace, uint64 tag, uint64 root, uint64 rowid)
 {
 	uint64		known;
 
 	if (chain_cache == NULL)
 		return;
-	if (ss_chain_cache_lookup(keyspace, root, &known) && known == rowid)
-		chain_cache_store(chain_cache_slot(keyspace, root), 0, 0, 0);
+	if (ss_chain_cache_lookup(keyspace, tag, root, &known) && known == rowid)
+		chain_cache_store(chain_cache_slot(keyspace, root), 0, 0, 0, 0);
 }

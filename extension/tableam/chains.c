@@ -51,7 +51,8 @@ ss_chain_start(SsChainWalk *walk, Relation rel, uint32 keyspace, uint64 root,
 		uint64		first_needed;
 
 		walk->cacheable = true;
-		if (ss_chain_cache_lookup(keyspace, root, &first_needed) && first_needed != root)
+		if (ss_chain_cache_lookup(keyspace, walk->tag, root, &first_needed) &&
+			first_needed != root)
 		{
 			walk->next = first_needed;
 			walk->cache_start = first_needed;
@@ -134,7 +135,7 @@ restart_walk(SsChainWalk *walk)
 	if (walk->from_cache)
 	{
 		/* A prune removed the version the cache named: forget it, unless it moved on. */
-		ss_chain_cache_forget(walk->keyspace, walk->root, walk->cache_start);
+		ss_chain_cache_forget(walk->keyspace, walk->tag, walk->root, walk->cache_start);
 		walk->from_cache = false;
 	}
 	walk->next = walk->root;
@@ -232,7 +233,7 @@ ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot, HeapTuple root_tuple
 			{
 				walk->all_dead = false;
 				if (walk->cacheable && vistest != NULL && rowid != walk->root)
-					ss_chain_cache_remember(walk->keyspace, walk->root, rowid);
+					ss_chain_cache_remember(walk->keyspace, walk->tag, walk->root, rowid);
 			}
 		}
 		if (!visible)
@@ -392,7 +393,7 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
 	LWLockRelease(lock);
 	/* The next fetch starts at the new target, not at a version now gone. */
 	if (target != root)
-		ss_chain_cache_remember(keyspace, root, target);
+		ss_chain_cache_remember(keyspace, tag, root, target);
 	if (removed != NULL)
 		pfree(removed);
 	return result;
