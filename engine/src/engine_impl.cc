@@ -172,7 +172,9 @@ LeafFinger* OldestLeafFinger(LeafFinger* fingers) {
 
 }  // namespace
 
-// Memtables (newest first), then each level whose bloom filter admits the key.
+// Memtables (newest first), then each level whose bloom filter admits the key; the deepest
+// level's filter is skipped, since reads are mostly of present keys and a key no upper level
+// holds is then there (docs/engine.md, "Point reads").
 Status EngineImpl::FindEntry(const Version& v, std::string_view ikey, uint64_t max_lsn, bool* found,
                              LeafEntry* entry, ReadFinger* finger) {
   *found = false;
@@ -187,6 +189,10 @@ Status EngineImpl::FindEntry(const Version& v, std::string_view ikey, uint64_t m
   TreeContext ctx = Trees(NodeChecks::kOncePerProcess);
   uint64_t hash = 0;
   bool hashed = false;
+  uint32_t deepest = 0;
+  for (uint32_t level = 1; level <= options_.max_levels; level++) {
+    if (v.levels[level].tree_id != 0) deepest = level;
+  }
   for (uint32_t level = 1; level <= options_.max_levels; level++) {
     const LevelDesc& desc = v.levels[level];
     if (desc.tree_id == 0) continue;
@@ -198,7 +204,7 @@ Status EngineImpl::FindEntry(const Version& v, std::string_view ikey, uint64_t m
         hash = HashKey(ikey);
         hashed = true;
       }
-      if (!TreeMayContain(ctx, desc, hash)) continue;
+      if (level != deepest && !TreeMayContain(ctx, desc, hash)) continue;
       if (finger) leaf = OldestLeafFinger(finger->levels[level]);
     }
     if (leaf) leaf->last_used = now;
