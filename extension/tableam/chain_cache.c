@@ -15,7 +15,10 @@
  * Shared memory is rebuilt at every server start and after a crash, which empties the cache.
  *
  * The cache is direct-mapped: a chain whose slot another chain takes is merely walked from its
- * root again. Each entry is guarded by a sequence counter (odd while a writer fills it), so a
+ * root again. A bitmap with one bit per entry, set once the entry is first filled, lets a fetch
+ * of a row that never had a chain skip the entry: the bitmap (128 KiB for a million entries)
+ * stays in the processor's cache, the entries (32 MiB) do not, and a scan of rows never updated
+ * would otherwise pay a memory miss per row for nothing. Each entry is guarded by a sequence counter (odd while a writer fills it), so a
  * reader never uses a torn entry; a writer that finds the entry busy gives up, since losing a
  * cache write costs one read later and waiting would cost every fetch.
  */
@@ -35,6 +38,7 @@ typedef struct ChainCacheEntry
 } ChainCacheEntry;
 
 static ChainCacheEntry *chain_cache = NULL;
+static pg_atomic_uint64 *chain_cache_filled = NULL;	/* a bit per entry: ever filled */
 static uint64 chain_cache_mask = 0;
 
 /* Entries the cache has: slipstream.chain_cache_entries rounded down to a power of two. */
@@ -51,6 +55,7 @@ void
 ss_chain_cache_shmem_request(void)
 {
 	RequestAddinShmemSpace(mul_size(sizeof(ChainCacheEntry), chain_cache_entries()));
+	RequestAddinShmemSpace(mul_size(sizeof(pg_atomic_uint64), chain_cache_entries() / 64 + 1));
 }
 
 /* Creates or attaches the cache (from the shmem_startup_hook, under AddinShmemInitLock). */
@@ -71,16 +76,30 @@ ss_chain_cache_shmem_init(void)
 		for (uint64 i = 0; i < entries; i++)
 			pg_atomic_init_u32(&chain_cache[i].seq, 0);
 	}
+	chain_cache_filled = ShmemInitStruct("slipstream chain cache bitmap",
+										 sizeof(pg_atomic_uint64) * (entries / 64 + 1), &found);
+	if (!found)
+		for (uint64 i = 0; i < entries / 64 + 1; i++)
+			pg_atomic_init_u64(&chain_cache_filled[i], 0);
 	chain_cache_mask = entries - 1;
 }
 
-/* The entry a chain maps to. */
-static inline ChainCacheEntry *
+/* The number of the entry a chain maps to. */
+static inline uint64
 chain_cache_slot(uint32 keyspace, uint64 root)
 {
 	uint64		h = (((uint64) keyspace << 40) ^ root) * UINT64CONST(0x9E3779B97F4A7C15);
 
-	return &chain_cache[(h >> 24) & chain_cache_mask];
+	return (h >> 24) & chain_cache_mask;
+}
+
+/* Whether entry `slot` was ever filled (a read of the bitmap, which stays cached). */
+static inline bool
+chain_cache_ever_filled(uint64 slot)
+{
+	uint64		word = pg_atomic_read_u64(&chain_cache_filled[slot / 64]);
+
+	return (word & (UINT64CONST(1) << (slot % 64))) != 0;
 }
 
 /*
@@ -91,6 +110,7 @@ bool
 ss_chain_cache_lookup(uint32 keyspace, uint64 tag, uint64 root, uint64 *first_needed)
 {
 	ChainCacheEntry *entry;
+	uint64		slot;
 	uint32		before;
 	uint64		found_tag;
 	uint64		found_root;
@@ -99,7 +119,10 @@ ss_chain_cache_lookup(uint32 keyspace, uint64 tag, uint64 root, uint64 *first_ne
 
 	if (chain_cache == NULL)
 		return false;
-	entry = chain_cache_slot(keyspace, root);
+	slot = chain_cache_slot(keyspace, root);
+	if (!chain_cache_ever_filled(slot))
+		return false;
+	entry = &chain_cache[slot];
 	before = pg_atomic_read_u32(&entry->seq);
 	if (before == 0 || (before & 1) != 0)
 		return false;
@@ -116,11 +139,11 @@ ss_chain_cache_lookup(uint32 keyspace, uint64 tag, uint64 root, uint64 *first_ne
 	return true;
 }
 
-/* Fills an entry unless another writer holds it; `keyspace` 0 empties it. */
+/* Fills entry `slot` unless another writer holds it; `keyspace` 0 empties it. */
 static void
-chain_cache_store(ChainCacheEntry *entry, uint32 keyspace, uint64 tag, uint64 root,
-				  uint64 first_needed)
+chain_cache_store(uint64 slot, uint32 keyspace, uint64 tag, uint64 root, uint64 first_needed)
 {
+	ChainCacheEntry *entry = &chain_cache[slot];
 	uint32		seq = pg_atomic_read_u32(&entry->seq);
 
 	if ((seq & 1) != 0 || !pg_atomic_compare_exchange_u32(&entry->seq, &seq, seq + 1))
@@ -132,6 +155,8 @@ chain_cache_store(ChainCacheEntry *entry, uint32 keyspace, uint64 tag, uint64 ro
 	pg_write_barrier();
 	/* Never back to 0, which means empty; an even value names the entry's contents. */
 	pg_atomic_write_u32(&entry->seq, seq + 2 == 0 ? 2 : seq + 2);
+	if (keyspace != 0 && !chain_cache_ever_filled(slot))
+		pg_atomic_fetch_or_u64(&chain_cache_filled[slot / 64], UINT64CONST(1) << (slot % 64));
 }
 
 /* Remembers that the versions of chain `root` some transaction may see begin at `rowid`. */
