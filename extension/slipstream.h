@@ -306,6 +306,7 @@ typedef struct SsChainWalk
 	bool		cacheable;		/* an MVCC walk: it may use and fill the chain cache */
 	bool		from_cache;		/* it started where the chain cache said */
 	uint64		cache_start;	/* where that was */
+	TransactionId cache_xmin;	/* the raw xmin the version there must have */
 	int			reads;			/* engine reads of versions so far */
 } SsChainWalk;
 
@@ -333,8 +334,9 @@ extern SsPruneResult ss_prune_chain(Relation rel, uint32 keyspace, uint64 root,
 extern void ss_chain_cache_shmem_request(void);
 extern void ss_chain_cache_shmem_init(void);
 extern bool ss_chain_cache_lookup(uint32 keyspace, uint64 tag, uint64 root,
-								  uint64 *first_needed);
-extern void ss_chain_cache_remember(uint32 keyspace, uint64 tag, uint64 root, uint64 rowid);
+								  uint64 *first_needed, TransactionId *first_xmin);
+extern void ss_chain_cache_remember(uint32 keyspace, uint64 tag, uint64 root, uint64 rowid,
+									TransactionId xmin);
 extern void ss_chain_cache_forget(uint32 keyspace, uint64 tag, uint64 root, uint64 rowid);
 
 /* ---- the visibility map (tableam/vismap.c) ---- */

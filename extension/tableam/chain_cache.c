@@ -9,18 +9,22 @@
  * A keyspace id is never given to a second file node while the server runs (the engine's counter
  * only grows, and a truncate in place or a new file node gets a new keyspace); the tag must
  * match too, because a standby importing the primary's index segments takes the primary's
- * keyspace table as it is. Row ids are never reused within a keyspace. So an entry is wrong only
- * once a prune has removed `first_needed` itself: a fetch then finds it missing and walks from
- * the root, as chains.c does for any vanished member.
+ * keyspace table as it is. What an entry names can still go: a prune removes versions, and the
+ * row ids of removed versions at the top of a table can be handed out again (the counter
+ * restarts above the highest stored row after a restart, and on a promoted standby). So the
+ * entry also carries the raw xmin of the version it names, which together with the row id
+ * names that one version (freezing keeps the raw xmin); a fetch that finds no row there, or
+ * another one, forgets the entry and walks from the root (chains.c).
  * Shared memory is rebuilt at every server start and after a crash, which empties the cache.
  *
  * The cache is direct-mapped: a chain whose slot another chain takes is merely walked from its
  * root again. A bitmap with one bit per entry, set once the entry is first filled, lets a fetch
  * of a row that never had a chain skip the entry: the bitmap (128 KiB for a million entries)
- * stays in the processor's cache, the entries (32 MiB) do not, and a scan of rows never updated
- * would otherwise pay a memory miss per row for nothing. Each entry is guarded by a sequence counter (odd while a writer fills it), so a
- * reader never uses a torn entry; a writer that finds the entry busy gives up, since losing a
- * cache write costs one read later and waiting would cost every fetch.
+ * stays in the processor's cache, the entries (40 MiB) do not, and a scan of rows never updated
+ * would otherwise pay a memory miss per row for nothing. Each entry is guarded by a sequence
+ * counter (odd while a writer fills it), so a reader never uses a torn entry; a writer that
+ * finds the entry busy gives up, since losing a cache write costs one read later and waiting
+ * would cost every fetch.
  */
 #include "slipstream.h"
 
@@ -35,6 +39,7 @@ typedef struct ChainCacheEntry
 	uint64		tag;
 	uint64		root;
 	uint64		first_needed;
+	TransactionId first_xmin;	/* the raw xmin of the version at first_needed */
 } ChainCacheEntry;
 
 static ChainCacheEntry *chain_cache = NULL;
@@ -107,7 +112,8 @@ chain_cache_ever_filled(uint64 slot)
  * begin; if so, *first_needed says where.
  */
 bool
-ss_chain_cache_lookup(uint32 keyspace, uint64 tag, uint64 root, uint64 *first_needed)
+ss_chain_cache_lookup(uint32 keyspace, uint64 tag, uint64 root, uint64 *first_needed,
+					  TransactionId *first_xmin)
 {
 	ChainCacheEntry *entry;
 	uint64		slot;
@@ -115,6 +121,7 @@ ss_chain_cache_lookup(uint32 keyspace, uint64 tag, uint64 root, uint64 *first_ne
 	uint64		found_tag;
 	uint64		found_root;
 	uint64		found_first;
+	TransactionId found_xmin;
 	uint32		found_keyspace;
 
 	if (chain_cache == NULL)
@@ -131,17 +138,20 @@ ss_chain_cache_lookup(uint32 keyspace, uint64 tag, uint64 root, uint64 *first_ne
 	found_tag = ((volatile ChainCacheEntry *) entry)->tag;
 	found_root = ((volatile ChainCacheEntry *) entry)->root;
 	found_first = ((volatile ChainCacheEntry *) entry)->first_needed;
+	found_xmin = ((volatile ChainCacheEntry *) entry)->first_xmin;
 	pg_read_barrier();
 	if (pg_atomic_read_u32(&entry->seq) != before || found_keyspace != keyspace ||
 		found_tag != tag || found_root != root)
 		return false;
 	*first_needed = found_first;
+	*first_xmin = found_xmin;
 	return true;
 }
 
 /* Fills entry `slot` unless another writer holds it; `keyspace` 0 empties it. */
 static void
-chain_cache_store(uint64 slot, uint32 keyspace, uint64 tag, uint64 root, uint64 first_needed)
+chain_cache_store(uint64 slot, uint32 keyspace, uint64 tag, uint64 root, uint64 first_needed,
+				  TransactionId first_xmin)
 {
 	ChainCacheEntry *entry = &chain_cache[slot];
 	uint32		seq = pg_atomic_read_u32(&entry->seq);
@@ -152,6 +162,7 @@ chain_cache_store(uint64 slot, uint32 keyspace, uint64 tag, uint64 root, uint64 
 	((volatile ChainCacheEntry *) entry)->tag = tag;
 	((volatile ChainCacheEntry *) entry)->root = root;
 	((volatile ChainCacheEntry *) entry)->first_needed = first_needed;
+	((volatile ChainCacheEntry *) entry)->first_xmin = first_xmin;
 	pg_write_barrier();
 	/* Never back to 0, which means empty; an even value names the entry's contents. */
 	pg_atomic_write_u32(&entry->seq, seq + 2 == 0 ? 2 : seq + 2);
@@ -159,28 +170,39 @@ chain_cache_store(uint64 slot, uint32 keyspace, uint64 tag, uint64 root, uint64 
 		pg_atomic_fetch_or_u64(&chain_cache_filled[slot / 64], UINT64CONST(1) << (slot % 64));
 }
 
-/* Remembers that the versions of chain `root` some transaction may see begin at `rowid`. */
+/*
+ * Remembers that the versions of chain `root` some transaction may see begin at `rowid`, the
+ * version whose raw xmin is `xmin`.
+ */
 void
-ss_chain_cache_remember(uint32 keyspace, uint64 tag, uint64 root, uint64 rowid)
+ss_chain_cache_remember(uint32 keyspace, uint64 tag, uint64 root, uint64 rowid,
+						TransactionId xmin)
 {
 	uint64		known;
+	TransactionId known_xmin;
 
 	if (chain_cache == NULL)
 		return;
 	/* A fetch that changes nothing writes nothing: the line stays shared between readers. */
-	if (ss_chain_cache_lookup(keyspace, tag, root, &known) && known == rowid)
+	if (ss_chain_cache_lookup(keyspace, tag, root, &known, &known_xmin) && known == rowid &&
+		known_xmin == xmin)
 		return;
-	chain_cache_store(chain_cache_slot(keyspace, root), keyspace, tag, root, rowid);
+	chain_cache_store(chain_cache_slot(keyspace, root), keyspace, tag, root, rowid, xmin);
 }
 
-/* Forgets chain `root`'s entry if it still sends fetches to `rowid`, which a prune removed. */
+/*
+ * Forgets chain `root`'s entry if it still sends fetches to `rowid` (any row id for
+ * SS_NO_ROWID): a prune removed that version, or a fetch found another row there.
+ */
 void
 ss_chain_cache_forget(uint32 keyspace, uint64 tag, uint64 root, uint64 rowid)
 {
 	uint64		known;
+	TransactionId known_xmin;
 
 	if (chain_cache == NULL)
 		return;
-	if (ss_chain_cache_lookup(keyspace, tag, root, &known) && known == rowid)
-		chain_cache_store(chain_cache_slot(keyspace, root), 0, 0, 0, 0);
+	if (ss_chain_cache_lookup(keyspace, tag, root, &known, &known_xmin) &&
+		(rowid == SS_NO_ROWID || known == rowid))
+		chain_cache_store(chain_cache_slot(keyspace, root), 0, 0, 0, 0, InvalidTransactionId);
 }

@@ -49,13 +49,15 @@ ss_chain_start(SsChainWalk *walk, Relation rel, uint32 keyspace, uint64 root,
 	if (snapshot != NULL && IsMVCCSnapshot(snapshot))
 	{
 		uint64		first_needed;
+		TransactionId first_xmin;
 
 		walk->cacheable = true;
-		if (ss_chain_cache_lookup(keyspace, walk->tag, root, &first_needed) &&
+		if (ss_chain_cache_lookup(keyspace, walk->tag, root, &first_needed, &first_xmin) &&
 			first_needed != root)
 		{
 			walk->next = first_needed;
 			walk->cache_start = first_needed;
+			walk->cache_xmin = first_xmin;
 			walk->from_cache = true;
 		}
 	}
@@ -198,6 +200,14 @@ ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot, HeapTuple root_tuple
 				restart_walk(walk);
 			continue;
 		}
+		if (walk->from_cache && rowid == walk->cache_start &&
+			HeapTupleHeaderGetRawXmin(tuple->t_data) != walk->cache_xmin)
+		{
+			/* The row id the cache named was handed out again: walk from the root. */
+			pfree(tuple);
+			restart_walk(walk);
+			continue;
+		}
 		if (at_root && ss_is_redirect(tuple->t_data))
 		{
 			walk->next = ss_redirect_target(walk->rel, tuple);
@@ -233,7 +243,8 @@ ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot, HeapTuple root_tuple
 			{
 				walk->all_dead = false;
 				if (walk->cacheable && vistest != NULL && rowid != walk->root)
-					ss_chain_cache_remember(walk->keyspace, walk->tag, walk->root, rowid);
+					ss_chain_cache_remember(walk->keyspace, walk->tag, walk->root, rowid,
+											HeapTupleHeaderGetRawXmin(tuple->t_data));
 			}
 		}
 		if (!visible)
@@ -304,6 +315,7 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
 	int			capacity = 0;
 	uint64		next;
 	uint64		target;
+	TransactionId target_xmin = InvalidTransactionId;
 	TransactionId prior_xmax = InvalidTransactionId;
 	TransactionId latest_removed = InvalidTransactionId;
 	bool		was_redirect;
@@ -364,6 +376,7 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
 		if (!surely_dead(member, vistest, oldest_xmin))
 		{
 			target = current;
+			target_xmin = HeapTupleHeaderGetRawXmin(member->t_data);
 			pfree(member);
 			break;
 		}
@@ -393,7 +406,9 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
 	LWLockRelease(lock);
 	/* The next fetch starts at the new target, not at a version now gone. */
 	if (target != root)
-		ss_chain_cache_remember(keyspace, tag, root, target);
+		ss_chain_cache_remember(keyspace, tag, root, target, target_xmin);
+	else
+		ss_chain_cache_forget(keyspace, tag, root, SS_NO_ROWID);
 	if (removed != NULL)
 		pfree(removed);
 	return result;
