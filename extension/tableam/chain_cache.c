@@ -109,7 +109,7 @@ chain_cache_ever_filled(uint64 slot)
 
 /*
  * Whether the cache knows where the versions of chain `root` that some transaction may see
- * begin; if so, *first_needed says where.
+ * begin; if so, *first_needed says where and *first_xmin the raw xmin the version there had.
  */
 bool
 ss_chain_cache_lookup(uint32 keyspace, uint64 tag, uint64 root, uint64 *first_needed,

@@ -136,7 +136,11 @@ restart_walk(SsChainWalk *walk)
 	}
 	if (walk->from_cache)
 	{
-		/* A prune removed the version the cache named: forget it, unless it moved on. */
+		/*
+		 * The walk from the cache's start failed (that version is gone or another row took its
+		 * row id, or a member after it vanished): forget the entry unless it moved on; the walk
+		 * from the root writes it again when it finds the first version still needed.
+		 */
 		ss_chain_cache_forget(walk->keyspace, walk->tag, walk->root, walk->cache_start);
 		walk->from_cache = false;
 	}
