@@ -330,6 +330,24 @@ extern uint64 ss_redirect_target(Relation rel, HeapTuple redirect);
 extern SsPruneResult ss_prune_chain(Relation rel, uint32 keyspace, uint64 root,
 									struct GlobalVisState *vistest, TransactionId oldest_xmin);
 
+/* ---- index fetches that skip the memtables (tableam/quiet_ranges.c) ---- */
+typedef struct SsQuietRange
+{
+	uint64		lo;				/* no memtable held a row id in [lo, hi) when last asked */
+	uint64		hi;
+	uint64		last_rowid;		/* the root the previous fetch asked for */
+	int			width;			/* row ids the next seek covers */
+	int			backoff;		/* fetches left before the next seek may be tried */
+	Snapshot	snapshot;		/* the snapshot the range was found for (NULL: none) */
+	CommandId	curcid;			/* and its command id, xmin and xmax then */
+	TransactionId xmin;
+	TransactionId xmax;
+} SsQuietRange;
+
+extern void ss_quiet_reset(SsQuietRange *quiet);
+extern HeapTuple ss_quiet_fetch(SsQuietRange *quiet, Relation rel, uint32 keyspace,
+								uint64 rowid, Snapshot snapshot);
+
 /* ---- the shared chain cache (tableam/chain_cache.c) ---- */
 extern void ss_chain_cache_shmem_request(void);
 extern void ss_chain_cache_shmem_init(void);

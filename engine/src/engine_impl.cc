@@ -176,11 +176,11 @@ LeafFinger* OldestLeafFinger(LeafFinger* fingers) {
 // level's filter is skipped, since reads are mostly of present keys and a key no upper level
 // holds is then there (docs/engine.md, "Point reads").
 Status EngineImpl::FindEntry(const Version& v, std::string_view ikey, uint64_t max_lsn, bool* found,
-                             LeafEntry* entry, ReadFinger* finger) {
+                             LeafEntry* entry, ReadFinger* finger, bool past_memtables) {
   *found = false;
   uint64_t now = finger ? ++finger->clock : 0;
   for (int m : {v.active_memtable, v.immutable_memtable}) {
-    if (m < 0) continue;
+    if (m < 0 || past_memtables) continue;
     const MemNode* node = memtables_.Get(m).Find(ikey, max_lsn);
     if (node == nullptr) continue;
     *found = true;
@@ -219,7 +219,7 @@ Status EngineImpl::Get(KeyspaceId ks, std::string_view key, std::string* value) 
 }
 
 Status EngineImpl::GetNear(ReadFinger* finger, KeyspaceId ks, std::string_view key,
-                           std::string* value) {
+                           std::string* value, bool past_memtables) {
   if (!keyspaces_.IsLive(ks)) {
     return Status::InvalidArgument("keyspace " + std::to_string(ks) + " is not live");
   }
@@ -243,10 +243,32 @@ Status EngineImpl::GetNear(ReadFinger* finger, KeyspaceId ks, std::string_view k
   }
   bool found;
   LeafEntry entry;
-  Status s = FindEntry(*v, ikey, UINT64_MAX, &found, &entry, finger);
+  Status s = FindEntry(*v, ikey, UINT64_MAX, &found, &entry, finger, past_memtables);
   if (!s.ok()) return s;
   if (!found || entry.kind == ValueKind::kTombstone) return Status::NotFound();
   return logs_.ReadValue(ikey, entry, value);
+}
+
+// One seek in each memtable instead of a hash probe per key: an index range scan asks once
+// for a run of row ids, then reads the ones below the answer from the levels alone. The
+// memtables are those of the current version; one frozen and flushed meanwhile put its keys
+// in a level, where GetPastMemtables finds them.
+bool EngineImpl::FirstMemtableKey(KeyspaceId ks, std::string_view lo, std::string_view hi,
+                                  std::string* first) {
+  std::string ilo = MakeInternalKey(ks, lo);
+  std::string ihi = MakeInternalKey(ks, hi);
+  EpochPin pin(&shared_->epochs);
+  Version v = levels_.Current();
+  std::string_view best;
+  for (int m : {v.active_memtable, v.immutable_memtable}) {
+    if (m < 0) continue;
+    const MemNode* n = memtables_.Get(m).Seek(ilo);
+    if (n == nullptr || CompareKeys(n->key(), ihi) >= 0) continue;
+    if (best.empty() || CompareKeys(n->key(), best) < 0) best = n->key();
+  }
+  if (best.empty()) return false;
+  first->assign(UserKeyOf(best));
+  return true;
 }
 
 namespace {
@@ -257,6 +279,13 @@ class PointReaderImpl final : public PointReader {
   explicit PointReaderImpl(EngineImpl* engine) : engine_(engine) {}
   Status Get(KeyspaceId ks, std::string_view key, std::string* value) override {
     return engine_->GetNear(&finger_, ks, key, value);
+  }
+  bool FirstMemtableKey(KeyspaceId ks, std::string_view lo, std::string_view hi,
+                        std::string* first) override {
+    return engine_->FirstMemtableKey(ks, lo, hi, first);
+  }
+  Status GetPastMemtables(KeyspaceId ks, std::string_view key, std::string* value) override {
+    return engine_->GetNear(&finger_, ks, key, value, true);
   }
 
  private:

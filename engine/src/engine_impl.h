@@ -84,7 +84,12 @@ class EngineImpl final : public Engine {
   Status Get(KeyspaceId ks, std::string_view key, std::string* value) override;
   std::unique_ptr<PointReader> NewPointReader() override;
   // Get, starting where the reads that filled `finger` ended (nullptr: from scratch).
-  Status GetNear(ReadFinger* finger, KeyspaceId ks, std::string_view key, std::string* value);
+  // With past_memtables, the memtables are not looked in (PointReader::GetPastMemtables).
+  Status GetNear(ReadFinger* finger, KeyspaceId ks, std::string_view key, std::string* value,
+                 bool past_memtables = false);
+  // PointReader::FirstMemtableKey.
+  bool FirstMemtableKey(KeyspaceId ks, std::string_view lo, std::string_view hi,
+                        std::string* first);
   std::unique_ptr<Iterator> NewIterator(KeyspaceId ks) override;
   bool DoBackgroundWork() override;
   void WaitForBackgroundWork(int timeout_ms) override;
@@ -135,9 +140,9 @@ class EngineImpl final : public Engine {
   // Newest entry for ikey across memtables and levels of `v`, newer than nothing above
   // `max_lsn` in memtables. Views point into shared memory or the device mapping. With a
   // finger (filled by earlier reads of the same version), a level whose remembered leaf spans
-  // the key is searched in that leaf alone.
+  // the key is searched in that leaf alone. past_memtables looks in the levels only.
   Status FindEntry(const Version& v, std::string_view ikey, uint64_t max_lsn, bool* found,
-                   LeafEntry* entry, ReadFinger* finger = nullptr);
+                   LeafEntry* entry, ReadFinger* finger = nullptr, bool past_memtables = false);
 
   // --- compaction (background.cc). The caller holds compaction_mu. ---
   Status CompactL0Locked();

@@ -214,5 +214,94 @@ TEST(PointReader, NeverGoesBackToAnOlderVersion) {
   EXPECT_GT(reads, 0u);
 }
 
+// FirstMemtableKey names the smallest key of a range that a memtable holds (a tombstone too),
+// and every key below it reads the same from the levels alone as through Get, across random
+// writes, deletes, flushes and compactions.
+TEST(PointReader, PastMemtablesBelowTheFirstMemtableKey) {
+  TestEngine t;
+  KeyspaceId ks, other;
+  ASSERT_TRUE(t->CreateKeyspace(1, &ks).ok());
+  ASSERT_TRUE(t->CreateKeyspace(2, &other).ok());
+  std::map<std::string, std::string> model;
+  std::unique_ptr<PointReader> reader = t->NewPointReader();
+  std::mt19937_64 rng(11);
+  const uint64_t kKeys = 4000;
+  int version = 0;
+  int ranges_with_memtable_keys = 0, keys_read_past = 0;
+  for (int round = 0; round < 30; round++) {
+    for (int i = 0; i < 400; i++) {
+      std::string key = KeyOf(rng() % kKeys);
+      ASSERT_TRUE(t->Put(other, key, "other").ok());  // another keyspace's keys never count
+      if (rng() % 6 == 0) {
+        ASSERT_TRUE(t->Delete(ks, key).ok());
+        model.erase(key);
+      } else {
+        std::string value = Value(std::vector<size_t>{8, 300, 1500}[rng() % 3], ++version);
+        ASSERT_TRUE(t->Put(ks, key, value).ok());
+        model[key] = value;
+      }
+    }
+    if (round % 4 == 3) {
+      ASSERT_TRUE(t->CompactAll().ok());
+    }
+    for (int r = 0; r < 40; r++) {
+      uint64_t lo = rng() % kKeys;
+      uint64_t hi = lo + 1 + rng() % 200;
+      std::string first;
+      bool held = reader->FirstMemtableKey(ks, KeyOf(lo), KeyOf(hi), &first);
+      uint64_t end = hi;
+      if (held) {
+        ranges_with_memtable_keys++;
+        ASSERT_GE(first, KeyOf(lo));
+        ASSERT_LT(first, KeyOf(hi));
+        end = std::stoull(first.substr(3));
+      }
+      for (uint64_t k = lo; k < end; k++) {
+        std::string key = KeyOf(k), value;
+        Status s = reader->GetPastMemtables(ks, key, &value);
+        auto it = model.find(key);
+        if (it == model.end()) {
+          ASSERT_TRUE(s.IsNotFound()) << key << ": " << s.ToString();
+        } else {
+          ASSERT_TRUE(s.ok()) << key << ": " << s.ToString();
+          ASSERT_EQ(value, it->second) << key;
+        }
+        keys_read_past++;
+      }
+    }
+  }
+  // Both answers occurred: the test saw memtables hold keys and read keys past them.
+  EXPECT_GT(ranges_with_memtable_keys, 100);
+  EXPECT_GT(keys_read_past, 1000);
+}
+
+// A key just written is the first memtable key of its range until a compaction takes it out of
+// the memtables; then the range has none and the levels give its value (or its deletion).
+TEST(PointReader, FirstMemtableKeyFollowsWritesAndFlushes) {
+  TestEngine t;
+  KeyspaceId ks;
+  ASSERT_TRUE(t->CreateKeyspace(1, &ks).ok());
+  std::unique_ptr<PointReader> reader = t->NewPointReader();
+  std::string first, value;
+  EXPECT_FALSE(reader->FirstMemtableKey(ks, KeyOf(0), KeyOf(100), &first));
+  ASSERT_TRUE(t->Put(ks, KeyOf(40), "forty").ok());
+  ASSERT_TRUE(t->Put(ks, KeyOf(60), "sixty").ok());
+  ASSERT_TRUE(reader->FirstMemtableKey(ks, KeyOf(0), KeyOf(100), &first));
+  EXPECT_EQ(first, KeyOf(40));
+  ASSERT_TRUE(reader->FirstMemtableKey(ks, KeyOf(41), KeyOf(100), &first));
+  EXPECT_EQ(first, KeyOf(60));
+  EXPECT_FALSE(reader->FirstMemtableKey(ks, KeyOf(41), KeyOf(60), &first));
+  EXPECT_TRUE(reader->GetPastMemtables(ks, KeyOf(40), &value).IsNotFound());
+  ASSERT_TRUE(t->CompactAll().ok());
+  EXPECT_FALSE(reader->FirstMemtableKey(ks, KeyOf(0), KeyOf(100), &first));
+  ASSERT_TRUE(reader->GetPastMemtables(ks, KeyOf(40), &value).ok());
+  EXPECT_EQ(value, "forty");
+  ASSERT_TRUE(t->Delete(ks, KeyOf(40)).ok());
+  ASSERT_TRUE(reader->FirstMemtableKey(ks, KeyOf(0), KeyOf(100), &first));
+  EXPECT_EQ(first, KeyOf(40));  // the tombstone
+  ASSERT_TRUE(t->CompactAll().ok());
+  EXPECT_TRUE(reader->GetPastMemtables(ks, KeyOf(40), &value).IsNotFound());
+}
+
 }  // namespace
 }  // namespace slipstream::engine::test

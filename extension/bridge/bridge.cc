@@ -25,6 +25,7 @@ std::unique_ptr<Engine> g_engine;  // this process's handle on the shared engine
 std::unique_ptr<PointReader> g_reader;
 std::string g_last_error;
 std::string g_get_buffer;  // ss_get's result
+std::string g_first_key;   // ss_first_memtable_key's result
 
 // Records a failed status and maps it to a code.
 SsCode Fail(const Status& s) {
@@ -210,6 +211,33 @@ SsCode ss_get(uint32_t keyspace, const void* key, size_t key_len, const char** v
                              &g_get_buffer);
     if (!s.ok()) {
       if (s.IsNotFound()) return SS_NOT_FOUND;  // an answer, not a failure
+      return Fail(s);
+    }
+    *value = g_get_buffer.data();
+    *value_len = g_get_buffer.size();
+    return SS_OK;
+  });
+}
+
+SsCode ss_first_memtable_key(uint32_t keyspace, const void* lo, const void* hi, size_t key_len,
+                             bool* held, const char** first, size_t* first_len) {
+  return Guard([&] {
+    *held = g_reader->FirstMemtableKey(
+        keyspace, std::string_view(static_cast<const char*>(lo), key_len),
+        std::string_view(static_cast<const char*>(hi), key_len), &g_first_key);
+    *first = g_first_key.data();
+    *first_len = g_first_key.size();
+    return SS_OK;
+  });
+}
+
+SsCode ss_get_past_memtables(uint32_t keyspace, const void* key, size_t key_len, const char** value,
+                             size_t* value_len) {
+  return Guard([&] {
+    Status s = g_reader->GetPastMemtables(
+        keyspace, std::string_view(static_cast<const char*>(key), key_len), &g_get_buffer);
+    if (!s.ok()) {
+      if (s.IsNotFound()) return SS_NOT_FOUND;
       return Fail(s);
     }
     *value = g_get_buffer.data();

@@ -125,6 +125,16 @@ extern SsCode ss_delete(uint32_t keyspace, const void *key, size_t key_len);
 /* On SS_OK, *value points at a copy owned by the bridge, valid until the next ss_get. */
 extern SsCode ss_get(uint32_t keyspace, const void *key, size_t key_len, const char **value,
 					 size_t *value_len);
+/*
+ * The smallest key in [lo, hi) that a memtable holds now: *held, and in *first a copy owned by
+ * the bridge (valid until the next call). The keys below it may be read with
+ * ss_get_past_memtables, which answers as ss_get did then, ignoring writes since.
+ */
+extern SsCode ss_first_memtable_key(uint32_t keyspace, const void *lo, const void *hi,
+									size_t key_len, bool *held, const char **first,
+									size_t *first_len);
+extern SsCode ss_get_past_memtables(uint32_t keyspace, const void *key, size_t key_len,
+									const char **value, size_t *value_len);
 
 /*
  * Atomic batches of puts and deletes. A put or delete that fails (out of memory) makes

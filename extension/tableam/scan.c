@@ -592,6 +592,7 @@ typedef struct SsIndexFetchData
 	IndexFetchTableData base;
 	uint32		keyspace;
 	SsChainWalk walk;			/* the chain a fetch with a non-MVCC snapshot goes on along */
+	SsQuietRange quiet;			/* row ids no memtable held (tableam/quiet_ranges.c) */
 } SsIndexFetchData;
 
 /* Begins fetching rows by TID for an index scan. */
@@ -603,14 +604,18 @@ ss_index_fetch_begin(Relation rel)
 	fetch->base.rel = rel;
 	fetch->keyspace = ss_rel_keyspace(rel);
 	fetch->walk.next = SS_NO_ROWID;
+	ss_quiet_reset(&fetch->quiet);
 	return &fetch->base;
 }
 
-/* Forgets the chain a fetch was on. */
+/* Forgets the chain a fetch was on, and the quiet range (a rescan starts elsewhere). */
 static void
 ss_index_fetch_reset(IndexFetchTableData *scan)
 {
-	ss_chain_end(&((SsIndexFetchData *) scan)->walk);
+	SsIndexFetchData *fetch = (SsIndexFetchData *) scan;
+
+	ss_chain_end(&fetch->walk);
+	ss_quiet_reset(&fetch->quiet);
 }
 
 /* Ends an index fetch. */
@@ -635,6 +640,7 @@ ss_index_fetch_tuple(IndexFetchTableData *sscan, ItemPointer tid, Snapshot snaps
 	Relation	rel = fetch->base.rel;
 	GlobalVisState *vistest = GlobalVisTestFor(rel);
 	bool		first_call = !*call_again;
+	HeapTuple	root_tuple = NULL;
 	HeapTuple	tuple;
 	MemoryContext old;
 	int			reads_before;
@@ -642,17 +648,27 @@ ss_index_fetch_tuple(IndexFetchTableData *sscan, ItemPointer tid, Snapshot snaps
 	*call_again = false;
 	if (all_dead)
 		*all_dead = false;
+	old = MemoryContextSwitchTo(slot->tts_mcxt);
 	if (first_call)
 	{
 		ss_chain_end(&fetch->walk);
 		if (!ss_tid_valid(tid))
+		{
+			MemoryContextSwitchTo(old);
 			return false;
+		}
 		ss_chain_start(&fetch->walk, rel, fetch->keyspace, ss_tid_to_rowid(tid), snapshot);
+		/* Before the row is read: see tableam/quiet_ranges.c. */
 		predicate_lock(rel, snapshot);
+		/* A walk the chain cache starts past its root reads members, never in a quiet range. */
+		if (!fetch->walk.from_cache)
+			root_tuple = ss_quiet_fetch(&fetch->quiet, rel, fetch->keyspace,
+										fetch->walk.root, snapshot);
+		if (root_tuple != NULL)
+			count_block_read(rel);
 	}
 	reads_before = fetch->walk.reads;
-	old = MemoryContextSwitchTo(slot->tts_mcxt);
-	tuple = ss_chain_next_visible(&fetch->walk, snapshot, NULL, vistest);
+	tuple = ss_chain_next_visible(&fetch->walk, snapshot, root_tuple, vistest);
 	MemoryContextSwitchTo(old);
 	/* Each version read counts as a block access: a chain's versions live in other blocks. */
 	for (int i = reads_before; i < fetch->walk.reads; i++)

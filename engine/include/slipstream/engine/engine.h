@@ -45,6 +45,13 @@ class PointReader {
  public:
   virtual ~PointReader() = default;
   virtual Status Get(KeyspaceId ks, std::string_view key, std::string* value) = 0;
+  // The smallest key in [lo, hi) of keyspace `ks` that a memtable holds now, in *first (false
+  // if they hold none): the keys below it can be read with GetPastMemtables.
+  virtual bool FirstMemtableKey(KeyspaceId ks, std::string_view lo, std::string_view hi,
+                                std::string* first) = 0;
+  // Get, without looking in the memtables: Get's answer as of the FirstMemtableKey call that
+  // found none of `key`'s range there, for a caller to whom writes since then do not matter.
+  virtual Status GetPastMemtables(KeyspaceId ks, std::string_view key, std::string* value) = 0;
 };
 
 class Engine {
