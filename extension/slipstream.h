@@ -391,6 +391,7 @@ extern const TableAmRoutine *ss_tableam_routine(void);
 extern HeapTuple ss_tuple_from_value(Relation rel, uint64 rowid, const char *value, size_t len);
 /* Reads row `rowid` into a palloc'd tuple; NULL if absent. */
 extern HeapTuple ss_fetch_row(Relation rel, uint32 keyspace, uint64 rowid);
+extern HeapTuple ss_fetch_row_past_memtables(Relation rel, uint32 keyspace, uint64 rowid);
 extern void ss_write_row(Relation rel, uint32 keyspace, uint64 rowid, HeapTuple tuple,
 						 SsRowChange change);
 extern void ss_write_update(Relation rel, uint32 keyspace, HeapTuple old_tuple, uint64 new_rowid,

@@ -93,10 +93,6 @@ ss_quiet_fetch(SsQuietRange *quiet, Relation rel, uint32 keyspace, uint64 rowid,
 			   Snapshot snapshot)
 {
 	uint64		previous = quiet->last_rowid;
-	char		key[SS_KEY_SIZE];
-	const char *value;
-	size_t		len;
-	SsCode		code;
 
 	quiet->last_rowid = rowid;
 	if (!ss_quiet_ranges || snapshot == NULL || !IsMVCCSnapshot(snapshot))
@@ -124,11 +120,5 @@ ss_quiet_fetch(SsQuietRange *quiet, Relation rel, uint32 keyspace, uint64 rowid,
 			return NULL;
 		}
 	}
-	ss_encode_key(rowid, key);
-	code = ss_get_past_memtables(keyspace, key, SS_KEY_SIZE, &value, &len);
-	if (code == SS_NOT_FOUND)
-		return NULL;
-	if (code != SS_OK)
-		ss_report(code, "reading a row");
-	return ss_tuple_from_value(rel, rowid, value, len);
+	return ss_fetch_row_past_memtables(rel, keyspace, rowid);
 }

@@ -33,9 +33,9 @@ ss_tuple_from_value(Relation rel, uint64 rowid, const char *value, size_t len)
 	return tuple;
 }
 
-/* Reads row `rowid` into a palloc'd tuple; NULL if there is no such row. */
-HeapTuple
-ss_fetch_row(Relation rel, uint32 keyspace, uint64 rowid)
+/* Reads row `rowid`, from the levels alone if `past_memtables`; NULL if there is none. */
+static HeapTuple
+read_row(Relation rel, uint32 keyspace, uint64 rowid, bool past_memtables)
 {
 	char		key[SS_KEY_SIZE];
 	const char *value;
@@ -43,12 +43,30 @@ ss_fetch_row(Relation rel, uint32 keyspace, uint64 rowid)
 	SsCode		code;
 
 	ss_encode_key(rowid, key);
-	code = ss_get(keyspace, key, SS_KEY_SIZE, &value, &len);
+	code = past_memtables ? ss_get_past_memtables(keyspace, key, SS_KEY_SIZE, &value, &len)
+		: ss_get(keyspace, key, SS_KEY_SIZE, &value, &len);
 	if (code == SS_NOT_FOUND)
 		return NULL;
 	if (code != SS_OK)
 		ss_report(code, "reading a row");
 	return ss_tuple_from_value(rel, rowid, value, len);
+}
+
+/* Reads row `rowid` into a palloc'd tuple; NULL if there is no such row. */
+HeapTuple
+ss_fetch_row(Relation rel, uint32 keyspace, uint64 rowid)
+{
+	return read_row(rel, keyspace, rowid, false);
+}
+
+/*
+ * Reads row `rowid` from the engine's levels alone, as of the moment the memtables were found
+ * to hold none of its range (tableam/quiet_ranges.c); NULL if the levels lack it.
+ */
+HeapTuple
+ss_fetch_row_past_memtables(Relation rel, uint32 keyspace, uint64 rowid)
+{
+	return read_row(rel, keyspace, rowid, true);
 }
 
 /*
