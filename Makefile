@@ -73,6 +73,9 @@ sanitize-build: deps
 test-sanitize: sanitize-build
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
 
+# Each PostgreSQL test prints its time, so that a log shows where the suite's minutes go.
+TIMED = scripts/timed.sh
+
 # pg_regress and isolation suites on a private cluster run by the postgres OS user, the
 # contention and crash tests, the replication kill tests (a primary and a backup, tcp and shm,
 # 16 rounds; a backup killed under load; a seeded streaming standby; takeovers after SIGKILL
@@ -88,30 +91,30 @@ test-sanitize: sanitize-build
 # kernel's ephemeral range, so that no outgoing connection holds one when a server starts.
 test-pg: install
 	scripts/reserve_test_ports.sh
-	scripts/pg_regress.sh
-	tests/pg_preload_test.sh
-	tests/pg_contention_test.sh
-	tests/pg_crash_test.sh
-	tests/pg_pinned_stall_test.sh
-	tests/pg_replication_test.sh /tmp/slipstream-replication-tcp 55620 8 tcp
-	tests/pg_replication_test.sh /tmp/slipstream-replication-shm 55630 8 shm
-	tests/pg_replication_backup_test.sh /tmp/slipstream-replication-backup 55650 tcp
-	tests/pg_standby_test.sh /tmp/slipstream-standby 55660
-	tests/pg_logical_test.sh /tmp/slipstream-logical 55680
-	tests/pg_tablespace_test.sh /tmp/slipstream-tablespace 55670 4
-	tests/pg_takeover_test.sh /tmp/slipstream-takeover-tcp 55700 8 tcp remote_memory
-	TAKEOVER_BY=script tests/pg_takeover_test.sh /tmp/slipstream-takeover-shm 55720 6 shm remote_memory
-	tests/pg_takeover_test.sh /tmp/slipstream-takeover-deferred 55760 4 shm remote_memory deferred
-	tests/pg_promote_catch_up_test.sh /tmp/slipstream-promote-catch-up 55880
-	tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3
-	tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3 tailwind
-	tests/pg_takeover_test.sh /tmp/slipstream-takeover-flush 55740 4 tcp remote_flush
-	tests/pg_takeover_test.sh /tmp/slipstream-send-index-tcp 55780 8 tcp remote_memory continuous send_index
-	tests/pg_takeover_test.sh /tmp/slipstream-send-index-shm 55800 8 shm remote_memory continuous send_index
-	tests/pg_takeover_test.sh /tmp/slipstream-send-index-flush 55840 4 tcp remote_flush continuous send_index
-	tests/pg_send_index_test.sh /tmp/slipstream-send-index 55820 tcp
-	tests/pg_shuffle_test.sh /tmp/slipstream-shuffle 55860
-	bench/ycsb_pg.sh --records=2000 --seconds=1 --mixes=SD --port=55471 --scratch=/tmp/slipstream-ycsb-smoke
+	$(TIMED) scripts/pg_regress.sh
+	$(TIMED) tests/pg_preload_test.sh
+	$(TIMED) tests/pg_contention_test.sh
+	$(TIMED) tests/pg_crash_test.sh
+	$(TIMED) tests/pg_pinned_stall_test.sh
+	$(TIMED) tests/pg_replication_test.sh /tmp/slipstream-replication-tcp 55620 8 tcp
+	$(TIMED) tests/pg_replication_test.sh /tmp/slipstream-replication-shm 55630 8 shm
+	$(TIMED) tests/pg_replication_backup_test.sh /tmp/slipstream-replication-backup 55650 tcp
+	$(TIMED) tests/pg_standby_test.sh /tmp/slipstream-standby 55660
+	$(TIMED) tests/pg_logical_test.sh /tmp/slipstream-logical 55680
+	$(TIMED) tests/pg_tablespace_test.sh /tmp/slipstream-tablespace 55670 4
+	$(TIMED) tests/pg_takeover_test.sh /tmp/slipstream-takeover-tcp 55700 8 tcp remote_memory
+	TAKEOVER_BY=script $(TIMED) tests/pg_takeover_test.sh /tmp/slipstream-takeover-shm 55720 6 shm remote_memory
+	$(TIMED) tests/pg_takeover_test.sh /tmp/slipstream-takeover-deferred 55760 4 shm remote_memory deferred
+	$(TIMED) tests/pg_promote_catch_up_test.sh /tmp/slipstream-promote-catch-up 55880
+	$(TIMED) tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3
+	$(TIMED) tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3 tailwind
+	$(TIMED) tests/pg_takeover_test.sh /tmp/slipstream-takeover-flush 55740 4 tcp remote_flush
+	$(TIMED) tests/pg_takeover_test.sh /tmp/slipstream-send-index-tcp 55780 8 tcp remote_memory continuous send_index
+	$(TIMED) tests/pg_takeover_test.sh /tmp/slipstream-send-index-shm 55800 8 shm remote_memory continuous send_index
+	$(TIMED) tests/pg_takeover_test.sh /tmp/slipstream-send-index-flush 55840 4 tcp remote_flush continuous send_index
+	$(TIMED) tests/pg_send_index_test.sh /tmp/slipstream-send-index 55820 tcp
+	$(TIMED) tests/pg_shuffle_test.sh /tmp/slipstream-shuffle 55860
+	$(TIMED) bench/ycsb_pg.sh --records=2000 --seconds=1 --mixes=SD --port=55471 --scratch=/tmp/slipstream-ycsb-smoke
 
 # The pg_regress, isolation, contention, crash and pinned-stall suites with slipstream.so
 # built with ASan and UBSan and loaded by PostgreSQL (scripts/pg_sanitize.sh says how).
