@@ -337,7 +337,6 @@ typedef struct SsQuietRange
 	uint64		hi;
 	uint64		last_rowid;		/* the root the previous fetch asked for */
 	int			width;			/* row ids the next seek covers */
-	int			backoff;		/* fetches left before the next seek may be tried */
 	Snapshot	snapshot;		/* the snapshot the range was found for (NULL: none) */
 	CommandId	curcid;			/* and its command id, xmin and xmax then */
 	TransactionId xmin;

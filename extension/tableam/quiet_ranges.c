@@ -30,8 +30,44 @@
 /* A fetch at most this far past the previous one continues an ascending run. */
 #define SS_QUIET_GAP 4
 
-/* Fetches that skip the seek after one found a memtable row right where the run stood. */
-#define SS_QUIET_BACKOFF 16
+/* A seek that finds fewer quiet row ids than this did not pay for itself. */
+#define SS_QUIET_MIN_YIELD 8
+
+/*
+ * Fetches that skip the seek after one that did not pay, at first and at most: the pause
+ * doubles with every such seek in a row. It is kept per keyspace across scans, since each
+ * statement starts a scan of its own: on a table whose memtables hold rows everywhere (one
+ * updated all over since the last flush) the seeks of short range scans found runs of a row
+ * or two, and cost more than the probes they saved.
+ */
+#define SS_QUIET_PAUSE_FIRST 16
+#define SS_QUIET_PAUSE_MAX 4096
+
+/* The pause of a keyspace: fetches left to skip, and the length of the next pause. */
+typedef struct QuietPause
+{
+	uint32		keyspace;
+	int			left;
+	int			next;
+} QuietPause;
+
+#define SS_QUIET_PAUSES 16
+static QuietPause quiet_pauses[SS_QUIET_PAUSES];
+
+/* The pause of `keyspace` (direct-mapped: a keyspace taking another's entry starts afresh). */
+static QuietPause *
+pause_of(uint32 keyspace)
+{
+	QuietPause *pause = &quiet_pauses[(keyspace * (uint32) 0x9E3779B1) >> 28];
+
+	if (pause->keyspace != keyspace || pause->next == 0)
+	{
+		pause->keyspace = keyspace;
+		pause->left = 0;
+		pause->next = SS_QUIET_PAUSE_FIRST;
+	}
+	return pause;
+}
 
 /* Forgets the range and the run. */
 void
@@ -104,21 +140,30 @@ ss_quiet_fetch(SsQuietRange *quiet, Relation rel, uint32 keyspace, uint64 rowid,
 	}
 	if (rowid < quiet->lo || rowid >= quiet->hi)
 	{
+		QuietPause *pause;
+		bool		found;
+
 		if (previous == SS_NO_ROWID || rowid <= previous || rowid - previous > SS_QUIET_GAP)
 		{
 			quiet->width = SS_QUIET_FIRST;
 			return NULL;
 		}
-		if (quiet->backoff > 0)
+		pause = pause_of(keyspace);
+		if (pause->left > 0)
 		{
-			quiet->backoff--;
+			pause->left--;
 			return NULL;
 		}
-		if (!find_range(quiet, keyspace, rowid, snapshot))
+		found = find_range(quiet, keyspace, rowid, snapshot);
+		if (quiet->hi - rowid < SS_QUIET_MIN_YIELD)
 		{
-			quiet->backoff = SS_QUIET_BACKOFF;
-			return NULL;
+			pause->left = pause->next;
+			pause->next = Min(pause->next * 2, SS_QUIET_PAUSE_MAX);
 		}
+		else
+			pause->next = SS_QUIET_PAUSE_FIRST;
+		if (!found)
+			return NULL;
 	}
 	return ss_fetch_row_past_memtables(rel, keyspace, rowid);
 }
