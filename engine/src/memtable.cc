@@ -141,17 +141,32 @@ MemNode* MemTable::PredecessorOfNewVersion(std::string_view ikey, uint64_t lsn) 
   return before;
 }
 
+// Reads the finger's own copy of its newest key, so an append asks no shared memory.
+bool MemTable::FingerPrecedes(std::string_view ikey, uint64_t lsn) const {
+  const uint32_t keyspace = PrefixOf(ikey);
+  const AppendFinger& f = FingerSlot(keyspace);
+  return f.header == header_ && f.keyspace == keyspace &&
+         f.generation == header_->generation.load(std::memory_order_relaxed) &&
+         AfterNewest(f, Node(f.at[0]), ikey, lsn);
+}
+
+// The index names the key's newest node; a key with one node here has no run of versions that
+// a height-1 node in front could lengthen.
+bool MemTable::RewritesOnlyNode(std::string_view ikey, uint64_t lsn) const {
+  bool answered;
+  const MemNode* newest = IndexFind(ikey, &answered);
+  if (newest == nullptr || newest->lsn >= lsn) return false;
+  const MemNode* older = Node(newest->next[0].load(std::memory_order_relaxed));
+  return older == nullptr || older->key() != ikey;
+}
+
 // Each level starts from the finger's node there, which precedes the key: the finger's nodes
 // are never unlinked in this generation and at[0] orders before (ikey, lsn), checked here.
 // Only the writer changes links, and it holds the write mutex, so relaxed loads see them all.
 bool MemTable::PathFromFinger(std::string_view ikey, uint64_t lsn, int height,
                               MemNode** prev) const {
-  const uint32_t keyspace = PrefixOf(ikey);
-  const AppendFinger& f = FingerSlot(keyspace);
-  if (f.header != header_ || f.keyspace != keyspace ||
-      f.generation != header_->generation.load(std::memory_order_relaxed) ||
-      !AfterNewest(f, Node(f.at[0]), ikey, lsn))
-    return false;
+  if (!FingerPrecedes(ikey, lsn)) return false;
+  const AppendFinger& f = FingerSlot(PrefixOf(ikey));
   for (int level = 0; level < height; level++) {
     MemNode* x = Node(f.at[level]);
     for (int steps = 0;; steps++) {
@@ -217,6 +232,7 @@ int MemTable::RandomHeight() const {
 // half-initialised node.
 void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::string_view value) {
   int height = RandomHeight();
+  if (height > 1 && !FingerPrecedes(ikey, lsn) && RewritesOnlyNode(ikey, lsn)) height = 1;
   size_t size = sizeof(MemNode) + height * 4 + ikey.size() + value.size();
   uint64_t off = header_->used.load(std::memory_order_relaxed);
   header_->used.store(off + ((size + 7) & ~size_t(7)), std::memory_order_relaxed);
@@ -240,7 +256,9 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
   // A new row id right after this thread's last one takes its path from the finger (checking
   // that against the finger's copy of its key reads no shared memory). Heights stay random (a key's
   // versions all of height 1 would make a long level-0 run of a hot key that every search passing
-  // it walks): only a height-1 node skips the descent by the index and a back link.
+  // it walks): only a height-1 node skips the descent by the index and a back link. The one
+  // exception, above: a key's second node (the table AM rewrites a version's header once, when
+  // it is updated or deleted) is always of height 1, so that it never needs a descent.
   bool full_path = false;
   if (!PathFromFinger(ikey, lsn, height, prev) &&
       (height != 1 || (prev[0] = PredecessorOfNewVersion(ikey, lsn)) == nullptr)) {

@@ -9,14 +9,14 @@
 // too: a new version of a key already here goes right before that key's newest node, found by
 // the index, and a back link at level 0 gives that node's predecessor, so most writes of a
 // row the memtable holds (the table AM rewrites a version's header when it updates, deletes,
-// locks or prunes it) need no descent either. Its slots hold the
-// offset of each key's newest node (linear probing, 0: empty), published with a release store
-// after the node is linked, so a reader either finds the key there or the insert has not
-// finished. A slot also carries the high bits of its key's hash above the node's offset (in
-// units of 8 bytes, nodes' alignment), so a probe passes other keys' slots without reading their
-// nodes: a read of a key the memtable does not hold costs the slot's cache line, not a node per
-// probe. Slots are never emptied before a reset. Once 7/10 of them are taken, keys that find
-// no slot are not indexed and the index stops answering for absent keys (index_complete): the
+// locks or prunes it) need no descent either; a key's second node is always of height 1 for
+// that. Its slots hold the offset of each key's newest node (linear probing, 0: empty), published
+// with a release store after the node is linked, so a reader either finds the key there or the
+// insert has not finished. A slot also carries the high bits of its key's hash above the node's
+// offset (in units of 8 bytes, nodes' alignment), so a probe passes other keys' slots without
+// reading their nodes: a read of a key the memtable does not hold costs the slot's cache line, not
+// a node per probe. Slots are never emptied before a reset. Once 7/10 of them are taken, keys that
+// find no slot are not indexed and the index stops answering for absent keys (index_complete): the
 // skiplist answers those reads.
 //
 // New row ids go at the end of their keyspace, where the index has nothing to say, so each
@@ -135,6 +135,12 @@ class MemTable {
   // the one before the key's newest node (by the hash index and that node's back link), or
   // nullptr if the key is not known so (then a descent finds it).
   MemNode* PredecessorOfNewVersion(std::string_view ikey, uint64_t lsn) const;
+  // Whether this thread's append finger of the key's keyspace is in this memtable and names a
+  // key before (ikey, lsn): the insert is an append after it.
+  bool FingerPrecedes(std::string_view ikey, uint64_t lsn) const;
+  // Whether (ikey, lsn) is a newer version of a key that has exactly one node here: such a
+  // node is given height 1 (see Insert), unless it is an append after the finger.
+  bool RewritesOnlyNode(std::string_view ikey, uint64_t lsn) const;
   // Fills prev[0..height) for (ikey, lsn) by walking from this thread's append finger of the
   // key's keyspace; false if there is none, the key is not after it, or it is too far behind.
   bool PathFromFinger(std::string_view ikey, uint64_t lsn, int height, MemNode** prev) const;

@@ -332,6 +332,40 @@ TEST(MemTable, AppendsInOrderSkipTheDescent) {
   EXPECT_EQ(n, nullptr);
 }
 
+// A key's second node (a table row's header rewritten once, when it is updated or deleted) is
+// placed by the index and a back link whatever height it would have drawn, so it never
+// descends; the third node of a key draws its height as any other, and the taller ones descend.
+TEST(MemTable, SecondNodesOfKeysSkipTheDescent) {
+  MemArea area(64u << 20, 1u << 18);
+  MemTable& t = area.table();
+  constexpr uint64_t kRows = 20000;
+  std::vector<uint64_t> rows(kRows);
+  for (uint64_t i = 0; i < kRows; i++) rows[i] = i + 1;
+  std::mt19937 rng(11);
+  std::shuffle(rows.begin(), rows.end(), rng);
+  uint64_t lsn = 0;
+  for (uint64_t row : rows) t.Insert(RowKey(9, row), ++lsn, ValueKind::kInline, "first");
+  std::shuffle(rows.begin(), rows.end(), rng);
+  uint64_t before = t.descents();
+  for (uint64_t row : rows) t.Insert(RowKey(9, row), ++lsn, ValueKind::kInline, "second");
+  EXPECT_EQ(t.descents() - before, 0u) << "of " << kRows << " second nodes";
+  std::shuffle(rows.begin(), rows.end(), rng);
+  before = t.descents();
+  for (uint64_t row : rows) t.Insert(RowKey(9, row), ++lsn, ValueKind::kInline, "third");
+  // A quarter of the third nodes draw a height above 1.
+  EXPECT_GT(t.descents() - before, kRows / 8) << "of " << kRows << " third nodes";
+  EXPECT_LT(t.descents() - before, kRows * 3 / 8) << "of " << kRows << " third nodes";
+  ASSERT_TRUE(t.LevelsOrdered());
+  for (uint64_t row = 1; row <= kRows; row++) {
+    const MemNode* n = t.Find(RowKey(9, row), lsn);
+    ASSERT_NE(n, nullptr);
+    ASSERT_EQ(n->value(), "third");
+    n = t.Next(n);
+    ASSERT_NE(n, nullptr);
+    ASSERT_EQ(n->value(), "second");
+  }
+}
+
 // Writers taking turns under a mutex (the engine's write mutex), each with its own append
 // fingers, interleave new row ids, rewrites of old rows and of other writers' newest rows in
 // shared keyspaces, and one of them resets the memtable now and then: every level stays
