@@ -52,6 +52,7 @@ typedef struct QuietPause
 } QuietPause;
 
 #define SS_QUIET_PAUSES 16
+StaticAssertDecl(SS_QUIET_PAUSES == 1 << 4, "pause_of takes the hash's top 4 bits");
 static QuietPause quiet_pauses[SS_QUIET_PAUSES];
 
 /* The pause of `keyspace` (direct-mapped: a keyspace taking another's entry starts afresh). */
