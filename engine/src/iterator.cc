@@ -102,6 +102,9 @@ class EngineIterator : public Iterator {
     Advance();
     FindVisible();
   }
+  void SetUpperBound(std::string_view bound) override {
+    bound_ = bound.empty() ? std::string() : prefix_ + std::string(bound);
+  }
   std::string_view key() const override { return std::string_view(key_).substr(kKeyspacePrefix); }
   std::string_view value() const override { return value_; }
   Status status() const override { return status_; }
@@ -128,6 +131,7 @@ class EngineIterator : public Iterator {
         if (s->Valid() && (!best || s->entry().key < best->entry().key)) best = s.get();
       }
       if (!best || best->entry().key.substr(0, kKeyspacePrefix) != prefix_) return;
+      if (!bound_.empty() && best->entry().key >= bound_) return;
       key_.assign(best->entry().key);
       if (best->entry().kind != ValueKind::kTombstone) {
         Status s = values_->ReadValue(key_, best->entry(), &value_);
@@ -145,6 +149,7 @@ class EngineIterator : public Iterator {
   const LogSet* values_;
   EpochPin pin_;
   std::string prefix_;
+  std::string bound_;  // internal key past the end; empty: the keyspace's end
   Version version_;
   std::vector<std::unique_ptr<Source>> sources_;
   std::string key_;
@@ -161,6 +166,7 @@ class ErrorIterator : public Iterator {
   void SeekToFirst() override {}
   void Seek(std::string_view) override {}
   void Next() override {}
+  void SetUpperBound(std::string_view) override {}
   std::string_view key() const override { return {}; }
   std::string_view value() const override { return {}; }
   Status status() const override { return status_; }

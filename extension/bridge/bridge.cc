@@ -366,6 +366,14 @@ void ss_iter_seek(SsIterator* it, const void* key, size_t key_len) {
   });
 }
 
+void ss_iter_set_upper_bound(SsIterator* it, const void* key, size_t key_len) {
+  if (it->failed != SS_OK) return;
+  it->failed = Guard([&] {
+    it->it->SetUpperBound(std::string_view(static_cast<const char*>(key), key_len));
+    return SS_OK;
+  });
+}
+
 void ss_iter_next(SsIterator* it) {
   if (it->failed != SS_OK) return;
   it->failed = Guard([&] {

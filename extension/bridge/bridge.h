@@ -160,6 +160,8 @@ extern SsCode ss_stats(SsStats *stats);
 /* Iterators over one keyspace; a snapshot of the engine at creation. NULL on failure. */
 extern SsIterator *ss_iter_new(uint32_t keyspace);
 extern void ss_iter_seek(SsIterator *it, const void *key, size_t key_len);
+/* Keys >= `key` end the iteration from now on (key_len 0: no limit); see Iterator. */
+extern void ss_iter_set_upper_bound(SsIterator *it, const void *key, size_t key_len);
 extern void ss_iter_next(SsIterator *it);
 extern bool ss_iter_valid(SsIterator *it);
 extern void ss_iter_key(SsIterator *it, const char **key, size_t *key_len);

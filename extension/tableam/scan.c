@@ -97,12 +97,24 @@ drop_iterator(IteratorHolder *holder)
 	}
 }
 
-/* Positions the iterator at the first row id >= rowid. */
+/*
+ * Positions the iterator at the first row id >= rowid, below `end` (PG_UINT64_MAX: no end).
+ * The bound matters where VACUUM has removed many rows: the engine then stops at `end`
+ * instead of walking their deletions to the next live row, so that reading a table block by
+ * block (ANALYZE, bitmap and backward scans) costs one pass, not one pass per block.
+ */
 static void
-seek_rowid(SsIterator *it, uint64 rowid)
+seek_rowid(SsIterator *it, uint64 rowid, uint64 end)
 {
 	char		key[SS_KEY_SIZE];
 
+	if (end == PG_UINT64_MAX)
+		ss_iter_set_upper_bound(it, NULL, 0);
+	else
+	{
+		ss_encode_key(end, key);
+		ss_iter_set_upper_bound(it, key, SS_KEY_SIZE);
+	}
 	ss_encode_key(rowid, key);
 	ss_iter_seek(it, key, SS_KEY_SIZE);
 }
@@ -236,7 +248,7 @@ load_block(SsScanDesc scan, BlockNumber block, bool redirects)
 	count_block_read(scan->base.rs_rd);
 	if (scan->holder == NULL || scan->holder->it == NULL)
 		scan->holder = new_iterator(scan->keyspace, scan->mcxt);
-	seek_rowid(scan->holder->it, first);
+	seek_rowid(scan->holder->it, first, first + SS_ROWS_PER_BLOCK);
 	while (iterator_row(scan->holder->it, &rowid) && rowid < first + SS_ROWS_PER_BLOCK)
 	{
 		HeapTuple	tuple = iterator_tuple(scan->base.rs_rd, scan->holder->it, rowid,
@@ -370,7 +382,7 @@ claim_parallel_chunk(SsScanDesc scan)
 		return false;
 	scan->range_start = start;
 	scan->range_end = Min(start + SS_PARALLEL_CHUNK, p->end_rowid);
-	seek_rowid(scan->holder->it, scan->range_start);
+	seek_rowid(scan->holder->it, scan->range_start, scan->range_end);
 	return true;
 }
 
@@ -390,14 +402,14 @@ next_forward(SsScanDesc scan, TupleTableSlot *slot)
 				return false;
 		}
 		else
-			seek_rowid(scan->holder->it, scan->range_start);
+			seek_rowid(scan->holder->it, scan->range_start, scan->range_end);
 	}
 	else if (scan->backward)
 	{
 		/* Turning round: on from just after the row returned last. */
 		clear_block(scan);
 		scan->backward = false;
-		seek_rowid(scan->holder->it, scan->current + 1);
+		seek_rowid(scan->holder->it, scan->current + 1, scan->range_end);
 	}
 	for (;;)
 	{

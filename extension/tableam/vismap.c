@@ -197,6 +197,8 @@ block_all_visible(Relation rel, uint32 keyspace, BlockNumber block, TransactionI
 		ss_report(SS_INTERNAL, "opening an iterator");
 	PG_TRY();
 	{
+		ss_encode_key(end, key);
+		ss_iter_set_upper_bound(it, key, SS_KEY_SIZE);
 		ss_encode_key(first, key);
 		for (ss_iter_seek(it, key, SS_KEY_SIZE); ss_iter_valid(it) && visible;
 			 ss_iter_next(it))

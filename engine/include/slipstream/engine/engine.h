@@ -32,6 +32,10 @@ class Iterator {
   virtual void SeekToFirst() = 0;
   virtual void Seek(std::string_view key) = 0;  // first key >= key
   virtual void Next() = 0;
+  // Keys >= `bound` lie past the end, for every move after the call (an empty bound removes
+  // the limit). A bounded seek stops at the bound instead of walking the deleted keys beyond
+  // it to the next live one, so that reading many short ranges stays linear.
+  virtual void SetUpperBound(std::string_view bound) = 0;
   virtual std::string_view key() const = 0;
   virtual std::string_view value() const = 0;  // valid until the next move
   virtual Status status() const = 0;           // Corruption or IOError stops the iteration
