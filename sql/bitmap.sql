@@ -90,3 +90,31 @@ RESET enable_indexscan;
 RESET enable_indexonlyscan;
 DROP FUNCTION bm_lossy(text);
 DROP TABLE bm_ss, bm_heap, bm_big;
+
+-- Blocks whose rows VACUUM removed: the scans that read a table block by block (ANALYZE,
+-- bitmap, TID range and backward scans) seek with the block's end as a bound, so each stops
+-- there instead of walking the removed rows to the next live one; the rows are the same.
+CREATE TABLE bm_gaps (id int, pad text) USING slipstream;
+INSERT INTO bm_gaps SELECT g, 'p' || g FROM generate_series(1, 5120) g;
+CREATE INDEX bm_gaps_id ON bm_gaps (id);
+DELETE FROM bm_gaps WHERE id NOT BETWEEN 769 AND 800 AND id NOT BETWEEN 4353 AND 4360
+  AND id <> 5120;
+VACUUM bm_gaps;
+ANALYZE bm_gaps;
+SELECT relpages, reltuples FROM pg_class WHERE relname = 'bm_gaps';
+SELECT count(*), min(id), max(id) FROM bm_gaps WHERE ctid >= '(3,0)' AND ctid < '(4,0)';
+SELECT count(*), min(id), max(id) FROM bm_gaps WHERE ctid >= '(4,0)' AND ctid < '(17,0)';
+SET enable_seqscan = off;
+SET enable_indexscan = off;
+EXPLAIN (COSTS OFF) SELECT id FROM bm_gaps WHERE id > 700;
+SELECT array_agg(id ORDER BY id) FROM bm_gaps WHERE id > 700 AND id NOT BETWEEN 770 AND 799;
+RESET enable_seqscan;
+RESET enable_indexscan;
+BEGIN;
+DECLARE g SCROLL CURSOR FOR SELECT id FROM bm_gaps;
+FETCH LAST FROM g;
+FETCH BACKWARD 10 FROM g;
+FETCH ABSOLUTE 1 FROM g;
+CLOSE g;
+COMMIT;
+DROP TABLE bm_gaps;
