@@ -307,7 +307,6 @@ typedef struct SsChainWalk
 	bool		from_cache;		/* it started where the chain cache said */
 	uint64		cache_start;	/* where that was */
 	TransactionId cache_xmin;	/* the raw xmin the version there must have */
-	bool		cache_settled;	/* that xmin committed before every snapshot */
 	int			reads;			/* engine reads of versions so far */
 } SsChainWalk;
 
@@ -352,9 +351,9 @@ extern HeapTuple ss_quiet_fetch(SsQuietRange *quiet, Relation rel, uint32 keyspa
 extern void ss_chain_cache_shmem_request(void);
 extern void ss_chain_cache_shmem_init(void);
 extern bool ss_chain_cache_lookup(uint32 keyspace, uint64 tag, uint64 root,
-								  uint64 *first_needed, TransactionId *first_xmin, bool *settled);
+								  uint64 *first_needed, TransactionId *first_xmin);
 extern void ss_chain_cache_remember(uint32 keyspace, uint64 tag, uint64 root, uint64 rowid,
-									TransactionId xmin, bool settled);
+									TransactionId xmin);
 extern void ss_chain_cache_forget(uint32 keyspace, uint64 tag, uint64 root, uint64 rowid);
 
 /* ---- the visibility map (tableam/vismap.c) ---- */

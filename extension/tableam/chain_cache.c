@@ -40,7 +40,6 @@ typedef struct ChainCacheEntry
 	uint64		root;
 	uint64		first_needed;
 	TransactionId first_xmin;	/* the raw xmin of the version at first_needed */
-	uint32		settled;		/* 1: first_xmin committed before every snapshot */
 } ChainCacheEntry;
 
 static ChainCacheEntry *chain_cache = NULL;
@@ -114,12 +113,11 @@ chain_cache_ever_filled(uint64 slot)
 
 /*
  * Whether the cache knows where the versions of chain `root` that some transaction may see
- * begin; if so, *first_needed says where, *first_xmin the raw xmin the version there had and
- * *settled whether that xmin committed before every snapshot there is or will be.
+ * begin; if so, *first_needed says where and *first_xmin the raw xmin the version there had.
  */
 bool
 ss_chain_cache_lookup(uint32 keyspace, uint64 tag, uint64 root, uint64 *first_needed,
-					  TransactionId *first_xmin, bool *settled)
+					  TransactionId *first_xmin)
 {
 	ChainCacheEntry *entry;
 	uint64		slot;
@@ -128,7 +126,6 @@ ss_chain_cache_lookup(uint32 keyspace, uint64 tag, uint64 root, uint64 *first_ne
 	uint64		found_root;
 	uint64		found_first;
 	TransactionId found_xmin;
-	uint32		found_settled;
 	uint32		found_keyspace;
 
 	if (chain_cache == NULL)
@@ -146,21 +143,19 @@ ss_chain_cache_lookup(uint32 keyspace, uint64 tag, uint64 root, uint64 *first_ne
 	found_root = ((volatile ChainCacheEntry *) entry)->root;
 	found_first = ((volatile ChainCacheEntry *) entry)->first_needed;
 	found_xmin = ((volatile ChainCacheEntry *) entry)->first_xmin;
-	found_settled = ((volatile ChainCacheEntry *) entry)->settled;
 	pg_read_barrier();
 	if (pg_atomic_read_u32(&entry->seq) != before || found_keyspace != keyspace ||
 		found_tag != tag || found_root != root)
 		return false;
 	*first_needed = found_first;
 	*first_xmin = found_xmin;
-	*settled = found_settled != 0;
 	return true;
 }
 
 /* Fills entry `slot` unless another writer holds it; `keyspace` 0 empties it. */
 static void
 chain_cache_store(uint64 slot, uint32 keyspace, uint64 tag, uint64 root, uint64 first_needed,
-				  TransactionId first_xmin, bool settled)
+				  TransactionId first_xmin)
 {
 	ChainCacheEntry *entry = &chain_cache[slot];
 	uint32		seq = pg_atomic_read_u32(&entry->seq);
@@ -172,7 +167,6 @@ chain_cache_store(uint64 slot, uint32 keyspace, uint64 tag, uint64 root, uint64 
 	((volatile ChainCacheEntry *) entry)->root = root;
 	((volatile ChainCacheEntry *) entry)->first_needed = first_needed;
 	((volatile ChainCacheEntry *) entry)->first_xmin = first_xmin;
-	((volatile ChainCacheEntry *) entry)->settled = settled ? 1 : 0;
 	pg_write_barrier();
 	/* Never back to 0, which means empty; an even value names the entry's contents. */
 	pg_atomic_write_u32(&entry->seq, seq + 2 == 0 ? 2 : seq + 2);
@@ -182,25 +176,22 @@ chain_cache_store(uint64 slot, uint32 keyspace, uint64 tag, uint64 root, uint64 
 
 /*
  * Remembers that the versions of chain `root` some transaction may see begin at `rowid`, the
- * version whose raw xmin is `xmin`; `settled` if that xmin committed before every snapshot
- * there is or will be (false may also mean "not known": it never unlearns a true).
+ * version whose raw xmin is `xmin`.
  */
 void
 ss_chain_cache_remember(uint32 keyspace, uint64 tag, uint64 root, uint64 rowid,
-						TransactionId xmin, bool settled)
+						TransactionId xmin)
 {
 	uint64		known;
 	TransactionId known_xmin;
-	bool		known_settled;
 
 	if (chain_cache == NULL)
 		return;
 	/* A fetch that changes nothing writes nothing: the line stays shared between readers. */
-	if (ss_chain_cache_lookup(keyspace, tag, root, &known, &known_xmin, &known_settled) &&
-		known == rowid && known_xmin == xmin && (known_settled || !settled))
+	if (ss_chain_cache_lookup(keyspace, tag, root, &known, &known_xmin) && known == rowid &&
+		known_xmin == xmin)
 		return;
-	chain_cache_store(chain_cache_slot(keyspace, root), keyspace, tag, root, rowid, xmin,
-					  settled);
+	chain_cache_store(chain_cache_slot(keyspace, root), keyspace, tag, root, rowid, xmin);
 }
 
 /*
@@ -212,12 +203,10 @@ ss_chain_cache_forget(uint32 keyspace, uint64 tag, uint64 root, uint64 rowid)
 {
 	uint64		known;
 	TransactionId known_xmin;
-	bool		known_settled;
 
 	if (chain_cache == NULL)
 		return;
-	if (ss_chain_cache_lookup(keyspace, tag, root, &known, &known_xmin, &known_settled) &&
+	if (ss_chain_cache_lookup(keyspace, tag, root, &known, &known_xmin) &&
 		(rowid == SS_NO_ROWID || known == rowid))
-		chain_cache_store(chain_cache_slot(keyspace, root), 0, 0, 0, 0, InvalidTransactionId,
-						  false);
+		chain_cache_store(chain_cache_slot(keyspace, root), 0, 0, 0, 0, InvalidTransactionId);
 }

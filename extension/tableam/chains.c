@@ -50,17 +50,14 @@ ss_chain_start(SsChainWalk *walk, Relation rel, uint32 keyspace, uint64 root,
 	{
 		uint64		first_needed;
 		TransactionId first_xmin;
-		bool		settled;
 
 		walk->cacheable = true;
-		if (ss_chain_cache_lookup(keyspace, walk->tag, root, &first_needed, &first_xmin,
-								  &settled) &&
+		if (ss_chain_cache_lookup(keyspace, walk->tag, root, &first_needed, &first_xmin) &&
 			first_needed != root)
 		{
 			walk->next = first_needed;
 			walk->cache_start = first_needed;
 			walk->cache_xmin = first_xmin;
-			walk->cache_settled = settled;
 			walk->from_cache = true;
 		}
 	}
@@ -107,25 +104,6 @@ chain_continues(HeapTuple tuple, uint64 *next, TransactionId *prior_xmax)
 	*next = ss_tid_to_rowid(&tuple->t_data->t_ctid);
 	*prior_xmax = HeapTupleHeaderGetUpdateXid(tuple->t_data);
 	return true;
-}
-
-/*
- * Whether the transaction that inserted `tuple` committed before every snapshot there is or
- * will be: its xmin is below the horizon `vistest` keeps (no snapshot has it in progress) and
- * committed. Then HEAP_XMIN_COMMITTED means what it means when VACUUM sets it
- * (tableam/visibility.c), and the chain cache may say so, sparing later fetches of the version
- * a commit log lookup (a shared lock's cache line that every reading backend writes).
- */
-static bool
-xmin_settled(HeapTuple tuple, GlobalVisState *vistest)
-{
-	TransactionId xmin = HeapTupleHeaderGetRawXmin(tuple->t_data);
-
-	if (HeapTupleHeaderXminFrozen(tuple->t_data) || HeapTupleHeaderXminCommitted(tuple->t_data))
-		return true;
-	if (HeapTupleHeaderXminInvalid(tuple->t_data) || !TransactionIdIsNormal(xmin))
-		return false;
-	return GlobalVisTestIsRemovableXid(vistest, xmin) && TransactionIdDidCommit(xmin);
 }
 
 /* Whether a version is dead to every transaction, now and to come. */
@@ -234,9 +212,20 @@ ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot, HeapTuple root_tuple
 			restart_walk(walk);
 			continue;
 		}
-		if (walk->from_cache && rowid == walk->cache_start && walk->cache_settled &&
+		if (walk->from_cache && rowid == walk->cache_start &&
 			!HeapTupleHeaderXminInvalid(tuple->t_data))
-			tuple->t_data->t_infomask |= HEAP_XMIN_COMMITTED;	/* the cache knew (above) */
+		{
+			/*
+			 * The versions before the one the cache names were dead to everyone when the entry
+			 * was written, so the update that ended the last of them, which inserted this one
+			 * (the chain's links say so), committed below every snapshot's horizon: this
+			 * version's xmin is committed for every snapshot, what HEAP_XMIN_COMMITTED means
+			 * when VACUUM sets it (tableam/visibility.c). Marked in this copy, it spares the
+			 * visibility check a commit log lookup, whose shared lock is a cache line every
+			 * reading backend writes.
+			 */
+			tuple->t_data->t_infomask |= HEAP_XMIN_COMMITTED;
+		}
 		if (at_root && ss_is_redirect(tuple->t_data))
 		{
 			walk->next = ss_redirect_target(walk->rel, tuple);
@@ -273,8 +262,7 @@ ss_chain_next_visible(SsChainWalk *walk, Snapshot snapshot, HeapTuple root_tuple
 				walk->all_dead = false;
 				if (walk->cacheable && vistest != NULL && rowid != walk->root)
 					ss_chain_cache_remember(walk->keyspace, walk->tag, walk->root, rowid,
-											HeapTupleHeaderGetRawXmin(tuple->t_data),
-											visible && xmin_settled(tuple, vistest));
+											HeapTupleHeaderGetRawXmin(tuple->t_data));
 			}
 		}
 		if (!visible)
@@ -436,7 +424,7 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
 	LWLockRelease(lock);
 	/* The next fetch starts at the new target, not at a version now gone. */
 	if (target != root)
-		ss_chain_cache_remember(keyspace, tag, root, target, target_xmin, false);
+		ss_chain_cache_remember(keyspace, tag, root, target, target_xmin);
 	else
 		ss_chain_cache_forget(keyspace, tag, root, SS_NO_ROWID);
 	if (removed != NULL)
