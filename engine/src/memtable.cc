@@ -131,9 +131,7 @@ MemNode* MemTable::FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** p
 // The newest node holds the key's index slot (the writer published it); a newer version
 // orders right before it. The check that the back link leads to that node costs one node and
 // guards against a link the writer did not keep (it always does).
-MemNode* MemTable::PredecessorOfNewVersion(std::string_view ikey, uint64_t lsn) const {
-  bool answered;
-  const MemNode* newest = IndexFind(ikey, &answered);
+MemNode* MemTable::PredecessorOfNewVersion(const MemNode* newest, uint64_t lsn) const {
   if (newest == nullptr || newest->lsn >= lsn) return nullptr;
   MemNode* before = Node(const_cast<MemNode*>(newest)->back());
   if (before == nullptr || Node(before->next[0].load(std::memory_order_relaxed)) != newest)
@@ -152,12 +150,10 @@ bool MemTable::FingerPrecedes(std::string_view ikey, uint64_t lsn) const {
 
 // The index names the key's newest node; a key with one node here has no run of versions that
 // a height-1 node in front could lengthen.
-bool MemTable::RewritesOnlyNode(std::string_view ikey, uint64_t lsn) const {
-  bool answered;
-  const MemNode* newest = IndexFind(ikey, &answered);
+bool MemTable::RewritesOnlyNode(const MemNode* newest, uint64_t lsn) const {
   if (newest == nullptr || newest->lsn >= lsn) return false;
   const MemNode* older = Node(newest->next[0].load(std::memory_order_relaxed));
-  return older == nullptr || older->key() != ikey;
+  return older == nullptr || older->key() != newest->key();
 }
 
 // Each level starts from the finger's node there, which precedes the key: the finger's nodes
@@ -232,7 +228,16 @@ int MemTable::RandomHeight() const {
 // half-initialised node.
 void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::string_view value) {
   int height = RandomHeight();
-  if (height > 1 && !FingerPrecedes(ikey, lsn) && RewritesOnlyNode(ikey, lsn)) height = 1;
+  // Located once, before the first use, and published to after the links: an append after
+  // the finger needs the index only there.
+  IndexSpot spot;
+  bool located = false;
+  auto newest = [&]() {
+    if (!located) spot = IndexLocate(ikey);
+    located = true;
+    return spot.newest;
+  };
+  if (height > 1 && !FingerPrecedes(ikey, lsn) && RewritesOnlyNode(newest(), lsn)) height = 1;
   size_t size = sizeof(MemNode) + height * 4 + ikey.size() + value.size();
   uint64_t off = header_->used.load(std::memory_order_relaxed);
   header_->used.store(off + ((size + 7) & ~size_t(7)), std::memory_order_relaxed);
@@ -261,7 +266,7 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
   // it is updated or deleted) is always of height 1, so that it never needs a descent.
   bool full_path = false;
   if (!PathFromFinger(ikey, lsn, height, prev) &&
-      (height != 1 || (prev[0] = PredecessorOfNewVersion(ikey, lsn)) == nullptr)) {
+      (height != 1 || (prev[0] = PredecessorOfNewVersion(newest(), lsn)) == nullptr)) {
     FindPrevious(ikey, lsn, prev, nullptr);
     header_->descents.store(header_->descents.load(std::memory_order_relaxed) + 1,
                             std::memory_order_relaxed);
@@ -275,7 +280,8 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
   node->back() = uint32_t(reinterpret_cast<char*>(prev[0]) - data_);
   if (MemNode* successor = Node(node->next[0].load(std::memory_order_relaxed)))
     successor->back() = uint32_t(off);
-  IndexPublish(ikey, lsn, uint32_t(off));
+  if (!located) spot = IndexLocate(ikey);
+  IndexPublishAt(spot, lsn, uint32_t(off));
   RememberFinger(ikey, lsn, uint32_t(off), height, prev, full_path);
   header_->entries.fetch_add(1, std::memory_order_relaxed);
   header_->kv_bytes.fetch_add(ikey.size() + value.size(), std::memory_order_relaxed);
@@ -330,30 +336,56 @@ const MemNode* MemTable::IndexFind(std::string_view ikey, bool* answered) const 
 }
 
 // The writer alone changes slots, so plain loads suffice here; readers pair with the release
-// stores. A newer version takes over its key's slot; a key with no room marks the index
-// incomplete before the insert returns.
-void MemTable::IndexPublish(std::string_view ikey, uint64_t lsn, uint32_t off) {
+// stores of IndexPublishAt.
+MemTable::IndexSpot MemTable::IndexLocate(std::string_view ikey) const {
+  IndexSpot spot;
   uint32_t slots = header_->index_slots;
-  if (slots == 0) return;
+  if (slots == 0) return spot;
   uint32_t mask = slots - 1;
   const uint64_t hash = HashKey(ikey);
-  const uint32_t tag = SlotTag(hash);
+  spot.tag = SlotTag(hash);
+  spot.state = IndexSpot::kNoRoom;
   uint32_t i = uint32_t(hash) & mask;
   for (uint32_t probes = 0; probes < slots; probes++, i = (i + 1) & mask) {
     uint32_t current = index_[i].load(std::memory_order_relaxed);
     if (current == 0) {
-      uint32_t used = header_->index_used.load(std::memory_order_relaxed);
-      if (uint64_t(used + 1) * 10 > uint64_t(slots) * 7) break;
-      header_->index_used.store(used + 1, std::memory_order_relaxed);
-      index_[i].store(SlotOf(off, tag), std::memory_order_release);
-      return;
+      spot.state = IndexSpot::kEmpty;
+      spot.pos = i;
+      return spot;
     }
-    if ((current >> tag_shift_) != tag) continue;  // another key's
+    if ((current >> tag_shift_) != spot.tag) continue;  // another key's
     const MemNode* n = Node(OffsetOf(current));
     if (n->key() == ikey) {
-      if (lsn >= n->lsn) index_[i].store(SlotOf(off, tag), std::memory_order_release);
-      return;
+      spot.state = IndexSpot::kFound;
+      spot.pos = i;
+      spot.newest = n;
+      return spot;
     }
+  }
+  return spot;
+}
+
+// A newer version takes over its key's slot; a key with no room marks the index incomplete
+// before the insert returns.
+void MemTable::IndexPublishAt(const IndexSpot& spot, uint64_t lsn, uint32_t off) {
+  switch (spot.state) {
+    case IndexSpot::kNoIndex:
+      return;
+    case IndexSpot::kFound:
+      if (lsn >= spot.newest->lsn)
+        index_[spot.pos].store(SlotOf(off, spot.tag), std::memory_order_release);
+      return;
+    case IndexSpot::kEmpty: {
+      uint32_t used = header_->index_used.load(std::memory_order_relaxed);
+      if (uint64_t(used + 1) * 10 <= uint64_t(header_->index_slots) * 7) {
+        header_->index_used.store(used + 1, std::memory_order_relaxed);
+        index_[spot.pos].store(SlotOf(off, spot.tag), std::memory_order_release);
+        return;
+      }
+      break;
+    }
+    case IndexSpot::kNoRoom:
+      break;
   }
   header_->index_complete.store(0, std::memory_order_release);
 }

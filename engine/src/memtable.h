@@ -131,16 +131,29 @@ class MemTable {
   MemNode* FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** prev,
                         MemNode** successor) const;
   int RandomHeight() const;
-  // For a node of height 1 that is a newer version of a key already here: its predecessor,
-  // the one before the key's newest node (by the hash index and that node's back link), or
-  // nullptr if the key is not known so (then a descent finds it).
-  MemNode* PredecessorOfNewVersion(std::string_view ikey, uint64_t lsn) const;
+  // Where a key stands in the hash index, as the writer sees it: the key's slot, or the
+  // empty slot it would take. Only the writer changes slots, so an insert locates its key once
+  // and the answer holds until it publishes there.
+  struct IndexSpot {
+    enum State : uint8_t { kNoIndex, kFound, kEmpty, kNoRoom } state = kNoIndex;
+    uint32_t pos = 0;                 // the slot (kFound, kEmpty)
+    uint32_t tag = 0;                 // the key's slot tag
+    const MemNode* newest = nullptr;  // the key's newest node (kFound)
+  };
+  IndexSpot IndexLocate(std::string_view ikey) const;
+  // Makes `off` (a node of the located key at `lsn`, just linked) the key's entry in the index.
+  void IndexPublishAt(const IndexSpot& spot, uint64_t lsn, uint32_t off);
+  // For a node of height 1 that is a newer version of `newest` (the key's newest node here, by
+  // the index, or nullptr): its predecessor, the one before `newest` by that node's back link,
+  // or nullptr if the key is not known so (then a descent finds it).
+  MemNode* PredecessorOfNewVersion(const MemNode* newest, uint64_t lsn) const;
   // Whether this thread's append finger of the key's keyspace is in this memtable and names a
   // key before (ikey, lsn): the insert is an append after it.
   bool FingerPrecedes(std::string_view ikey, uint64_t lsn) const;
-  // Whether (ikey, lsn) is a newer version of a key that has exactly one node here: such a
-  // node is given height 1 (see Insert), unless it is an append after the finger.
-  bool RewritesOnlyNode(std::string_view ikey, uint64_t lsn) const;
+  // Whether a node at `lsn` is a newer version of `newest` (as for PredecessorOfNewVersion)
+  // whose key has exactly one node here: such a node is given height 1 (see Insert), unless it
+  // is an append after the finger.
+  bool RewritesOnlyNode(const MemNode* newest, uint64_t lsn) const;
   // Fills prev[0..height) for (ikey, lsn) by walking from this thread's append finger of the
   // key's keyspace; false if there is none, the key is not after it, or it is too far behind.
   bool PathFromFinger(std::string_view ikey, uint64_t lsn, int height, MemNode** prev) const;
@@ -154,8 +167,6 @@ class MemTable {
   const MemNode* IndexFind(std::string_view ikey, bool* answered) const;
   // IndexFind, walked on to the newest version at or below max_lsn.
   const MemNode* FindIndexed(std::string_view ikey, uint64_t max_lsn, bool* answered) const;
-  // Makes `off` (a node of `ikey` at `lsn`, just linked) the key's entry in the index.
-  void IndexPublish(std::string_view ikey, uint64_t lsn, uint32_t off);
   // A slot's tag: the key hash's bits above the offset's (at least 3: the data area is below
   // 4 GiB, so an offset in 8-byte units takes at most 29 bits).
   uint32_t SlotTag(uint64_t hash) const { return uint32_t(hash >> (32 + tag_shift_)); }
