@@ -171,3 +171,29 @@ UPDATE hot_cache SET v = 11 WHERE id = 1;
 SELECT id, v FROM hot_cache ORDER BY id;
 RESET enable_seqscan; RESET enable_bitmapscan;
 DROP TABLE hot_cache;
+
+-- A prune on access tells the statistics what it reclaimed, as heap's page prune does, so that
+-- autovacuum counts only the dead versions VACUUM must remove: n_dead_tup ends equal to the
+-- dead versions still stored. The first walk after row 1's three updates in one transaction
+-- passes three dead versions from the root and prunes them (walks after it start at the chain
+-- cache's entry, past the root); row 2's chain keeps its one dead version.
+CREATE TABLE hot_dead (id int PRIMARY KEY, v int) USING slipstream;
+INSERT INTO hot_dead VALUES (1, 0), (2, 0);
+SET enable_seqscan = off; SET enable_bitmapscan = off;
+BEGIN;
+UPDATE hot_dead SET v = 1 WHERE id = 1;
+UPDATE hot_dead SET v = 2 WHERE id = 1;
+UPDATE hot_dead SET v = 3 WHERE id = 1;
+COMMIT;
+UPDATE hot_dead SET v = 4 WHERE id = 1;
+UPDATE hot_dead SET v = 5 WHERE id = 1;
+UPDATE hot_dead SET v = 1 WHERE id = 2;
+UPDATE hot_dead SET v = 2 WHERE id = 2;
+SELECT id, v FROM hot_dead WHERE id IN (1, 2) ORDER BY id;
+RESET enable_seqscan; RESET enable_bitmapscan;
+SELECT count(*) FILTER (WHERE infomask2 & x'0800'::int <> 0) AS redirects,
+       count(*) FILTER (WHERE xmax <> 0 AND infomask2 & x'0800'::int = 0) AS dead_versions
+  FROM slipstream.row_versions('hot_dead');
+SELECT pg_stat_force_next_flush();
+SELECT n_tup_upd, n_dead_tup FROM pg_stat_user_tables WHERE relname = 'hot_dead';
+DROP TABLE hot_dead;

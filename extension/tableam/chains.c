@@ -19,6 +19,7 @@
 #include "access/transam.h"
 #include "access/xlog.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "storage/procarray.h"
 #include "utils/inval.h"
 #include "utils/snapmgr.h"
@@ -337,6 +338,7 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
 	TransactionId prior_xmax = InvalidTransactionId;
 	TransactionId latest_removed = InvalidTransactionId;
 	bool		was_redirect;
+	int			reclaimed = 0;
 	SsPruneResult result = SS_PRUNE_KEPT;
 	union
 	{
@@ -420,8 +422,18 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
 		make_redirect(&redirect.header, target);
 		ss_write_prune(rel, keyspace, root, &redirect.header, removed, nremoved,
 					   latest_removed);
+		/*
+		 * A prune on access tells the statistics what it reclaimed, as heap's page prune does,
+		 * so that autovacuum counts only the dead versions left for VACUUM: the members and a
+		 * root that held a row, less a root now dead with its chain (its index entries wait for
+		 * VACUUM). VACUUM reports its own counts when it ends.
+		 */
+		if (vistest != NULL)
+			reclaimed = nremoved + (was_redirect ? 0 : 1) - (result == SS_PRUNE_DEAD_ROOT ? 1 : 0);
 	}
 	LWLockRelease(lock);
+	if (reclaimed > 0)
+		pgstat_update_heap_dead_tuples(rel, reclaimed);
 	/* The next fetch starts at the new target, not at a version now gone. */
 	if (target != root)
 		ss_chain_cache_remember(keyspace, tag, root, target, target_xmin);
