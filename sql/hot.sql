@@ -70,6 +70,35 @@ SELECT count(*) FILTER (WHERE infomask2 & x'0800'::int <> 0) AS redirects,
 SELECT count(*), sum(id) FROM hot_t WHERE id > 0;
 SELECT count(*) FROM hot_t WHERE k >= 0;
 
+-- After its scan VACUUM prunes the chains of redirects whose versions it found dead, from what
+-- the scan read (tableam/vacuum.c): each redirect then names its row's live version, and the
+-- dead versions between are gone. Updates by sequential scans prune nothing on access.
+CREATE TABLE hot_vac (id int PRIMARY KEY, v int) USING slipstream;
+INSERT INTO hot_vac SELECT g, 0 FROM generate_series(1, 4) g;
+SET enable_seqscan = on; SET enable_indexscan = off; SET enable_bitmapscan = off;
+UPDATE hot_vac SET v = 1;
+VACUUM hot_vac;
+UPDATE hot_vac SET v = 2 WHERE id <= 3;
+UPDATE hot_vac SET v = 3 WHERE id <= 2;
+SELECT count(*) FILTER (WHERE infomask2 & x'0800'::int <> 0) AS redirects,
+       count(*) FILTER (WHERE infomask2 & x'8000'::int <> 0) AS heap_only
+  FROM slipstream.row_versions('hot_vac');
+VACUUM hot_vac;
+SELECT count(*) FILTER (WHERE infomask2 & x'0800'::int <> 0) AS redirects,
+       count(*) FILTER (WHERE infomask2 & x'8000'::int <> 0) AS heap_only,
+       count(*) FILTER (WHERE xmax <> 0 AND infomask2 & x'0800'::int = 0) AS dead
+  FROM slipstream.row_versions('hot_vac');
+SELECT r.ctid AS root, r.next_ctid AS names, l.ctid = r.next_ctid AS names_live_version
+  FROM slipstream.row_versions('hot_vac') r
+  JOIN slipstream.row_versions('hot_vac') l ON l.infomask2 & x'8000'::int <> 0 AND l.xmax = 0
+   AND l.ctid = r.next_ctid
+ WHERE r.infomask2 & x'0800'::int <> 0 ORDER BY r.ctid;
+SET enable_seqscan = off; RESET enable_indexscan;
+SELECT id, v FROM hot_vac WHERE id BETWEEN 1 AND 4 ORDER BY id;
+RESET enable_bitmapscan;
+SELECT check_name, ok FROM slipstream.verify('hot_vac');
+DROP TABLE hot_vac;
+
 -- New indexes index a chain's version under its root's TID, built plainly or concurrently.
 CREATE INDEX hot_t_v ON hot_t (v);
 CREATE UNIQUE INDEX CONCURRENTLY hot_t_v_id ON hot_t (v, id);

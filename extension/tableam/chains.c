@@ -445,6 +445,50 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
 }
 
 /*
+ * VACUUM's prune of a chain whose members its scan has read: the root, which the scan found a
+ * redirect to `expected`, is read again under its row lock and, still that, made a redirect to
+ * `target` (a version the scan found still needed) past the `nremoved` dead members `removed`,
+ * which are not read again. Members dead by VACUUM's horizon stay dead, their links do not
+ * change, and only a prune removes them, which rewrites the root first: an unchanged root
+ * means the chain from `expected` to `target` is as the scan saw it. A root changed since
+ * falls back to ss_prune_chain, which walks the chain.
+ */
+SsPruneResult
+ss_prune_chain_seen(Relation rel, uint32 keyspace, uint64 root, uint64 expected,
+					uint64 *removed, int nremoved, uint64 target,
+					TransactionId target_xmin, TransactionId latest_removed,
+					TransactionId oldest_xmin)
+{
+	uint64		tag = ss_tag(MyDatabaseId, rel->rd_node.relNode);
+	LWLock	   *lock = ss_row_lock(tag, root);
+	HeapTuple	tuple;
+	bool		unchanged;
+	union
+	{
+		HeapTupleHeaderData header;
+		char		bytes[SS_REDIRECT_SIZE];
+	}			redirect;
+
+	LWLockAcquire(lock, LW_EXCLUSIVE);
+	tuple = ss_fetch_row(rel, keyspace, root);
+	unchanged = tuple != NULL && ss_is_redirect(tuple->t_data) &&
+		ss_redirect_target(rel, tuple) == expected;
+	if (tuple != NULL)
+		pfree(tuple);
+	if (!unchanged)
+	{
+		LWLockRelease(lock);
+		return ss_prune_chain(rel, keyspace, root, NULL, oldest_xmin);
+	}
+	make_redirect(&redirect.header, target);
+	ss_write_prune(rel, keyspace, root, &redirect.header, removed, nremoved,
+				   latest_removed);
+	LWLockRelease(lock);
+	ss_chain_cache_remember(keyspace, tag, root, target, target_xmin);
+	return SS_PRUNE_KEPT;
+}
+
+/*
  * Whether every version of the chain an index entry names (its root) is dead to everyone by
  * `vistest`, so that the entry may go (the index AMs' bottom-up and simple deletion). The walk
  * holds the root's row lock in share mode, so that no prune moves the chain under it; a

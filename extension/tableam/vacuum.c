@@ -78,6 +78,34 @@ typedef struct Redirects
 	uint64		nbits;
 } Redirects;
 
+/*
+ * A dead chain member the scan met whose update continued its chain (a HOT update), kept so
+ * that the prunes after the scan need not read it again (ss_prune_chain_seen).
+ */
+typedef struct DeadMember
+{
+	uint64		rowid;
+	uint64		next;			/* the version its update inserted */
+	TransactionId xmin;
+	TransactionId update_xid;	/* the xmin `next` has */
+	TransactionId removed_xid;	/* what removing it means for hot standbys */
+} DeadMember;
+
+/*
+ * The dead members the scan met, in ascending row ids; a quarter of VACUUM's work memory (the
+ * redirects take the rest). Members past the limit are not kept: their chains are walked.
+ */
+typedef struct DeadMembers
+{
+	DeadMember *items;
+	int64		count;
+	int64		capacity;
+	int64		limit;
+} DeadMembers;
+
+/* Chains longer than this are walked after the scan, not pruned from what it read. */
+#define SS_SEEN_MEMBERS 64
+
 /* Makes room for one more item in a growing array of `size`-byte items, up to `most`. */
 static void *
 reserve_one(void *items, int64 count, int64 *capacity, size_t size, int64 most)
@@ -106,7 +134,7 @@ redirects_init(Redirects *redirects, uint64 rows_end)
 		? autovacuum_work_mem : maintenance_work_mem;
 
 	memset(redirects, 0, sizeof(*redirects));
-	redirects->budget = (double) work_kb * 1024;
+	redirects->budget = (double) work_kb * 1024 * 3 / 4;
 	redirects->rows_end = rows_end;
 }
 
@@ -174,6 +202,67 @@ redirects_free(Redirects *redirects)
 	redirects->items = NULL;
 	redirects->needed = NULL;
 	redirects->count = 0;
+}
+
+/* Sets the dead members' share of work memory; nothing is allocated before the first one. */
+static void
+dead_members_init(DeadMembers *members)
+{
+	int			work_kb = IsAutoVacuumWorkerProcess() && autovacuum_work_mem != -1
+		? autovacuum_work_mem : maintenance_work_mem;
+
+	memset(members, 0, sizeof(*members));
+	members->limit = (int64) ((double) work_kb * 1024 / 4 / sizeof(DeadMember));
+}
+
+/* Keeps a dead heap-only version the scan met, if its update continued the chain. */
+static void
+dead_members_add(DeadMembers *members, HeapTuple tuple)
+{
+	HeapTupleHeader header = tuple->t_data;
+	DeadMember *m;
+
+	if (!HeapTupleHeaderIsHotUpdated(header) || !ss_tid_valid(&header->t_ctid) ||
+		ItemPointerEquals(&tuple->t_self, &header->t_ctid) || members->count >= members->limit)
+		return;
+	members->items = reserve_one(members->items, members->count, &members->capacity,
+								 sizeof(DeadMember), members->limit);
+	m = &members->items[members->count++];
+	m->rowid = ss_tid_to_rowid(&tuple->t_self);
+	m->next = ss_tid_to_rowid(&header->t_ctid);
+	m->xmin = HeapTupleHeaderGetRawXmin(header);
+	m->update_xid = HeapTupleHeaderGetUpdateXid(header);
+	m->removed_xid = InvalidTransactionId;
+	HeapTupleHeaderAdvanceLatestRemovedXid(header, &m->removed_xid);
+}
+
+/* The dead member the scan kept at `rowid`, or NULL. */
+static const DeadMember *
+dead_members_find(const DeadMembers *members, uint64 rowid)
+{
+	int64		lo = 0,
+				hi = members->count;
+
+	while (lo < hi)
+	{
+		int64		mid = lo + (hi - lo) / 2;
+
+		if (members->items[mid].rowid < rowid)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < members->count && members->items[lo].rowid == rowid ? &members->items[lo] : NULL;
+}
+
+/* Frees the dead members. */
+static void
+dead_members_free(DeadMembers *members)
+{
+	if (members->items != NULL)
+		pfree(members->items);
+	members->items = NULL;
+	members->count = 0;
 }
 
 /* qsort order of row ids. */
@@ -301,6 +390,40 @@ charge_block(bool dirtied)
 }
 
 /*
+ * Prunes the chain of redirect `r` from what the scan read when it can: the dead members from
+ * the redirect's target on, each the version its predecessor's update inserted, up to a
+ * version the scan found still needed; otherwise by walking the chain.
+ */
+static SsPruneResult
+prune_after_scan(Relation rel, uint32 keyspace, const Redirect *r, const Redirects *redirects,
+				 const DeadMembers *members, TransactionId oldest_xmin)
+{
+	uint64		removed[SS_SEEN_MEMBERS];
+	int			nremoved = 0;
+	uint64		next = r->target;
+	TransactionId prior_xmax = InvalidTransactionId;
+	TransactionId latest_removed = InvalidTransactionId;
+	const DeadMember *m;
+
+	while (nremoved < SS_SEEN_MEMBERS && (m = dead_members_find(members, next)) != NULL &&
+		   (nremoved == 0 || TransactionIdEquals(m->xmin, prior_xmax)))
+	{
+		removed[nremoved++] = m->rowid;
+		if (TransactionIdIsValid(m->removed_xid) &&
+			(!TransactionIdIsValid(latest_removed) ||
+			 TransactionIdFollows(m->removed_xid, latest_removed)))
+			latest_removed = m->removed_xid;
+		prior_xmax = m->update_xid;
+		next = m->next;
+	}
+	if (nremoved == 0 || dead_members_find(members, next) != NULL ||
+		!redirects_needed(redirects, next))
+		return ss_prune_chain(rel, keyspace, r->root, NULL, oldest_xmin);
+	return ss_prune_chain_seen(rel, keyspace, r->root, r->target, removed, nremoved, next,
+							   prior_xmax, latest_removed, oldest_xmin);
+}
+
+/*
  * Prunes the chains whose redirect names a version the scan did not find still needed (dead to
  * everyone by `oldest_xmin`, not met, or past the bitmap), and adds the roots of chains now
  * wholly dead to `dead`. A redirect whose version the scan found needed, or (with `trust_map`:
@@ -309,11 +432,13 @@ charge_block(bool dirtied)
  * again: on a table of many updated rows nearly every root is such a redirect, and two point
  * reads for each made a VACUUM with nothing to do take seconds. That needed version was made
  * by a committed update, and with `oldest_xmin` fixed for the whole VACUUM, a version not dead
- * by it when the scan met it is not dead by it later: the prune would stop at it.
+ * by it when the scan met it is not dead by it later: the prune would stop at it. A chain the
+ * scan read whole is pruned without reading its dead members again (prune_after_scan).
  */
 static void
 prune_redirected_chains(Relation rel, uint32 keyspace, const Redirects *redirects,
-						TransactionId oldest_xmin, bool trust_map, DeadRows *dead)
+						const DeadMembers *members, TransactionId oldest_xmin, bool trust_map,
+						DeadRows *dead)
 {
 	bool		added = false;
 	Buffer		vm_buffer = InvalidBuffer;
@@ -328,7 +453,8 @@ prune_redirected_chains(Relation rel, uint32 keyspace, const Redirects *redirect
 			VM_ALL_VISIBLE(rel, (BlockNumber) (r->target / SS_ROWS_PER_BLOCK), &vm_buffer))
 			continue;
 		charge_block(true);
-		if (ss_prune_chain(rel, keyspace, r->root, NULL, oldest_xmin) == SS_PRUNE_DEAD_ROOT)
+		if (prune_after_scan(rel, keyspace, r, redirects, members, oldest_xmin) ==
+			SS_PRUNE_DEAD_ROOT)
 		{
 			dead_rows_add(dead, r->root);
 			added = true;
@@ -387,6 +513,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	DeadRows	dead = {0};
 	DeadRows	orphans = {0};
 	Redirects	redirects;
+	DeadMembers members;
 	bool		freeze_conflict_logged = false;
 	double		live = 0,
 				recently_dead = 0;
@@ -429,6 +556,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	map_blocks = (BlockNumber) ((high + SS_ROWS_PER_BLOCK - 1) / SS_ROWS_PER_BLOCK);
 	candidate = palloc(sizeof(bool) * Max(map_blocks, 1));
 	redirects_init(&redirects, (uint64) map_blocks * SS_ROWS_PER_BLOCK);
+	dead_members_init(&members);
 	memset(candidate, true, sizeof(bool) * map_blocks);
 	dead_stay = nindexes > 0 && params->index_cleanup == VACOPTVALUE_DISABLED;
 
@@ -512,6 +640,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 				if (block < map_blocks)
 					candidate[block] = false;
 				track_oldest_xids(tuple->t_data, &new_frozen_xid, &new_min_multi);
+				dead_members_add(&members, tuple);
 			}
 			continue;
 		}
@@ -575,8 +704,9 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	table_endscan(scan);
 	if (BufferIsValid(vm_buffer))
 		ReleaseBuffer(vm_buffer);
-	prune_redirected_chains(rel, keyspace, &redirects, oldest_xmin, may_skip, &dead);
+	prune_redirected_chains(rel, keyspace, &redirects, &members, oldest_xmin, may_skip, &dead);
 	redirects_free(&redirects);
+	dead_members_free(&members);
 
 	/* The skipped blocks' xids were not looked at: relfrozenxid and relminmxid stay. */
 	if (skipped > 0)
