@@ -304,6 +304,13 @@ ss_chain_prune_if_worth(SsChainWalk *walk, Snapshot snapshot, GlobalVisState *vi
 							  InvalidTransactionId);
 }
 
+/* Room for a redirect row's value, aligned as a tuple header. */
+typedef union RedirectRow
+{
+	HeapTupleHeaderData header;
+	char		bytes[SS_REDIRECT_SIZE];
+} RedirectRow;
+
 /* The value of a redirect row: a header, invisible to every snapshot, naming `target`. */
 static void
 make_redirect(HeapTupleHeader header, uint64 target)
@@ -340,11 +347,7 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
 	bool		was_redirect;
 	int			reclaimed = 0;
 	SsPruneResult result = SS_PRUNE_KEPT;
-	union
-	{
-		HeapTupleHeaderData header;
-		char		bytes[SS_REDIRECT_SIZE];
-	}			redirect;
+	RedirectRow redirect;
 
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	tuple = ss_fetch_row(rel, keyspace, root);
@@ -463,11 +466,7 @@ ss_prune_chain_seen(Relation rel, uint32 keyspace, uint64 root, uint64 expected,
 	LWLock	   *lock = ss_row_lock(tag, root);
 	HeapTuple	tuple;
 	bool		unchanged;
-	union
-	{
-		HeapTupleHeaderData header;
-		char		bytes[SS_REDIRECT_SIZE];
-	}			redirect;
+	RedirectRow redirect;
 
 	LWLockAcquire(lock, LW_EXCLUSIVE);
 	tuple = ss_fetch_row(rel, keyspace, root);
