@@ -126,15 +126,22 @@ dead_rows_add(DeadRows *dead, uint64 rowid)
 	dead->rowids[dead->count++] = rowid;
 }
 
-/* Sets the work memory budget; nothing is allocated before the first redirect. */
-static void
-redirects_init(Redirects *redirects, uint64 rows_end)
+/* VACUUM's work memory in bytes: autovacuum_work_mem in an autovacuum worker, if set. */
+static double
+work_memory_bytes(void)
 {
 	int			work_kb = IsAutoVacuumWorkerProcess() && autovacuum_work_mem != -1
 		? autovacuum_work_mem : maintenance_work_mem;
 
+	return (double) work_kb * 1024;
+}
+
+/* Sets the work memory budget; nothing is allocated before the first redirect. */
+static void
+redirects_init(Redirects *redirects, uint64 rows_end)
+{
 	memset(redirects, 0, sizeof(*redirects));
-	redirects->budget = (double) work_kb * 1024 * 3 / 4;
+	redirects->budget = work_memory_bytes() * 3 / 4;
 	redirects->rows_end = rows_end;
 }
 
@@ -208,11 +215,8 @@ redirects_free(Redirects *redirects)
 static void
 dead_members_init(DeadMembers *members)
 {
-	int			work_kb = IsAutoVacuumWorkerProcess() && autovacuum_work_mem != -1
-		? autovacuum_work_mem : maintenance_work_mem;
-
 	memset(members, 0, sizeof(*members));
-	members->limit = (int64) ((double) work_kb * 1024 / 4 / sizeof(DeadMember));
+	members->limit = (int64) (work_memory_bytes() / 4 / sizeof(DeadMember));
 }
 
 /* Keeps a dead heap-only version the scan met, if its update continued the chain. */
