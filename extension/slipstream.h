@@ -328,12 +328,13 @@ extern bool ss_chain_all_dead(Relation rel, uint32 keyspace, uint64 root,
 							  struct GlobalVisState *vistest, TransactionId *latest_removed);
 extern uint64 ss_redirect_target(Relation rel, HeapTuple redirect);
 extern SsPruneResult ss_prune_chain(Relation rel, uint32 keyspace, uint64 root,
-									struct GlobalVisState *vistest, TransactionId oldest_xmin);
+									struct GlobalVisState *vistest, TransactionId oldest_xmin,
+									int64 *pruned);
 extern SsPruneResult ss_prune_chain_seen(Relation rel, uint32 keyspace, uint64 root,
 										 uint64 expected, uint64 *removed, int nremoved,
 										 uint64 target, TransactionId target_xmin,
 										 TransactionId latest_removed,
-										 TransactionId oldest_xmin);
+										 TransactionId oldest_xmin, int64 *pruned);
 
 /* ---- index fetches that skip the memtables (tableam/quiet_ranges.c) ---- */
 typedef struct SsQuietRange

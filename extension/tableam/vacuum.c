@@ -29,25 +29,59 @@
 #include "access/visibilitymap.h"
 #include "access/xact.h"
 #include "catalog/index.h"
+#include "commands/dbcommands.h"
+#include "commands/progress.h"
 #include "commands/vacuum.h"
+#include "executor/instrument.h"
 #include "miscadmin.h"
 #include "postmaster/autovacuum.h"
 #include "pgstat.h"
 #include "storage/bufmgr.h"
 #include "storage/pmsignal.h"
 #include "storage/procarray.h"
+#include "utils/lsyscache.h"
+#include "utils/pg_rusage.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 
 /* Rows removed per WAL record and engine batch. */
 #define SS_REMOVE_BATCH 1024
 
+/*
+ * Dead rows whose index entries go in the next pass over the indexes: half of VACUUM's work
+ * memory, as heap's dead tuple array takes it; a full list is emptied by a pass during the scan.
+ */
 typedef struct DeadRows
 {
 	uint64	   *rowids;			/* sorted ascending */
 	int64		count;
 	int64		capacity;
+	int64		limit;			/* rows per pass over the indexes */
 	TransactionId latest_removed;	/* for hot standbys, as heap's latestRemovedXid */
 } DeadRows;
+
+/*
+ * What one VACUUM did and saw, for its log message (VERBOSE, log_autovacuum_min_duration) and
+ * pg_stat_progress_vacuum.
+ */
+typedef struct VacuumReport
+{
+	int64		removed;		/* dead rows removed with their index entries */
+	int64		kept;			/* dead rows left in place: index cleanup was off */
+	int64		pruned;			/* chain versions pruned */
+	int64		orphans;		/* versions of aborted updates removed */
+	int			index_passes;	/* passes over the indexes that removed entries */
+	int64		blocks_vacuumed;	/* blocks rows were removed from */
+	double		live;
+	double		recently_dead;
+	BlockNumber pages;
+	BlockNumber read;			/* blocks the scan read rows of */
+	BlockNumber skipped;
+	BlockNumber all_visible;
+	TimestampTz start;
+	PGRUsage	usage;
+	WalUsage	wal;			/* pgWalUsage when VACUUM began */
+} VacuumReport;
 
 /* A pruned chain's root and the first version its redirect names as still needed. */
 typedef struct Redirect
@@ -59,9 +93,9 @@ typedef struct Redirect
 /*
  * The redirects whose chains VACUUM looks at after its scan, and the heap-only versions the scan
  * found still needed (a bit per row id from `base`, the first redirect's root: a chain's
- * versions follow its root, so no target lies below it). Both live in VACUUM's work memory
- * (maintenance_work_mem, or autovacuum_work_mem), as heap's dead tuple array does, and are
- * allocated at the first redirect; redirects past `limit` are pruned during the scan, as before
+ * versions follow its root, so no target lies below it). Both live in three eighths of
+ * VACUUM's work memory (maintenance_work_mem, or autovacuum_work_mem) and are allocated at the
+ * first redirect; redirects past `limit` are pruned during the scan, as before
  * this list existed.
  */
 typedef struct Redirects
@@ -92,8 +126,9 @@ typedef struct DeadMember
 } DeadMember;
 
 /*
- * The dead members the scan met, in ascending row ids; a quarter of VACUUM's work memory (the
- * redirects take the rest). Members past the limit are not kept: their chains are walked.
+ * The dead members the scan met, in ascending row ids; an eighth of VACUUM's work memory (the
+ * redirects take three eighths, the dead rows half). Members past the limit are not kept: their
+ * chains are walked.
  */
 typedef struct DeadMembers
 {
@@ -106,6 +141,16 @@ typedef struct DeadMembers
 /* Chains longer than this are walked after the scan, not pruned from what it read. */
 #define SS_SEEN_MEMBERS 64
 
+/* VACUUM's work memory in bytes: autovacuum_work_mem in an autovacuum worker, if set. */
+static double
+work_memory_bytes(void)
+{
+	int			work_kb = IsAutoVacuumWorkerProcess() && autovacuum_work_mem != -1
+		? autovacuum_work_mem : maintenance_work_mem;
+
+	return (double) work_kb * 1024;
+}
+
 /* Makes room for one more item in a growing array of `size`-byte items, up to `most`. */
 static void *
 reserve_one(void *items, int64 count, int64 *capacity, size_t size, int64 most)
@@ -117,6 +162,14 @@ reserve_one(void *items, int64 count, int64 *capacity, size_t size, int64 most)
 		: repalloc_huge(items, size * *capacity);
 }
 
+/* Sets the dead rows' share of work memory; the list grows as rows come. */
+static void
+dead_rows_init(DeadRows *dead)
+{
+	memset(dead, 0, sizeof(*dead));
+	dead->limit = Max((int64) (work_memory_bytes() / 2 / sizeof(uint64)), SS_REMOVE_BATCH);
+}
+
 /* Appends a row id (scans produce them in ascending order). */
 static void
 dead_rows_add(DeadRows *dead, uint64 rowid)
@@ -126,22 +179,12 @@ dead_rows_add(DeadRows *dead, uint64 rowid)
 	dead->rowids[dead->count++] = rowid;
 }
 
-/* VACUUM's work memory in bytes: autovacuum_work_mem in an autovacuum worker, if set. */
-static double
-work_memory_bytes(void)
-{
-	int			work_kb = IsAutoVacuumWorkerProcess() && autovacuum_work_mem != -1
-		? autovacuum_work_mem : maintenance_work_mem;
-
-	return (double) work_kb * 1024;
-}
-
 /* Sets the work memory budget; nothing is allocated before the first redirect. */
 static void
 redirects_init(Redirects *redirects, uint64 rows_end)
 {
 	memset(redirects, 0, sizeof(*redirects));
-	redirects->budget = work_memory_bytes() * 3 / 4;
+	redirects->budget = work_memory_bytes() * 3 / 8;
 	redirects->rows_end = rows_end;
 }
 
@@ -216,7 +259,7 @@ static void
 dead_members_init(DeadMembers *members)
 {
 	memset(members, 0, sizeof(*members));
-	members->limit = (int64) (work_memory_bytes() / 4 / sizeof(DeadMember));
+	members->limit = (int64) (work_memory_bytes() / 8 / sizeof(DeadMember));
 }
 
 /* Keeps a dead heap-only version the scan met, if its update continued the chain. */
@@ -400,7 +443,7 @@ charge_block(bool dirtied)
  */
 static SsPruneResult
 prune_after_scan(Relation rel, uint32 keyspace, const Redirect *r, const Redirects *redirects,
-				 const DeadMembers *members, TransactionId oldest_xmin)
+				 const DeadMembers *members, TransactionId oldest_xmin, int64 *pruned)
 {
 	uint64		removed[SS_SEEN_MEMBERS];
 	int			nremoved = 0;
@@ -422,9 +465,9 @@ prune_after_scan(Relation rel, uint32 keyspace, const Redirect *r, const Redirec
 	}
 	if (nremoved == 0 || dead_members_find(members, next) != NULL ||
 		!redirects_needed(redirects, next))
-		return ss_prune_chain(rel, keyspace, r->root, NULL, oldest_xmin);
+		return ss_prune_chain(rel, keyspace, r->root, NULL, oldest_xmin, pruned);
 	return ss_prune_chain_seen(rel, keyspace, r->root, r->target, removed, nremoved, next,
-							   prior_xmax, latest_removed, oldest_xmin);
+							   prior_xmax, latest_removed, oldest_xmin, pruned);
 }
 
 /*
@@ -442,7 +485,7 @@ prune_after_scan(Relation rel, uint32 keyspace, const Redirect *r, const Redirec
 static void
 prune_redirected_chains(Relation rel, uint32 keyspace, const Redirects *redirects,
 						const DeadMembers *members, TransactionId oldest_xmin, bool trust_map,
-						DeadRows *dead)
+						DeadRows *dead, int64 *pruned)
 {
 	bool		added = false;
 	Buffer		vm_buffer = InvalidBuffer;
@@ -457,7 +500,7 @@ prune_redirected_chains(Relation rel, uint32 keyspace, const Redirects *redirect
 			VM_ALL_VISIBLE(rel, (BlockNumber) (r->target / SS_ROWS_PER_BLOCK), &vm_buffer))
 			continue;
 		charge_block(true);
-		if (prune_after_scan(rel, keyspace, r, redirects, members, oldest_xmin) ==
+		if (prune_after_scan(rel, keyspace, r, redirects, members, oldest_xmin, pruned) ==
 			SS_PRUNE_DEAD_ROOT)
 		{
 			dead_rows_add(dead, r->root);
@@ -474,8 +517,12 @@ prune_redirected_chains(Relation rel, uint32 keyspace, const Redirects *redirect
 /* Removes the index entries of the dead rows, then the rows. */
 static void
 remove_dead_rows(Relation rel, uint32 keyspace, DeadRows *dead, Relation *indexes, int nindexes,
-				 IndexBulkDeleteResult **stats, BufferAccessStrategy strategy, double live)
+				 IndexBulkDeleteResult **stats, BufferAccessStrategy strategy, double live,
+				 VacuumReport *report)
 {
+	uint64		last_block = PG_UINT64_MAX;
+
+	pgstat_progress_update_param(PROGRESS_VACUUM_PHASE, PROGRESS_VACUUM_PHASE_VACUUM_INDEX);
 	for (int i = 0; i < nindexes; i++)
 	{
 		IndexVacuumInfo ivinfo = {0};
@@ -490,6 +537,9 @@ remove_dead_rows(Relation rel, uint32 keyspace, DeadRows *dead, Relation *indexe
 		stats[i] = index_bulk_delete(&ivinfo, stats[i], tid_is_dead, dead);
 	}
 	/* A hot standby first cancels the queries that could still see these rows. */
+	if (nindexes > 0)
+		pgstat_progress_update_param(PROGRESS_VACUUM_NUM_INDEX_VACUUMS, ++report->index_passes);
+	pgstat_progress_update_param(PROGRESS_VACUUM_PHASE, PROGRESS_VACUUM_PHASE_VACUUM_HEAP);
 	if (ss_rel_needs_wal(rel) && TransactionIdIsValid(dead->latest_removed))
 		ss_log_conflict(rel, dead->latest_removed);
 	for (int64 i = 0; i < dead->count; i += SS_REMOVE_BATCH)
@@ -498,6 +548,103 @@ remove_dead_rows(Relation rel, uint32 keyspace, DeadRows *dead, Relation *indexe
 		ss_remove_rows(rel, keyspace, dead->rowids + i,
 					   (int) Min(SS_REMOVE_BATCH, dead->count - i));
 	}
+	for (int64 i = 0; i < dead->count; i++)
+	{
+		if (dead->rowids[i] / SS_ROWS_PER_BLOCK != last_block)
+			report->blocks_vacuumed++;
+		last_block = dead->rowids[i] / SS_ROWS_PER_BLOCK;
+	}
+	pgstat_progress_update_param(PROGRESS_VACUUM_HEAP_BLKS_VACUUMED, report->blocks_vacuumed);
+	report->removed += dead->count;
+}
+
+/*
+ * Empties the dead row list: its rows and their index entries go, or, with index cleanup off,
+ * stay (they are counted as kept). During the scan, when the list is full, and once after it.
+ */
+static void
+empty_dead_rows(Relation rel, uint32 keyspace, DeadRows *dead, bool dead_stay, Relation *indexes,
+				int nindexes, IndexBulkDeleteResult **stats, BufferAccessStrategy strategy,
+				double live, VacuumReport *report)
+{
+	if (dead->count > 0 && dead_stay)
+		report->kept += dead->count;
+	else if (dead->count > 0)
+		remove_dead_rows(rel, keyspace, dead, indexes, nindexes, stats, strategy, live, report);
+	dead->count = 0;
+	dead->latest_removed = InvalidTransactionId;
+	pgstat_progress_update_param(PROGRESS_VACUUM_NUM_DEAD_TUPLES, 0);
+}
+
+/* The name VACUUM's messages give a relation: database, schema and table. */
+static char *
+qualified_name(Relation rel)
+{
+	char	   *database = get_database_name(MyDatabaseId);
+	char	   *schema = get_namespace_name(RelationGetNamespace(rel));
+
+	return psprintf("%s.%s.%s", database ? database : "?", schema ? schema : "?",
+					RelationGetRelationName(rel));
+}
+
+/*
+ * Says what VACUUM did, as heap's VACUUM does: at INFO for VERBOSE, at LOG for an autovacuum
+ * that took at least log_autovacuum_min_duration. The message holds the counts a test can
+ * compare; the detail, what varies from run to run (xids, WAL, time).
+ */
+static void
+report_vacuum(Relation rel, struct VacuumParams *params, bool aggressive, VacuumReport *report,
+			  TransactionId oldest_xmin, TransactionId old_frozen_xid,
+			  TransactionId new_frozen_xid, bool frozen_xid_updated)
+{
+	bool		verbose = (params->options & VACOPT_VERBOSE) != 0;
+	StringInfoData detail;
+	WalUsage	wal = {0};
+	const char *what;
+
+	if (!verbose &&
+		(!IsAutoVacuumWorkerProcess() || params->log_min_duration < 0 ||
+		 (params->log_min_duration > 0 &&
+		  !TimestampDifferenceExceeds(report->start, GetCurrentTimestamp(),
+									  params->log_min_duration))))
+		return;
+	if (verbose)
+		what = "finished vacuuming";
+	else if (params->is_wraparound)
+		what = aggressive ? "automatic aggressive vacuum to prevent wraparound of table"
+			: "automatic vacuum to prevent wraparound of table";
+	else
+		what = aggressive ? "automatic aggressive vacuum of table" : "automatic vacuum of table";
+	initStringInfo(&detail);
+	appendStringInfo(&detail,
+					 "removed: " INT64_FORMAT " dead rows from " INT64_FORMAT " blocks, " INT64_FORMAT
+					 " pruned chain versions, " INT64_FORMAT " versions of aborted updates\n",
+					 report->removed, report->blocks_vacuumed, report->pruned, report->orphans);
+	if (report->kept > 0)
+		appendStringInfo(&detail, "index cleanup off: " INT64_FORMAT " dead rows kept\n",
+						 report->kept);
+	appendStringInfo(&detail, "blocks: %u read, %u skipped as all-visible, %u all-visible now, of %u\n",
+					 report->read, Min(report->skipped, report->pages), report->all_visible,
+					 report->pages);
+	appendStringInfo(&detail, "removable cutoff: %u, which was %d XIDs old when operation ended\n",
+					 oldest_xmin, (int32) (ReadNextTransactionId() - oldest_xmin));
+	if (frozen_xid_updated)
+		appendStringInfo(&detail, "new relfrozenxid: %u, which is %d XIDs ahead of previous value\n",
+						 new_frozen_xid, (int32) (new_frozen_xid - old_frozen_xid));
+	WalUsageAccumDiff(&wal, &pgWalUsage, &report->wal);
+	appendStringInfo(&detail, "WAL usage: %lld records, %lld full page images, %llu bytes\n",
+					 (long long) wal.wal_records, (long long) wal.wal_fpi,
+					 (unsigned long long) wal.wal_bytes);
+	appendStringInfo(&detail, "system usage: %s", pg_rusage_show(&report->usage));
+	ereport(verbose ? INFO : LOG,
+			(errmsg("%s \"%s\": " INT64_FORMAT " rows removed (%d index scans), %.0f remain, %.0f "
+					"are dead but not yet removable; %u of %u blocks skipped as all-visible",
+					what, qualified_name(rel),
+					report->removed + report->pruned + report->orphans, report->index_passes,
+					report->live,
+					report->recently_dead, Min(report->skipped, report->pages), report->pages),
+			 errdetail_internal("%s", detail.data)));
+	pfree(detail.data);
 }
 
 /* VACUUM (not FULL) of one slipstream relation. */
@@ -514,8 +661,11 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	Relation   *indexes;
 	int			nindexes;
 	IndexBulkDeleteResult **index_stats;
-	DeadRows	dead = {0};
+	DeadRows	dead;
 	DeadRows	orphans = {0};
+	VacuumReport report = {0};
+	TransactionId old_frozen_xid = rel->rd_rel->relfrozenxid;
+	bool		frozen_xid_updated = false;
 	Redirects	redirects;
 	DeadMembers members;
 	bool		freeze_conflict_logged = false;
@@ -536,6 +686,12 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	Buffer		vm_buffer = InvalidBuffer;
 	BlockNumber skipped = 0;
 
+	if (params->options & VACOPT_VERBOSE)
+		ereport(INFO, (errmsg("vacuuming \"%s\"", qualified_name(rel))));
+	report.start = GetCurrentTimestamp();
+	pg_rusage_init(&report.usage);
+	report.wal = pgWalUsage;
+	pgstat_progress_start_command(PROGRESS_COMMAND_VACUUM, RelationGetRelid(rel));
 	aggressive = vacuum_set_xid_limits(rel, params->freeze_min_age, params->freeze_table_age,
 									   params->multixact_freeze_min_age,
 									   params->multixact_freeze_table_age, &oldest_xmin,
@@ -561,6 +717,14 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	candidate = palloc(sizeof(bool) * Max(map_blocks, 1));
 	redirects_init(&redirects, (uint64) map_blocks * SS_ROWS_PER_BLOCK);
 	dead_members_init(&members);
+	dead_rows_init(&dead);
+	{
+		const int	params_changed[] = {PROGRESS_VACUUM_PHASE, PROGRESS_VACUUM_TOTAL_HEAP_BLKS,
+										PROGRESS_VACUUM_MAX_DEAD_TUPLES};
+		const int64 values[] = {PROGRESS_VACUUM_PHASE_SCAN_HEAP, map_blocks, dead.limit};
+
+		pgstat_progress_update_multi_param(3, params_changed, values);
+	}
 	memset(candidate, true, sizeof(bool) * map_blocks);
 	dead_stay = nindexes > 0 && params->index_cleanup == VACOPTVALUE_DISABLED;
 
@@ -584,6 +748,17 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 			charge_block(dirtied_block);
 			last_block = block;
 			dirtied_block = false;
+			/* A full dead row list: a pass over the indexes now, as heap's VACUUM makes. */
+			if (dead.count >= dead.limit)
+			{
+				empty_dead_rows(rel, keyspace, &dead, dead_stay, indexes, nindexes, index_stats,
+								strategy, live, &report);
+				pgstat_progress_update_param(PROGRESS_VACUUM_PHASE,
+											 PROGRESS_VACUUM_PHASE_SCAN_HEAP);
+			}
+			pgstat_progress_update_param(PROGRESS_VACUUM_HEAP_BLKS_SCANNED,
+										 Min(block, (uint64) map_blocks));
+			pgstat_progress_update_param(PROGRESS_VACUUM_NUM_DEAD_TUPLES, dead.count);
 			/* All-visible blocks hold nothing to do: on to the first block that may. */
 			if (may_skip && block < map_blocks && VM_ALL_VISIBLE(rel, block, &vm_buffer))
 			{
@@ -605,6 +780,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 				}
 				continue;
 			}
+			report.read++;
 		}
 		else
 			vacuum_delay_point();
@@ -622,7 +798,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 			if (target == SS_NO_ROWID)
 				dead_rows_add(&dead, rowid);
 			else if (!redirects_add(&redirects, rowid, target) &&
-					 ss_prune_chain(rel, keyspace, rowid, NULL, oldest_xmin) ==
+					 ss_prune_chain(rel, keyspace, rowid, NULL, oldest_xmin, &report.pruned) ==
 					 SS_PRUNE_DEAD_ROOT)
 				dead_rows_add(&dead, rowid);
 			continue;
@@ -653,7 +829,8 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 			/* A dead chain root: it becomes a redirect past the dead versions it leads to. */
 			if (block < map_blocks)
 				candidate[block] = false;
-			if (ss_prune_chain(rel, keyspace, rowid, NULL, oldest_xmin) == SS_PRUNE_DEAD_ROOT)
+			if (ss_prune_chain(rel, keyspace, rowid, NULL, oldest_xmin, &report.pruned) ==
+				SS_PRUNE_DEAD_ROOT)
 				dead_rows_add(&dead, rowid);
 			continue;
 		}
@@ -708,7 +885,9 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	table_endscan(scan);
 	if (BufferIsValid(vm_buffer))
 		ReleaseBuffer(vm_buffer);
-	prune_redirected_chains(rel, keyspace, &redirects, &members, oldest_xmin, may_skip, &dead);
+	pgstat_progress_update_param(PROGRESS_VACUUM_HEAP_BLKS_SCANNED, map_blocks);
+	prune_redirected_chains(rel, keyspace, &redirects, &members, oldest_xmin, may_skip, &dead,
+							&report.pruned);
 	redirects_free(&redirects);
 	dead_members_free(&members);
 
@@ -726,11 +905,13 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 		ss_remove_rows(rel, keyspace, orphans.rowids + i,
 					   (int) Min(SS_REMOVE_BATCH, orphans.count - i));
 	}
+	report.orphans = orphans.count;
 
-	if (dead.count > 0 && nindexes > 0 && params->index_cleanup != VACOPTVALUE_DISABLED)
-		remove_dead_rows(rel, keyspace, &dead, indexes, nindexes, index_stats, strategy, live);
-	else if (dead.count > 0 && nindexes == 0)
-		remove_dead_rows(rel, keyspace, &dead, indexes, 0, index_stats, strategy, live);
+	empty_dead_rows(rel, keyspace, &dead, dead_stay, indexes, nindexes, index_stats, strategy,
+					live, &report);
+	if (nindexes > 0)
+		pgstat_progress_update_param(PROGRESS_VACUUM_PHASE,
+									 PROGRESS_VACUUM_PHASE_INDEX_CLEANUP);
 	for (int i = 0; i < nindexes; i++)
 	{
 		IndexVacuumInfo ivinfo = {0};
@@ -748,20 +929,23 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	}
 	vac_close_indexes(nindexes, indexes, NoLock);
 
+	pgstat_progress_update_param(PROGRESS_VACUUM_PHASE, PROGRESS_VACUUM_PHASE_FINAL_CLEANUP);
 	all_visible = ss_vm_update(rel, keyspace, oldest_xmin, candidate, map_blocks, strategy);
 	pfree(candidate);
 	high = ss_rowid_high(rel, keyspace);
 	pages = (BlockNumber) ((high + SS_ROWS_PER_BLOCK - 1) / SS_ROWS_PER_BLOCK);
 	vac_update_relstats(rel, pages, live, Min(all_visible, pages), nindexes > 0, new_frozen_xid,
-						new_min_multi, NULL, NULL, false);
+						new_min_multi, &frozen_xid_updated, NULL, false);
 	pgstat_report_vacuum(RelationGetRelid(rel), rel->rd_rel->relisshared, (PgStat_Counter) live,
 						 (PgStat_Counter) recently_dead);
-	ereport((params->options & VACOPT_VERBOSE) ? INFO :
-			params->log_min_duration >= 0 ? LOG : DEBUG2,
-			(errmsg("slipstream: vacuumed \"%s\": removed " INT64_FORMAT " dead rows, %.0f live, "
-					"%.0f recently dead; %u of %u blocks skipped as all-visible",
-					RelationGetRelationName(rel), dead.count + orphans.count, live,
-					recently_dead, Min(skipped, pages), pages)));
+	report.live = live;
+	report.recently_dead = recently_dead;
+	report.pages = pages;
+	report.skipped = skipped;
+	report.all_visible = Min(all_visible, pages);
+	report_vacuum(rel, params, aggressive, &report, oldest_xmin, old_frozen_xid, new_frozen_xid,
+				  frozen_xid_updated);
+	pgstat_progress_end_command();
 }
 
 /*

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# pg_vacuum_report_test.sh: VACUUM of slipstream tables reports as heap's does.
+#  - autovacuum logs what it did (rows removed, chain versions pruned, system usage) when
+#    log_autovacuum_min_duration is 0, and keeps quiet about a table whose threshold its
+#    vacuum did not reach;
+#  - pg_stat_progress_vacuum follows a VACUUM through its phases (slowed by the cost delay so
+#    that a poll sees it) and forgets it when it ends.
+#   tests/pg_vacuum_report_test.sh [scratch dir] [port]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+scratch=${1:-${SLIPSTREAM_SCRATCH:-/tmp/slipstream-vacuum-report}}
+port=${2:-55467}
+cluster="$scratch/cluster"
+pg="$root/scripts/pg_cluster.sh"
+sql() { "$pg" psql "$cluster" -qAtX -v ON_ERROR_STOP=1 "$@"; }
+
+"$pg" init "$cluster" "$port" "autovacuum_naptime = 1" "log_autovacuum_min_duration = 0" \
+  "log_min_messages = log"
+"$pg" start "$cluster"
+trap '"$pg" stop "$cluster" immediate >/dev/null 2>&1 || true' EXIT
+log="$cluster/server.log"
+
+sql -c "CREATE EXTENSION slipstream"
+# `logged` is vacuumed with the server's setting (0: every run is logged); `quiet` only logs a
+# run of an hour or more. Autovacuum may look at them only once all their changes are made.
+sql -c "CREATE TABLE logged (id int PRIMARY KEY, v int) USING slipstream
+          WITH (autovacuum_enabled = off)" \
+  -c "CREATE TABLE quiet (id int PRIMARY KEY, v int) USING slipstream
+        WITH (autovacuum_enabled = off, log_autovacuum_min_duration = 3600000)" \
+  -c "INSERT INTO logged SELECT g, 0 FROM generate_series(1, 20000) g" \
+  -c "INSERT INTO quiet SELECT g, 0 FROM generate_series(1, 20000) g" \
+  -c "DELETE FROM logged WHERE id <= 10000" \
+  -c "UPDATE logged SET v = 1 WHERE id > 19000" \
+  -c "DELETE FROM quiet WHERE id <= 10000" \
+  -c "ALTER TABLE logged SET (autovacuum_enabled = on)" \
+  -c "ALTER TABLE quiet SET (autovacuum_enabled = on)"
+
+# Autovacuum comes within a few naptimes; wait for both tables to have been vacuumed.
+for _ in $(seq 1 240); do
+  done_count=$(sql -c "SELECT count(*) FROM pg_stat_user_tables
+                        WHERE relname IN ('logged', 'quiet') AND autovacuum_count > 0")
+  [ "$done_count" = 2 ] && break
+  sleep 0.5
+done
+[ "$done_count" = 2 ] || { echo "autovacuum did not vacuum both tables"; tail -n 30 "$log"; exit 1; }
+sleep 1  # the log line is written before the statistics are
+line=$(grep 'automatic vacuum of table "postgres.public.logged"' "$log" | head -1)
+echo "$line"
+# 10,000 deleted rows and 1,000 roots whose rows the HOT update left dead, pruned to redirects.
+echo "$line" | grep -q ': 11000 rows removed (1 index scans), 10000 remain, 0 are dead but not yet removable'
+grep -A7 'automatic vacuum of table "postgres.public.logged"' "$log" | grep -q '10000 dead rows from'
+grep -A7 'automatic vacuum of table "postgres.public.logged"' "$log" | grep -q '1000 pruned chain versions'
+grep -A7 'automatic vacuum of table "postgres.public.logged"' "$log" | grep -q 'system usage: CPU'
+if grep -q 'automatic vacuum of table "postgres.public.quiet"' "$log"; then
+  echo "the vacuum of quiet was logged, below its log_autovacuum_min_duration"
+  exit 1
+fi
+[ "$(sql -c "SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'quiet'")" = 10000 ]
+
+# pg_stat_progress_vacuum during a manual VACUUM. Autovacuum is off for the table so that the
+# only VACUUM is ours; the cost delay stretches it over a second or more.
+sql -c "CREATE TABLE progress (id int PRIMARY KEY, v text) USING slipstream
+          WITH (autovacuum_enabled = off)" \
+  -c "INSERT INTO progress SELECT g, repeat('x', 40) FROM generate_series(1, 200000) g" \
+  -c "DELETE FROM progress WHERE id % 3 = 0"
+sql -c "SET maintenance_work_mem = '1MB'" -c "SET vacuum_cost_delay = '2ms'" \
+  -c "SET vacuum_cost_limit = 1" -c "VACUUM progress" &
+vacuum=$!
+seen="$scratch/progress.txt"
+: >"$seen"
+while kill -0 "$vacuum" 2>/dev/null; do
+  sql -c "SELECT phase, heap_blks_total, heap_blks_scanned, index_vacuum_count, max_dead_tuples
+            FROM pg_stat_progress_vacuum p JOIN pg_class c ON c.oid = p.relid
+           WHERE c.relname = 'progress'" >>"$seen"
+  sleep 0.05
+done
+wait "$vacuum"
+sort "$seen" | uniq -c | sort -rn | head -20
+# 200,000 row ids are 782 blocks of 256; half of 1 MB holds 65,536 row ids, so the 66,666 dead
+# rows take two passes over the index.
+grep -q '^scanning heap|782|[0-9]*|0|65536$' "$seen"
+awk -F'|' '$1 == "scanning heap" && $3 > 0 && $3 < 782 { found = 1 } END { exit !found }' "$seen"
+grep -Eq '^(vacuuming indexes|vacuuming heap|scanning heap)\|782\|[0-9]+\|1\|65536$' "$seen"
+[ "$(sql -c "SELECT count(*) FROM pg_stat_progress_vacuum")" = 0 ]
+[ "$(sql -c "SELECT count(*) FROM progress")" = 133334 ]
+sql -c "SELECT bool_and(ok) FROM slipstream.verify('progress')" | grep -qx t
+echo "vacuum report test passed"
