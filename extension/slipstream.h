@@ -310,6 +310,13 @@ typedef struct SsChainWalk
 	int			reads;			/* engine reads of versions so far */
 } SsChainWalk;
 
+/* What prunes did, for VACUUM's report. */
+typedef struct SsPruneCounts
+{
+	int64		pruned;			/* versions removed */
+	int64		rewalked;		/* chains changed since VACUUM's scan, walked again */
+} SsPruneCounts;
+
 typedef enum SsPruneResult
 {
 	SS_PRUNE_KEPT,				/* the chain still has versions some transaction may see */
@@ -329,12 +336,12 @@ extern bool ss_chain_all_dead(Relation rel, uint32 keyspace, uint64 root,
 extern uint64 ss_redirect_target(Relation rel, HeapTuple redirect);
 extern SsPruneResult ss_prune_chain(Relation rel, uint32 keyspace, uint64 root,
 									struct GlobalVisState *vistest, TransactionId oldest_xmin,
-									int64 *pruned);
+									SsPruneCounts *counts);
 extern SsPruneResult ss_prune_chain_seen(Relation rel, uint32 keyspace, uint64 root,
 										 uint64 expected, uint64 *removed, int nremoved,
 										 uint64 target, TransactionId target_xmin,
 										 TransactionId latest_removed,
-										 TransactionId oldest_xmin, int64 *pruned);
+										 TransactionId oldest_xmin, SsPruneCounts *counts);
 
 /* ---- index fetches that skip the memtables (tableam/quiet_ranges.c) ---- */
 typedef struct SsQuietRange

@@ -328,12 +328,12 @@ make_redirect(HeapTupleHeader header, uint64 target)
  * none is left). Dead means dead to everyone by `vistest`, or, for VACUUM (vistest NULL), by
  * `oldest_xmin`. Returns SS_PRUNE_DEAD_ROOT when the root is (now) a redirect to itself, which
  * VACUUM removes with its index entries; SS_PRUNE_NOT_ROOT when `root` is no chain root.
- * `pruned`, if not NULL, is advanced by the number of versions removed (VACUUM's report; a root
- * left dead counts where VACUUM removes it).
+ * `counts`, if not NULL, gains the number of versions removed (VACUUM's report; a root left
+ * dead counts where VACUUM removes it).
  */
 SsPruneResult
 ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *vistest,
-			   TransactionId oldest_xmin, int64 *pruned)
+			   TransactionId oldest_xmin, SsPruneCounts *counts)
 {
 	uint64		tag = ss_tag(MyDatabaseId, rel->rd_node.relNode);
 	LWLock	   *lock = ss_row_lock(tag, root);
@@ -428,8 +428,8 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
 		ss_write_prune(rel, keyspace, root, &redirect.header, removed, nremoved,
 					   latest_removed);
 		/* A root that held a row and still leads on lost that row; a dead root goes later. */
-		if (pruned != NULL)
-			*pruned += nremoved + (!was_redirect && result != SS_PRUNE_DEAD_ROOT ? 1 : 0);
+		if (counts != NULL)
+			counts->pruned += nremoved + (!was_redirect && result != SS_PRUNE_DEAD_ROOT ? 1 : 0);
 		/*
 		 * A prune on access tells the statistics what it reclaimed, as heap's page prune does,
 		 * so that autovacuum counts only the dead versions left for VACUUM: the members and a
@@ -459,13 +459,13 @@ ss_prune_chain(Relation rel, uint32 keyspace, uint64 root, GlobalVisState *viste
  * which are not read again. Members dead by VACUUM's horizon stay dead, their links do not
  * change, and only a prune removes them, which rewrites the root first: an unchanged root
  * means the chain from `expected` to `target` is as the scan saw it. A root changed since
- * falls back to ss_prune_chain, which walks the chain. `pruned` as there.
+ * falls back to ss_prune_chain, which walks the chain. `counts` as there.
  */
 SsPruneResult
 ss_prune_chain_seen(Relation rel, uint32 keyspace, uint64 root, uint64 expected,
 					uint64 *removed, int nremoved, uint64 target,
 					TransactionId target_xmin, TransactionId latest_removed,
-					TransactionId oldest_xmin, int64 *pruned)
+					TransactionId oldest_xmin, SsPruneCounts *counts)
 {
 	uint64		tag = ss_tag(MyDatabaseId, rel->rd_node.relNode);
 	LWLock	   *lock = ss_row_lock(tag, root);
@@ -482,13 +482,15 @@ ss_prune_chain_seen(Relation rel, uint32 keyspace, uint64 root, uint64 expected,
 	if (!unchanged)
 	{
 		LWLockRelease(lock);
-		return ss_prune_chain(rel, keyspace, root, NULL, oldest_xmin, pruned);
+		if (counts != NULL)
+			counts->rewalked++;
+		return ss_prune_chain(rel, keyspace, root, NULL, oldest_xmin, counts);
 	}
 	make_redirect(&redirect.header, target);
 	ss_write_prune(rel, keyspace, root, &redirect.header, removed, nremoved,
 				   latest_removed);
-	if (pruned != NULL)
-		*pruned += nremoved;
+	if (counts != NULL)
+		counts->pruned += nremoved;
 	LWLockRelease(lock);
 	ss_chain_cache_remember(keyspace, tag, root, target, target_xmin);
 	return SS_PRUNE_KEPT;

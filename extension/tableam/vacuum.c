@@ -68,7 +68,7 @@ typedef struct VacuumReport
 {
 	int64		removed;		/* dead rows removed with their index entries */
 	int64		kept;			/* dead rows left in place: index cleanup was off */
-	int64		pruned;			/* chain versions pruned */
+	SsPruneCounts prunes;		/* chain versions pruned, chains walked again */
 	int64		orphans;		/* versions of aborted updates removed */
 	int			index_passes;	/* passes over the indexes that removed entries */
 	int64		blocks_vacuumed;	/* blocks rows were removed from */
@@ -443,7 +443,7 @@ charge_block(bool dirtied)
  */
 static SsPruneResult
 prune_after_scan(Relation rel, uint32 keyspace, const Redirect *r, const Redirects *redirects,
-				 const DeadMembers *members, TransactionId oldest_xmin, int64 *pruned)
+				 const DeadMembers *members, TransactionId oldest_xmin, SsPruneCounts *counts)
 {
 	uint64		removed[SS_SEEN_MEMBERS];
 	int			nremoved = 0;
@@ -465,9 +465,9 @@ prune_after_scan(Relation rel, uint32 keyspace, const Redirect *r, const Redirec
 	}
 	if (nremoved == 0 || dead_members_find(members, next) != NULL ||
 		!redirects_needed(redirects, next))
-		return ss_prune_chain(rel, keyspace, r->root, NULL, oldest_xmin, pruned);
+		return ss_prune_chain(rel, keyspace, r->root, NULL, oldest_xmin, counts);
 	return ss_prune_chain_seen(rel, keyspace, r->root, r->target, removed, nremoved, next,
-							   prior_xmax, latest_removed, oldest_xmin, pruned);
+							   prior_xmax, latest_removed, oldest_xmin, counts);
 }
 
 /*
@@ -485,7 +485,7 @@ prune_after_scan(Relation rel, uint32 keyspace, const Redirect *r, const Redirec
 static void
 prune_redirected_chains(Relation rel, uint32 keyspace, const Redirects *redirects,
 						const DeadMembers *members, TransactionId oldest_xmin, bool trust_map,
-						DeadRows *dead, int64 *pruned)
+						DeadRows *dead, SsPruneCounts *counts)
 {
 	bool		added = false;
 	Buffer		vm_buffer = InvalidBuffer;
@@ -500,7 +500,7 @@ prune_redirected_chains(Relation rel, uint32 keyspace, const Redirects *redirect
 			VM_ALL_VISIBLE(rel, (BlockNumber) (r->target / SS_ROWS_PER_BLOCK), &vm_buffer))
 			continue;
 		charge_block(true);
-		if (prune_after_scan(rel, keyspace, r, redirects, members, oldest_xmin, pruned) ==
+		if (prune_after_scan(rel, keyspace, r, redirects, members, oldest_xmin, counts) ==
 			SS_PRUNE_DEAD_ROOT)
 		{
 			dead_rows_add(dead, r->root);
@@ -619,7 +619,11 @@ report_vacuum(Relation rel, struct VacuumParams *params, bool aggressive, Vacuum
 	appendStringInfo(&detail,
 					 "removed: " INT64_FORMAT " dead rows from " INT64_FORMAT " blocks, " INT64_FORMAT
 					 " pruned chain versions, " INT64_FORMAT " versions of aborted updates\n",
-					 report->removed, report->blocks_vacuumed, report->pruned, report->orphans);
+					 report->removed, report->blocks_vacuumed, report->prunes.pruned,
+					 report->orphans);
+	if (report->prunes.rewalked > 0)
+		appendStringInfo(&detail, "chains changed since the scan, walked again: " INT64_FORMAT "\n",
+						 report->prunes.rewalked);
 	if (report->kept > 0)
 		appendStringInfo(&detail, "index cleanup off: " INT64_FORMAT " dead rows kept\n",
 						 report->kept);
@@ -640,7 +644,7 @@ report_vacuum(Relation rel, struct VacuumParams *params, bool aggressive, Vacuum
 			(errmsg("%s \"%s\": " INT64_FORMAT " rows removed (%d index scans), %.0f remain, %.0f "
 					"are dead but not yet removable; %u of %u blocks skipped as all-visible",
 					what, qualified_name(rel),
-					report->removed + report->pruned + report->orphans, report->index_passes,
+					report->removed + report->prunes.pruned + report->orphans, report->index_passes,
 					report->live,
 					report->recently_dead, Min(report->skipped, report->pages), report->pages),
 			 errdetail_internal("%s", detail.data)));
@@ -798,7 +802,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 			if (target == SS_NO_ROWID)
 				dead_rows_add(&dead, rowid);
 			else if (!redirects_add(&redirects, rowid, target) &&
-					 ss_prune_chain(rel, keyspace, rowid, NULL, oldest_xmin, &report.pruned) ==
+					 ss_prune_chain(rel, keyspace, rowid, NULL, oldest_xmin, &report.prunes) ==
 					 SS_PRUNE_DEAD_ROOT)
 				dead_rows_add(&dead, rowid);
 			continue;
@@ -829,7 +833,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 			/* A dead chain root: it becomes a redirect past the dead versions it leads to. */
 			if (block < map_blocks)
 				candidate[block] = false;
-			if (ss_prune_chain(rel, keyspace, rowid, NULL, oldest_xmin, &report.pruned) ==
+			if (ss_prune_chain(rel, keyspace, rowid, NULL, oldest_xmin, &report.prunes) ==
 				SS_PRUNE_DEAD_ROOT)
 				dead_rows_add(&dead, rowid);
 			continue;
@@ -887,7 +891,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 		ReleaseBuffer(vm_buffer);
 	pgstat_progress_update_param(PROGRESS_VACUUM_HEAP_BLKS_SCANNED, map_blocks);
 	prune_redirected_chains(rel, keyspace, &redirects, &members, oldest_xmin, may_skip, &dead,
-							&report.pruned);
+							&report.prunes);
 	redirects_free(&redirects);
 	dead_members_free(&members);
 
