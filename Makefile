@@ -93,7 +93,7 @@ test-pg: install
 	scripts/reserve_test_ports.sh
 	$(TIMED) scripts/pg_regress.sh
 	$(TIMED) tests/pg_preload_test.sh
-	$(TIMED) tests/pg_vacuum_report_test.sh
+	$(TIMED) tests/pg_maintenance_report_test.sh
 	$(TIMED) tests/pg_contention_test.sh
 	$(TIMED) tests/pg_crash_test.sh
 	$(TIMED) tests/pg_pinned_stall_test.sh

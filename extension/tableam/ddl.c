@@ -22,6 +22,7 @@
 #include "catalog/pg_am_d.h"
 #include "catalog/storage.h"
 #include "catalog/storage_xlog.h"
+#include "commands/progress.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "optimizer/plancat.h"
@@ -37,6 +38,32 @@
 
 /* Rows written per engine batch while copying. */
 #define SS_COPY_BATCH 512
+
+/* The 256-row-id blocks a scan of `rel` may meet: up to the row id high-water mark. */
+static BlockNumber
+rowid_blocks(Relation rel, uint32 keyspace)
+{
+	uint64		high = ss_rowid_high(rel, keyspace);
+
+	return (BlockNumber) Min((high + SS_ROWS_PER_BLOCK - 1) / SS_ROWS_PER_BLOCK, MaxBlockNumber);
+}
+
+/*
+ * Reports to a progress view (`param`: blocks scanned or done) the block of the row a scan has
+ * reached, counted from `first`, when it moved on; `last` keeps what was reported.
+ */
+static void
+report_block_reached(int param, ItemPointer tid, BlockNumber first, BlockNumber *last)
+{
+	BlockNumber block = ItemPointerGetBlockNumber(tid);
+	BlockNumber done = block >= first ? block - first : 0;
+
+	if (done > *last || *last == InvalidBlockNumber)
+	{
+		pgstat_progress_update_param(param, done);
+		*last = done;
+	}
+}
 
 /*
  * Starts an empty keyspace for a new file node whose main file is `own_path`, dropping a stale
@@ -258,6 +285,8 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 	HeapTuple	batch[SS_COPY_BATCH];
 	uint64		batch_rowids[SS_COPY_BATCH];
 	int			nbatch = 0;
+	int64		scanned = 0;
+	BlockNumber reported = InvalidBlockNumber;
 
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(uint64);
@@ -271,13 +300,23 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 	if (old_index != NULL && use_sort)
 		sort = tuplesort_begin_cluster(RelationGetDescr(old_rel), old_index,
 									   maintenance_work_mem, NULL, TUPLESORT_NONE);
+	/* pg_stat_progress_cluster, as heap's rewrite reports it (cluster.c sets the other phases). */
 	if (old_index != NULL && !use_sort)
 	{
+		pgstat_progress_update_param(PROGRESS_CLUSTER_PHASE,
+									 PROGRESS_CLUSTER_PHASE_INDEX_SCAN_HEAP);
 		iscan = index_beginscan(old_rel, old_index, SnapshotAny, 0, 0);
 		index_rescan(iscan, NULL, 0, NULL, 0);
 	}
 	else
+	{
+		const int	params[] = {PROGRESS_CLUSTER_PHASE, PROGRESS_CLUSTER_TOTAL_HEAP_BLKS};
+		const int64 values[] = {PROGRESS_CLUSTER_PHASE_SEQ_SCAN_HEAP,
+		rowid_blocks(old_rel, old_keyspace)};
+
+		pgstat_progress_update_multi_param(2, params, values);
 		scan = table_beginscan(old_rel, SnapshotAny, 0, NULL);
+	}
 
 	/* Pass 1: decide which rows survive and give them their new row ids. */
 	for (;;)
@@ -293,6 +332,10 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 			: !table_scan_getnextslot(scan, ForwardScanDirection, slot))
 			break;
 		tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
+		pgstat_progress_update_param(PROGRESS_CLUSTER_HEAP_TUPLES_SCANNED, ++scanned);
+		if (scan != NULL)
+			report_block_reached(PROGRESS_CLUSTER_HEAP_BLKS_SCANNED, &tuple->t_self, 0,
+								 &reported);
 		switch (ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after))
 		{
 			case HEAPTUPLE_DEAD:
@@ -323,6 +366,7 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 	{
 		HeapTuple	tuple;
 
+		pgstat_progress_update_param(PROGRESS_CLUSTER_PHASE, PROGRESS_CLUSTER_PHASE_SORT_TUPLES);
 		tuplesort_performsort(sort);
 		while ((tuple = tuplesort_getheaptuple(sort, true)) != NULL)
 		{
@@ -343,10 +387,15 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 	if (iscan != NULL)
 		index_endscan(iscan);
 	if (scan != NULL)
+	{
+		pgstat_progress_update_param(PROGRESS_CLUSTER_HEAP_BLKS_SCANNED,
+									 rowid_blocks(old_rel, old_keyspace));
 		table_endscan(scan);
+	}
 	ExecDropSingleTupleTableSlot(slot);
 
 	/* Pass 2: write the survivors in their new order, re-pointing update chains. */
+	pgstat_progress_update_param(PROGRESS_CLUSTER_PHASE, PROGRESS_CLUSTER_PHASE_WRITE_NEW_HEAP);
 	(void) ss_next_rowid(new_rel, new_keyspace, (uint32) Min(nkept, PG_UINT32_MAX));
 	for (int64 i = 0; i < nkept; i++)
 	{
@@ -392,6 +441,7 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 		if (++nbatch == SS_COPY_BATCH || i == nkept - 1)
 		{
 			ss_write_rows(new_rel, new_keyspace, batch_rowids, batch, nbatch, true);
+			pgstat_progress_update_param(PROGRESS_CLUSTER_HEAP_TUPLES_WRITTEN, i + 1);
 			for (int j = 0; j < nbatch; j++)
 				pfree(batch[j]);
 			nbatch = 0;
@@ -487,6 +537,8 @@ ss_index_build_range_scan(Relation table_rel, Relation index_rel, IndexInfo *ind
 	bool		own_scan = (scan == NULL);
 	bool		unregister = false;
 	uint32		keyspace = ss_rel_keyspace(table_rel);
+	BlockNumber total = rowid_blocks(table_rel, keyspace);
+	BlockNumber reported = InvalidBlockNumber;
 
 	build.index_rel = index_rel;
 	build.index_info = index_info;
@@ -531,6 +583,15 @@ ss_index_build_range_scan(Relation table_rel, Relation index_rel, IndexInfo *ind
 			build.oldest_xmin = GetOldestNonRemovableTransactionId(table_rel);
 	}
 	ss_scan_every_row(scan);
+	/*
+	 * pg_stat_progress_create_index: the blocks of the range, and the block the scan is at
+	 * (a parallel participant's blocks come in chunks: it reports the furthest it reached).
+	 */
+	if (start_blockno != 0 || numblocks != InvalidBlockNumber)
+		total = numblocks == InvalidBlockNumber ? total - Min(total, start_blockno)
+			: Min(numblocks, total - Min(total, start_blockno));
+	if (progress)
+		pgstat_progress_update_param(PROGRESS_SCAN_BLOCKS_TOTAL, total);
 
 	while (table_scan_getnextslot(scan, ForwardScanDirection, build.slot))
 	{
@@ -541,6 +602,8 @@ ss_index_build_range_scan(Relation table_rel, Relation index_rel, IndexInfo *ind
 		HeapTuple	version;
 
 		CHECK_FOR_INTERRUPTS();
+		if (progress)
+			report_block_reached(PROGRESS_SCAN_BLOCKS_DONE, &root_tid, start_blockno, &reported);
 		if (HeapTupleHeaderIsHeapOnly(tuple->t_data))
 			continue;			/* indexed through its root */
 		if (!ss_is_redirect(tuple->t_data) && !HeapTupleHeaderIsHotUpdated(tuple->t_data))
@@ -558,6 +621,8 @@ ss_index_build_range_scan(Relation table_rel, Relation index_rel, IndexInfo *ind
 		ss_chain_end(&walk);
 	}
 	table_endscan(scan);		/* a parallel build's scan too: its caller does not end it */
+	if (progress)
+		pgstat_progress_update_param(PROGRESS_SCAN_BLOCKS_DONE, total);
 	if (unregister)
 		UnregisterSnapshot(build.snapshot);
 	ExecDropSingleTupleTableSlot(build.slot);
@@ -587,8 +652,10 @@ ss_index_validate_scan(Relation table_rel, Relation index_rel, IndexInfo *index_
 	ItemPointerData indexed;
 	bool		have_indexed = false;
 	bool		index_done = false;
+	BlockNumber reported = InvalidBlockNumber;
 
 	ss_scan_every_row(scan);
+	pgstat_progress_update_param(PROGRESS_SCAN_BLOCKS_TOTAL, rowid_blocks(table_rel, keyspace));
 	econtext->ecxt_scantuple = slot;
 	predicate = ExecPrepareQual(index_info->ii_Predicate, estate);
 	ItemPointerSetInvalid(&indexed);
@@ -601,6 +668,7 @@ ss_index_validate_scan(Relation table_rel, Relation index_rel, IndexInfo *index_
 		HeapTuple	version;
 
 		CHECK_FOR_INTERRUPTS();
+		report_block_reached(PROGRESS_SCAN_BLOCKS_DONE, &root_tid, 0, &reported);
 		if (HeapTupleHeaderIsHeapOnly(tuple->t_data))
 			continue;			/* reached through its root */
 		ss_chain_start(&walk, table_rel, keyspace, ss_tid_to_rowid(&root_tid), snapshot);
@@ -635,6 +703,7 @@ ss_index_validate_scan(Relation table_rel, Relation index_rel, IndexInfo *index_
 					 index_info);
 		state->tups_inserted += 1;
 	}
+	pgstat_progress_update_param(PROGRESS_SCAN_BLOCKS_DONE, rowid_blocks(table_rel, keyspace));
 	table_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	FreeExecutorState(estate);

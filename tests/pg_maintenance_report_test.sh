@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# pg_vacuum_report_test.sh: VACUUM of slipstream tables reports as heap's does.
+# pg_maintenance_report_test.sh: VACUUM, CREATE INDEX and CLUSTER of slipstream tables report
+# as heap's do.
 #  - autovacuum logs what it did (rows removed, chain versions pruned, system usage) when
 #    log_autovacuum_min_duration is 0, and keeps quiet about a table whose threshold its
 #    vacuum did not reach;
 #  - pg_stat_progress_vacuum follows a VACUUM through its phases (slowed by the cost delay so
-#    that a poll sees it) and forgets it when it ends.
-#   tests/pg_vacuum_report_test.sh [scratch dir] [port]
+#    that a poll sees it) and forgets it when it ends;
+#  - pg_stat_progress_create_index shows a build's table scan block by block (slowed by an
+#    index expression that sleeps), pg_stat_progress_cluster a VACUUM FULL's scan and writes;
+#  - a chain pruned on access while VACUUM waits to prune it is walked again, nothing lost.
+#   tests/pg_maintenance_report_test.sh [scratch dir] [port]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-scratch=${1:-${SLIPSTREAM_SCRATCH:-/tmp/slipstream-vacuum-report}}
+scratch=${1:-${SLIPSTREAM_SCRATCH:-/tmp/slipstream-maintenance-report}}
 port=${2:-55467}
 cluster="$scratch/cluster"
 pg="$root/scripts/pg_cluster.sh"
@@ -85,6 +89,51 @@ grep -Eq '^(vacuuming indexes|vacuuming heap|scanning heap)\|782\|[0-9]+\|1\|655
 [ "$(sql -c "SELECT count(*) FROM progress")" = 133334 ]
 sql -c "SELECT bool_and(ok) FROM slipstream.verify('progress')" | grep -qx t
 
+# pg_stat_progress_create_index during a build whose expression sleeps 2 ms a row: 1,500 rows
+# are 6 blocks of 256 row ids, scanned over 3 s.
+sql -c "CREATE FUNCTION slow_id(int) RETURNS int LANGUAGE plpgsql IMMUTABLE
+          AS \$\$ BEGIN PERFORM pg_sleep(0.002); RETURN \$1; END \$\$" \
+  -c "CREATE TABLE built (id int, v int) USING slipstream" \
+  -c "INSERT INTO built SELECT g, g FROM generate_series(1, 1500) g"
+sql -c "SET max_parallel_maintenance_workers = 0" -c "CREATE INDEX built_slow ON built (slow_id(id))" &
+build=$!
+seen="$scratch/create_index.txt"
+: >"$seen"
+while kill -0 "$build" 2>/dev/null; do
+  sql -c "SELECT phase, blocks_total, blocks_done FROM pg_stat_progress_create_index p
+            JOIN pg_class c ON c.oid = p.relid WHERE c.relname = 'built'" >>"$seen"
+  sleep 0.05
+done
+wait "$build"
+sort "$seen" | uniq -c
+awk -F'|' '$1 == "building index: scanning table" && $2 == 6 && $3 > 0 && $3 < 6 { found = 1 }
+           END { exit !found }' "$seen"
+[ "$(sql -c "SELECT count(*) FROM pg_stat_progress_create_index")" = 0 ]
+[ "$(sql -c "SET enable_seqscan = off" -c "SELECT count(*) FROM built WHERE slow_id(id) > 1000")" = 500 ]
+
+# pg_stat_progress_cluster during a VACUUM FULL of 400,000 rows (1,563 blocks): its scan, then
+# its writes of the new table.
+sql -c "CREATE TABLE rewritten (id int PRIMARY KEY, v text) USING slipstream" \
+  -c "INSERT INTO rewritten SELECT g, repeat('r', 60) FROM generate_series(1, 400000) g" \
+  -c "DELETE FROM rewritten WHERE id % 4 = 0"
+sql -c "VACUUM FULL rewritten" &
+full=$!
+seen="$scratch/cluster.txt"
+: >"$seen"
+while kill -0 "$full" 2>/dev/null; do
+  sql -c "SELECT phase, heap_blks_total, heap_blks_scanned, heap_tuples_scanned,
+                 heap_tuples_written
+            FROM pg_stat_progress_cluster p JOIN pg_class c ON c.oid = p.relid
+           WHERE c.relname = 'rewritten'" >>"$seen"
+  sleep 0.02
+done
+wait "$full"
+sort "$seen" | uniq -c | sort -rn | head -8
+awk -F'|' '$1 == "seq scanning heap" && $2 == 1563 && $4 > 0 { found = 1 } END { exit !found }' "$seen"
+awk -F'|' '$1 == "writing new heap" && $4 == 400000 && $5 > 0 { found = 1 } END { exit !found }' "$seen"
+[ "$(sql -c "SELECT count(*) FROM rewritten")" = 300000 ]
+sql -c "SELECT bool_and(ok) FROM slipstream.verify('rewritten')" | grep -qx t
+
 # A chain pruned on access between VACUUM's scan and its prune: VACUUM finds the root naming
 # another version than its scan saw and walks the chain again (ss_prune_chain_seen's fallback).
 # Without the chain cache a fetch walks from the root and prunes the two dead versions it
@@ -135,4 +184,4 @@ case "$expect" in "2000 "*) ;; *) echo "chains: $expect"; exit 1 ;; esac
 sql -c "SELECT bool_and(ok) FROM slipstream.verify('chains')" | grep -qx t
 # A second VACUUM finds nothing more to prune.
 sql -c "VACUUM (VERBOSE) chains" 2>&1 | grep -q ': 0 rows removed'
-echo "vacuum report test passed"
+echo "maintenance report test passed"
