@@ -94,6 +94,7 @@ test-pg: install
 	$(TIMED) scripts/pg_regress.sh
 	$(TIMED) tests/pg_preload_test.sh
 	$(TIMED) tests/pg_maintenance_report_test.sh
+	$(TIMED) tests/pg_big_table_test.sh
 	$(TIMED) tests/pg_contention_test.sh
 	$(TIMED) tests/pg_crash_test.sh
 	$(TIMED) tests/pg_pinned_stall_test.sh

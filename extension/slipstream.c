@@ -48,11 +48,15 @@ startup_shmem(void)
 /*
  * A change interrupted by an error is no longer in flight (the horizon must not stick); a
  * commit or a PREPARE TRANSACTION waits for the backups in the remote commit modes
- * (replication/commit_wait.c).
+ * (replication/commit_wait.c); an ANALYZE that ended with its transaction gives back the
+ * prefetch setting it held at 0 (tableam/prefetch.c).
  */
 static void
 on_xact_end(XactEvent event, void *arg)
 {
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
+		event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
+		ss_analyze_prefetch_restore();
 	if ((event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT) && ss_shared != NULL &&
 		MyProc != NULL)
 		ss_change_done();
@@ -99,6 +103,7 @@ _PG_init(void)
 	ss_register_worker();
 	ss_register_repl_workers();
 	ss_install_planner_hook();
+	ss_install_prefetch_hook();
 	RegisterXactCallback(on_xact_end, NULL);
 	RegisterSubXactCallback(on_subxact_end, NULL);
 }

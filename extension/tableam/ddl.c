@@ -719,6 +719,8 @@ ss_relation_size(Relation rel, ForkNumber fork)
 
 	if (fork != MAIN_FORKNUM && fork != InvalidForkNumber)
 		return 0;
+	/* ANALYZE asks just before it sets up md.c prefetches, which must not happen. */
+	ss_analyze_prefetch_off();
 	high = ss_rowid_high(rel, ss_rel_keyspace(rel));
 	return (high + SS_ROWS_PER_BLOCK - 1) / SS_ROWS_PER_BLOCK * BLCKSZ;
 }

@@ -1,40 +1,27 @@
 /*
- * tableam/planner.c: what the planner may choose on slipstream tables.
- *
- * Bitmap heap scans work on slipstream tables (tableam/scan.c), with one catch in PostgreSQL 15:
- * nodeBitmapHeapscan.c prefetches the blocks it will visit through md.c (PrefetchBuffer), as if
- * the table's blocks were md blocks. Our md file is an empty stub, and md.c refuses to prefetch
- * a block beyond its first 1 GB segment when that segment is not full ("previous segment is
- * only 0 blocks"), so a bitmap scan that reached block RELSEG_SIZE (row id 33.5 M with 256 row
- * ids a block) would fail whenever effective_io_concurrency > 0. The planner is therefore told
- * that indexes of a table past half that row id cannot produce bitmaps; the margin covers
- * plans cached while the table grows.
+ * tableam/planner.c: what the planner sees of slipstream tables.
  *
  * PostgreSQL's size functions (pg_relation_size and the others) measure md files, which for a
  * slipstream table are empty stubs; the planner hook puts tableam/sizes.c's functions, which
  * add what the engine holds, in their place in every query it plans (EXPLAIN VERBOSE shows
  * slipstream.relation_size and so on). Views keep PostgreSQL's functions in their definitions:
  * the swap happens when a query is planned, not when it is parsed.
+ *
+ * (Bitmap heap scans used to be refused on tables past row id 16.7 M here, because md.c's
+ * prefetches failed past the stub's first segment; tableam/prefetch.c turns those off.)
  */
 #include "slipstream.h"
 
-#include "access/table.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type_d.h"
 #include "commands/extension.h"
 #include "nodes/nodeFuncs.h"
-#include "nodes/pathnodes.h"
 #include "optimizer/optimizer.h"
-#include "optimizer/plancat.h"
 #include "optimizer/planner.h"
 #include "parser/parse_func.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 
-/* Row ids from which bitmap heap scans are not planned (half of md's first segment). */
-#define SS_BITMAP_ROWID_LIMIT ((uint64) RELSEG_SIZE * SS_ROWS_PER_BLOCK / 2)
-
-static get_relation_info_hook_type prev_get_relation_info_hook = NULL;
 static planner_hook_type prev_planner_hook = NULL;
 
 /* PostgreSQL's size functions and the names of ours (tableam/sizes.c) that replace them. */
@@ -57,28 +44,6 @@ typedef struct SizeSwap
 	bool		resolved;
 	Oid			ours[SS_SIZE_FUNCTIONS];	/* InvalidOid: the extension is not installed */
 } SizeSwap;
-
-/* get_relation_info_hook: no bitmap heap scans on slipstream tables past the limit. */
-static void
-ss_get_relation_info(PlannerInfo *root, Oid relid, bool inhparent, RelOptInfo *rel)
-{
-	Relation	relation;
-
-	if (prev_get_relation_info_hook)
-		prev_get_relation_info_hook(root, relid, inhparent, rel);
-	if (rel->indexlist == NIL)
-		return;
-	relation = table_open(relid, NoLock);	/* the planner holds its lock */
-	if (relation->rd_tableam == ss_tableam_routine() &&
-		ss_rowid_high(relation, ss_rel_keyspace(relation)) > SS_BITMAP_ROWID_LIMIT)
-	{
-		ListCell   *lc;
-
-		foreach(lc, rel->indexlist)
-			((IndexOptInfo *) lfirst(lc))->amhasgetbitmap = false;
-	}
-	table_close(relation, NoLock);
-}
 
 /*
  * Finds our size functions in the extension's schema, slipstream (fixed by its control file);
@@ -144,12 +109,10 @@ ss_planner(Query *parse, const char *query_string, int cursor_options,
 	return standard_planner(parse, query_string, cursor_options, bound_params);
 }
 
-/* Installs the planner hooks (from _PG_init). */
+/* Installs the planner hook (from _PG_init). */
 void
 ss_install_planner_hook(void)
 {
-	prev_get_relation_info_hook = get_relation_info_hook;
-	get_relation_info_hook = ss_get_relation_info;
 	prev_planner_hook = planner_hook;
 	planner_hook = ss_planner;
 }
