@@ -111,8 +111,8 @@ awk -F'|' '$1 == "building index: scanning table" && $2 == 6 && $3 > 0 && $3 < 6
 [ "$(sql -c "SELECT count(*) FROM pg_stat_progress_create_index")" = 0 ]
 [ "$(sql -c "SET enable_seqscan = off" -c "SELECT count(*) FROM built WHERE slow_id(id) > 1000")" = 500 ]
 
-# pg_stat_progress_cluster during a VACUUM FULL of 400,000 rows (1,563 blocks): its scan, then
-# its writes of the new table.
+# pg_stat_progress_cluster during a VACUUM FULL of 400,000 rows (1,563 blocks): its scan, which
+# writes the new table as it goes (as heap's does).
 sql -c "CREATE TABLE rewritten (id int PRIMARY KEY, v text) USING slipstream" \
   -c "INSERT INTO rewritten SELECT g, repeat('r', 60) FROM generate_series(1, 400000) g" \
   -c "DELETE FROM rewritten WHERE id % 4 = 0"
@@ -129,8 +129,8 @@ while kill -0 "$full" 2>/dev/null; do
 done
 wait "$full"
 sort "$seen" | uniq -c | sort -rn | head -8
-awk -F'|' '$1 == "seq scanning heap" && $2 == 1563 && $4 > 0 { found = 1 } END { exit !found }' "$seen"
-awk -F'|' '$1 == "writing new heap" && $4 == 400000 && $5 > 0 { found = 1 } END { exit !found }' "$seen"
+awk -F'|' '$1 == "seq scanning heap" && $2 == 1563 && $3 > 0 && $3 < 1563 && $4 > 0 && $5 > 0
+           { found = 1 } END { exit !found }' "$seen"
 [ "$(sql -c "SELECT count(*) FROM rewritten")" = 300000 ]
 sql -c "SELECT bool_and(ok) FROM slipstream.verify('rewritten')" | grep -qx t
 

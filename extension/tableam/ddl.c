@@ -252,16 +252,202 @@ freeze_copied_row(HeapTupleHeader tuple, TransactionId xid_cutoff, MultiXactId m
 	}
 }
 
-typedef struct RowidMapping
+/*
+ * A version a rewrite keeps whose update made another version that it may keep too: the
+ * successor's old row id, its new one once the rewrite gives it (SS_NO_ROWID before), and the
+ * predecessor's copy when it came first and waits for that new row id to point at.
+ */
+typedef struct Successor
 {
-	uint64		old_rowid;
+	uint64		old_rowid;		/* hash key */
 	uint64		new_rowid;
-} RowidMapping;
+	HeapTuple	waiting;		/* the predecessor's copy, not yet written */
+	uint64		waiting_rowid;	/* its new row id */
+} Successor;
+
+/* A rewrite in progress (CLUSTER, VACUUM FULL): where copies go, and what they wait for. */
+typedef struct Rewrite
+{
+	Relation	new_rel;
+	uint32		new_keyspace;
+	TransactionId xid_cutoff;
+	MultiXactId multi_cutoff;
+	uint64		next_new;		/* the next new row id to give */
+	uint64		reserved;		/* new row ids taken from the relation's counter so far */
+	uint64		first_new;
+	HTAB	   *successors;		/* Successor entries by old row id */
+	HeapTuple	batch[SS_COPY_BATCH];
+	uint64		batch_rowids[SS_COPY_BATCH];
+	int			nbatch;
+	int64		written;
+} Rewrite;
+
+/* Writes the batch of copies (taking their row ids from the counter first) and frees them. */
+static void
+rewrite_flush(Rewrite *rw)
+{
+	uint64		used = rw->next_new - rw->first_new;
+
+	if (rw->nbatch == 0)
+		return;
+	if (used > rw->reserved)
+	{
+		(void) ss_next_rowid(rw->new_rel, rw->new_keyspace, (uint32) (used - rw->reserved));
+		rw->reserved = used;
+	}
+	ss_write_rows(rw->new_rel, rw->new_keyspace, rw->batch_rowids, rw->batch, rw->nbatch, true);
+	for (int i = 0; i < rw->nbatch; i++)
+		pfree(rw->batch[i]);
+	rw->written += rw->nbatch;
+	rw->nbatch = 0;
+	pgstat_progress_update_param(PROGRESS_CLUSTER_HEAP_TUPLES_WRITTEN, rw->written);
+}
+
+/*
+ * Adds a copy, made ready for the new relation (its row id, frozen xids, no chain flags,
+ * TOASTed values moved to the new TOAST table), to the batch; `tuple` is handed over.
+ */
+static void
+rewrite_emit(Rewrite *rw, HeapTuple tuple, uint64 new_rowid)
+{
+	freeze_copied_row(tuple->t_data, rw->xid_cutoff, rw->multi_cutoff);
+	/* Every copy is indexed on its own: no chains survive a rewrite, as with heap. */
+	tuple->t_data->t_infomask2 &= ~(HEAP_HOT_UPDATED | HEAP_ONLY_TUPLE);
+	tuple->t_tableOid = RelationGetRelid(rw->new_rel);
+	ss_rowid_to_tid(new_rowid, &tuple->t_self);
+	if (HeapTupleHasExternal(tuple))
+	{
+		/* TOASTed values move to the new relation's TOAST table, as heap does. */
+		HeapTuple	retoasted = heap_toast_insert_or_update(rw->new_rel, tuple, NULL,
+															HEAP_INSERT_NO_LOGICAL);
+
+		if (retoasted != tuple)
+		{
+			retoasted->t_self = tuple->t_self;
+			pfree(tuple);
+			tuple = retoasted;
+		}
+	}
+	rw->batch[rw->nbatch] = tuple;
+	rw->batch_rowids[rw->nbatch] = new_rowid;
+	if (++rw->nbatch == SS_COPY_BATCH)
+		rewrite_flush(rw);
+}
+
+/* Notes that the version at `old_rowid` is a kept version's successor. */
+static Successor *
+rewrite_want(Rewrite *rw, uint64 old_rowid)
+{
+	bool		found;
+	Successor  *entry = hash_search(rw->successors, &old_rowid, HASH_ENTER, &found);
+
+	if (!found)
+	{
+		entry->new_rowid = SS_NO_ROWID;
+		entry->waiting = NULL;
+	}
+	return entry;
+}
+
+/*
+ * Gives a kept version (`tuple`, a copy handed over) its new row id and writes it: at once when
+ * it ends no chain or its successor's new row id is known, else when the successor comes (or
+ * at the end, pointing at itself, if the successor is not kept). A successor's own arrival
+ * releases the predecessor that waited for it. `in_rowid_order`: versions come in old row id
+ * order, which is a chain's order (row ids grow along a chain), so a successor is noted when
+ * its predecessor comes; otherwise they were noted beforehand (rewrite_note_successors).
+ */
+static void
+rewrite_copy(Rewrite *rw, HeapTuple tuple, bool in_rowid_order)
+{
+	uint64		old_rowid = ss_tid_to_rowid(&tuple->t_self);
+	uint64		new_rowid = rw->next_new++;
+	Successor  *self = hash_search(rw->successors, &old_rowid, HASH_FIND, NULL);
+
+	if (self != NULL)
+	{
+		self->new_rowid = new_rowid;
+		if (self->waiting != NULL)
+		{
+			ss_rowid_to_tid(new_rowid, &self->waiting->t_data->t_ctid);
+			rewrite_emit(rw, self->waiting, self->waiting_rowid);
+			self->waiting = NULL;
+		}
+		if (in_rowid_order)
+			(void) hash_search(rw->successors, &old_rowid, HASH_REMOVE, NULL);
+	}
+	if (!ItemPointerEquals(&tuple->t_self, &tuple->t_data->t_ctid) &&
+		ss_tid_valid(&tuple->t_data->t_ctid))
+	{
+		uint64		successor = ss_tid_to_rowid(&tuple->t_data->t_ctid);
+		Successor  *next = in_rowid_order ? rewrite_want(rw, successor)
+			: hash_search(rw->successors, &successor, HASH_FIND, NULL);
+
+		if (next != NULL && next->new_rowid == SS_NO_ROWID)
+		{
+			next->waiting = tuple;
+			next->waiting_rowid = new_rowid;
+			return;
+		}
+		ss_rowid_to_tid(next != NULL ? next->new_rowid : new_rowid, &tuple->t_data->t_ctid);
+	}
+	else
+		ss_rowid_to_tid(new_rowid, &tuple->t_data->t_ctid);
+	rewrite_emit(rw, tuple, new_rowid);
+}
+
+/* Writes the versions still waiting for successors the rewrite did not keep, pointing at themselves. */
+static void
+rewrite_finish(Rewrite *rw)
+{
+	HASH_SEQ_STATUS status;
+	Successor  *entry;
+
+	hash_seq_init(&status, rw->successors);
+	while ((entry = hash_seq_search(&status)) != NULL)
+	{
+		if (entry->waiting == NULL)
+			continue;
+		ss_rowid_to_tid(entry->waiting_rowid, &entry->waiting->t_data->t_ctid);
+		rewrite_emit(rw, entry->waiting, entry->waiting_rowid);
+		entry->waiting = NULL;
+	}
+	rewrite_flush(rw);
+}
+
+/*
+ * Before a rewrite in another order than the row ids' (index order, or sorted), notes the
+ * successors of the versions it will keep: one pass over the old relation in row id order.
+ */
+static void
+rewrite_note_successors(Rewrite *rw, Relation old_rel, TransactionId oldest_xmin)
+{
+	TupleTableSlot *slot = table_slot_create(old_rel, NULL);
+	TableScanDesc scan = table_beginscan(old_rel, SnapshotAny, 0, NULL);
+
+	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))
+	{
+		bool		should_free;
+		HeapTuple	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
+		TransactionId dead_after;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ItemPointerEquals(&tuple->t_self, &tuple->t_data->t_ctid) ||
+			!ss_tid_valid(&tuple->t_data->t_ctid) ||
+			ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after) == HEAPTUPLE_DEAD)
+			continue;
+		(void) rewrite_want(rw, ss_tid_to_rowid(&tuple->t_data->t_ctid));
+	}
+	table_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+}
 
 /*
  * CLUSTER and VACUUM FULL: copies every row some transaction may still see into the new
- * relation (in index order for CLUSTER), with new row ids. A second pass writes the rows, so
- * that update chains (t_ctid) can point at their successors' new row ids.
+ * relation with new row ids, in row id order, in index order (CLUSTER by an index scan) or
+ * sorted (CLUSTER by a sort). Copies are written as they come; only a version whose update's
+ * successor it keeps too and has not met yet waits, so that its t_ctid can name the
+ * successor's new row id: memory grows with such versions, not with the table.
  */
 static void
 ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_index,
@@ -271,32 +457,31 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 							 double *tups_recently_dead)
 {
 	uint32		old_keyspace = ss_rel_keyspace(old_rel);
-	uint32		new_keyspace = ss_rel_keyspace(new_rel);
 	TupleTableSlot *slot = table_slot_create(old_rel, NULL);
 	TableScanDesc scan = NULL;
 	IndexScanDesc iscan = NULL;
 	Tuplesortstate *sort = NULL;
 	HASHCTL		info;
-	HTAB	   *mapping;
-	uint64	   *kept;
-	int64		nkept = 0;
-	int64		capacity = 1024;
-	uint64		next_new = ss_next_rowid(new_rel, new_keyspace, 0);
-	HeapTuple	batch[SS_COPY_BATCH];
-	uint64		batch_rowids[SS_COPY_BATCH];
-	int			nbatch = 0;
+	Rewrite		rw = {0};
+	bool		in_rowid_order = (old_index == NULL);
 	int64		scanned = 0;
 	BlockNumber reported = InvalidBlockNumber;
 
+	rw.new_rel = new_rel;
+	rw.new_keyspace = ss_rel_keyspace(new_rel);
+	rw.xid_cutoff = *xid_cutoff;
+	rw.multi_cutoff = *multi_cutoff;
+	rw.first_new = rw.next_new = ss_next_rowid(new_rel, rw.new_keyspace, 0);
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(uint64);
-	info.entrysize = sizeof(RowidMapping);
+	info.entrysize = sizeof(Successor);
 	info.hcxt = CurrentMemoryContext;
-	mapping = hash_create("slipstream cluster mapping", 1024, &info,
-						  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	kept = palloc(sizeof(uint64) * capacity);
+	rw.successors = hash_create("slipstream rewrite successors", 1024, &info,
+								HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	*num_tuples = *tups_vacuumed = *tups_recently_dead = 0;
 
+	if (!in_rowid_order)
+		rewrite_note_successors(&rw, old_rel, oldest_xmin);
 	if (old_index != NULL && use_sort)
 		sort = tuplesort_begin_cluster(RelationGetDescr(old_rel), old_index,
 									   maintenance_work_mem, NULL, TUPLESORT_NONE);
@@ -318,14 +503,11 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 		scan = table_beginscan(old_rel, SnapshotAny, 0, NULL);
 	}
 
-	/* Pass 1: decide which rows survive and give them their new row ids. */
 	for (;;)
 	{
 		bool		should_free;
 		HeapTuple	tuple;
 		TransactionId dead_after;
-		RowidMapping *entry;
-		bool		found;
 
 		CHECK_FOR_INTERRUPTS();
 		if (iscan != NULL ? !index_getnext_slot(iscan, ForwardScanDirection, slot)
@@ -349,40 +531,9 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 				break;
 		}
 		if (sort != NULL)
-		{
 			tuplesort_putheaptuple(sort, tuple);
-			continue;
-		}
-		if (nkept == capacity)
-		{
-			capacity *= 2;
-			kept = repalloc_huge(kept, sizeof(uint64) * capacity);
-		}
-		kept[nkept++] = ss_tid_to_rowid(&tuple->t_self);
-		entry = hash_search(mapping, &kept[nkept - 1], HASH_ENTER, &found);
-		entry->new_rowid = next_new++;
-	}
-	if (sort != NULL)
-	{
-		HeapTuple	tuple;
-
-		pgstat_progress_update_param(PROGRESS_CLUSTER_PHASE, PROGRESS_CLUSTER_PHASE_SORT_TUPLES);
-		tuplesort_performsort(sort);
-		while ((tuple = tuplesort_getheaptuple(sort, true)) != NULL)
-		{
-			RowidMapping *entry;
-			bool		found;
-
-			if (nkept == capacity)
-			{
-				capacity *= 2;
-				kept = repalloc_huge(kept, sizeof(uint64) * capacity);
-			}
-			kept[nkept++] = ss_tid_to_rowid(&tuple->t_self);
-			entry = hash_search(mapping, &kept[nkept - 1], HASH_ENTER, &found);
-			entry->new_rowid = next_new++;
-		}
-		tuplesort_end(sort);
+		else
+			rewrite_copy(&rw, heap_copytuple(tuple), in_rowid_order);
 	}
 	if (iscan != NULL)
 		index_endscan(iscan);
@@ -393,62 +544,23 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 		table_endscan(scan);
 	}
 	ExecDropSingleTupleTableSlot(slot);
-
-	/* Pass 2: write the survivors in their new order, re-pointing update chains. */
-	pgstat_progress_update_param(PROGRESS_CLUSTER_PHASE, PROGRESS_CLUSTER_PHASE_WRITE_NEW_HEAP);
-	(void) ss_next_rowid(new_rel, new_keyspace, (uint32) Min(nkept, PG_UINT32_MAX));
-	for (int64 i = 0; i < nkept; i++)
+	if (sort != NULL)
 	{
-		HeapTuple	tuple = ss_fetch_row(old_rel, old_keyspace, kept[i]);
-		RowidMapping *entry = hash_search(mapping, &kept[i], HASH_FIND, NULL);
+		HeapTuple	tuple;
 
-		CHECK_FOR_INTERRUPTS();
-		if (tuple == NULL)
-			elog(ERROR, "slipstream: row " UINT64_FORMAT " vanished during a rewrite", kept[i]);
-		if (!ItemPointerEquals(&tuple->t_self, &tuple->t_data->t_ctid) &&
-			ss_tid_valid(&tuple->t_data->t_ctid))
+		pgstat_progress_update_param(PROGRESS_CLUSTER_PHASE, PROGRESS_CLUSTER_PHASE_SORT_TUPLES);
+		tuplesort_performsort(sort);
+		pgstat_progress_update_param(PROGRESS_CLUSTER_PHASE,
+									 PROGRESS_CLUSTER_PHASE_WRITE_NEW_HEAP);
+		while ((tuple = tuplesort_getheaptuple(sort, true)) != NULL)
 		{
-			uint64		successor = ss_tid_to_rowid(&tuple->t_data->t_ctid);
-			RowidMapping *next = hash_search(mapping, &successor, HASH_FIND, NULL);
-
-			if (next != NULL)
-				ss_rowid_to_tid(next->new_rowid, &tuple->t_data->t_ctid);
-			else
-				ss_rowid_to_tid(entry->new_rowid, &tuple->t_data->t_ctid);
+			CHECK_FOR_INTERRUPTS();
+			rewrite_copy(&rw, heap_copytuple(tuple), false);
 		}
-		else
-			ss_rowid_to_tid(entry->new_rowid, &tuple->t_data->t_ctid);
-		freeze_copied_row(tuple->t_data, *xid_cutoff, *multi_cutoff);
-		/* Every copy is indexed on its own: no chains survive a rewrite, as with heap. */
-		tuple->t_data->t_infomask2 &= ~(HEAP_HOT_UPDATED | HEAP_ONLY_TUPLE);
-		tuple->t_tableOid = RelationGetRelid(new_rel);
-		ss_rowid_to_tid(entry->new_rowid, &tuple->t_self);
-		if (HeapTupleHasExternal(tuple))
-		{
-			/* TOASTed values move to the new relation's TOAST table, as heap does. */
-			HeapTuple	retoasted = heap_toast_insert_or_update(new_rel, tuple, NULL,
-																HEAP_INSERT_NO_LOGICAL);
-
-			if (retoasted != tuple)
-			{
-				retoasted->t_self = tuple->t_self;
-				pfree(tuple);
-				tuple = retoasted;
-			}
-		}
-		batch[nbatch] = tuple;
-		batch_rowids[nbatch] = entry->new_rowid;
-		if (++nbatch == SS_COPY_BATCH || i == nkept - 1)
-		{
-			ss_write_rows(new_rel, new_keyspace, batch_rowids, batch, nbatch, true);
-			pgstat_progress_update_param(PROGRESS_CLUSTER_HEAP_TUPLES_WRITTEN, i + 1);
-			for (int j = 0; j < nbatch; j++)
-				pfree(batch[j]);
-			nbatch = 0;
-		}
+		tuplesort_end(sort);
 	}
-	hash_destroy(mapping);
-	pfree(kept);
+	rewrite_finish(&rw);
+	hash_destroy(rw.successors);
 }
 
 /*
