@@ -334,31 +334,16 @@ rewrite_emit(Rewrite *rw, HeapTuple tuple, uint64 new_rowid)
 		rewrite_flush(rw);
 }
 
-/* Notes that the version at `old_rowid` is a kept version's successor. */
-static Successor *
-rewrite_want(Rewrite *rw, uint64 old_rowid)
-{
-	bool		found;
-	Successor  *entry = hash_search(rw->successors, &old_rowid, HASH_ENTER, &found);
-
-	if (!found)
-	{
-		entry->new_rowid = SS_NO_ROWID;
-		entry->waiting = NULL;
-	}
-	return entry;
-}
-
 /*
  * Gives a kept version (`tuple`, a copy handed over) its new row id and writes it: at once when
  * it ends no chain or its successor's new row id is known, else when the successor comes (or
  * at the end, pointing at itself, if the successor is not kept). A successor's own arrival
- * releases the predecessor that waited for it. `in_rowid_order`: versions come in old row id
- * order, which is a chain's order (row ids grow along a chain), so a successor is noted when
- * its predecessor comes; otherwise they were noted beforehand (rewrite_note_successors).
+ * releases the predecessor that waited for it. Successors were noted beforehand
+ * (rewrite_note_successors): whatever the order, a successor may come first, since a rewrite in
+ * index order gives a version's successor a smaller row id when the index puts it first.
  */
 static void
-rewrite_copy(Rewrite *rw, HeapTuple tuple, bool in_rowid_order)
+rewrite_copy(Rewrite *rw, HeapTuple tuple)
 {
 	uint64		old_rowid = ss_tid_to_rowid(&tuple->t_self);
 	uint64		new_rowid = rw->next_new++;
@@ -369,27 +354,32 @@ rewrite_copy(Rewrite *rw, HeapTuple tuple, bool in_rowid_order)
 		self->new_rowid = new_rowid;
 		if (self->waiting != NULL)
 		{
+			/* Its predecessor came first: it points here now, and the pair is done. */
 			ss_rowid_to_tid(new_rowid, &self->waiting->t_data->t_ctid);
 			rewrite_emit(rw, self->waiting, self->waiting_rowid);
-			self->waiting = NULL;
-		}
-		if (in_rowid_order)
 			(void) hash_search(rw->successors, &old_rowid, HASH_REMOVE, NULL);
+		}
 	}
 	if (!ItemPointerEquals(&tuple->t_self, &tuple->t_data->t_ctid) &&
 		ss_tid_valid(&tuple->t_data->t_ctid))
 	{
 		uint64		successor = ss_tid_to_rowid(&tuple->t_data->t_ctid);
-		Successor  *next = in_rowid_order ? rewrite_want(rw, successor)
-			: hash_search(rw->successors, &successor, HASH_FIND, NULL);
+		Successor  *next = hash_search(rw->successors, &successor, HASH_FIND, NULL);
 
-		if (next != NULL && next->new_rowid == SS_NO_ROWID)
+		if (next == NULL || next->waiting != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("slipstream: version " UINT64_FORMAT " of \"%s\" links to row "
+							UINT64_FORMAT ", which another version or none was seen to link to",
+							old_rowid, RelationGetRelationName(rw->new_rel), successor)));
+		if (next->new_rowid == SS_NO_ROWID)
 		{
 			next->waiting = tuple;
 			next->waiting_rowid = new_rowid;
 			return;
 		}
-		ss_rowid_to_tid(next != NULL ? next->new_rowid : new_rowid, &tuple->t_data->t_ctid);
+		ss_rowid_to_tid(next->new_rowid, &tuple->t_data->t_ctid);
+		(void) hash_search(rw->successors, &successor, HASH_REMOVE, NULL);
 	}
 	else
 		ss_rowid_to_tid(new_rowid, &tuple->t_data->t_ctid);
@@ -415,10 +405,7 @@ rewrite_finish(Rewrite *rw)
 	rewrite_flush(rw);
 }
 
-/*
- * Before a rewrite in another order than the row ids' (index order, or sorted), notes the
- * successors of the versions it will keep: one pass over the old relation in row id order.
- */
+/* Before a rewrite, notes the successors of the versions it will keep: one pass in row id order. */
 static void
 rewrite_note_successors(Rewrite *rw, Relation old_rel, TransactionId oldest_xmin)
 {
@@ -436,7 +423,14 @@ rewrite_note_successors(Rewrite *rw, Relation old_rel, TransactionId oldest_xmin
 			!ss_tid_valid(&tuple->t_data->t_ctid) ||
 			ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after) == HEAPTUPLE_DEAD)
 			continue;
-		(void) rewrite_want(rw, ss_tid_to_rowid(&tuple->t_data->t_ctid));
+		{
+			uint64		successor = ss_tid_to_rowid(&tuple->t_data->t_ctid);
+			bool		found;
+			Successor  *entry = hash_search(rw->successors, &successor, HASH_ENTER, &found);
+
+			entry->new_rowid = SS_NO_ROWID;
+			entry->waiting = NULL;
+		}
 	}
 	table_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
@@ -463,7 +457,6 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 	Tuplesortstate *sort = NULL;
 	HASHCTL		info;
 	Rewrite		rw = {0};
-	bool		in_rowid_order = (old_index == NULL);
 	int64		scanned = 0;
 	BlockNumber reported = InvalidBlockNumber;
 
@@ -480,8 +473,7 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 								HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	*num_tuples = *tups_vacuumed = *tups_recently_dead = 0;
 
-	if (!in_rowid_order)
-		rewrite_note_successors(&rw, old_rel, oldest_xmin);
+	rewrite_note_successors(&rw, old_rel, oldest_xmin);
 	if (old_index != NULL && use_sort)
 		sort = tuplesort_begin_cluster(RelationGetDescr(old_rel), old_index,
 									   maintenance_work_mem, NULL, TUPLESORT_NONE);
@@ -533,7 +525,7 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 		if (sort != NULL)
 			tuplesort_putheaptuple(sort, tuple);
 		else
-			rewrite_copy(&rw, heap_copytuple(tuple), in_rowid_order);
+			rewrite_copy(&rw, heap_copytuple(tuple));
 	}
 	if (iscan != NULL)
 		index_endscan(iscan);
@@ -555,7 +547,7 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 		while ((tuple = tuplesort_getheaptuple(sort, true)) != NULL)
 		{
 			CHECK_FOR_INTERRUPTS();
-			rewrite_copy(&rw, heap_copytuple(tuple), false);
+			rewrite_copy(&rw, heap_copytuple(tuple));
 		}
 		tuplesort_end(sort);
 	}
