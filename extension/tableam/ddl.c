@@ -253,9 +253,9 @@ freeze_copied_row(HeapTupleHeader tuple, TransactionId xid_cutoff, MultiXactId m
 }
 
 /*
- * A version a rewrite keeps whose update made another version that it may keep too: the
- * successor's old row id, its new one once the rewrite gives it (SS_NO_ROWID before), and the
- * predecessor's copy when it came first and waits for that new row id to point at.
+ * The successor of a version a rewrite keeps (the version that one's update made): its old row
+ * id, its new one once the rewrite gives it (SS_NO_ROWID before), and the predecessor's copy
+ * when that came first and waits for the new row id to point at.
  */
 typedef struct Successor
 {
@@ -268,6 +268,7 @@ typedef struct Successor
 /* A rewrite in progress (CLUSTER, VACUUM FULL): where copies go, and what they wait for. */
 typedef struct Rewrite
 {
+	Relation	old_rel;
 	Relation	new_rel;
 	uint32		new_keyspace;
 	TransactionId xid_cutoff;
@@ -369,9 +370,12 @@ rewrite_copy(Rewrite *rw, HeapTuple tuple)
 		if (next == NULL || next->waiting != NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_CORRUPTED),
-					 errmsg("slipstream: version " UINT64_FORMAT " of \"%s\" links to row "
-							UINT64_FORMAT ", which another version or none was seen to link to",
-							old_rowid, RelationGetRelationName(rw->new_rel), successor)));
+					 errmsg("slipstream: the update chain at row " UINT64_FORMAT " of \"%s\" is "
+							"inconsistent",
+							successor, RelationGetRelationName(rw->old_rel)),
+					 errdetail("Row " UINT64_FORMAT " links to it, and %s.", old_rowid,
+							   next == NULL ? "the first pass of the rewrite did not see that link"
+							   : "so does another row")));
 		if (next->new_rowid == SS_NO_ROWID)
 		{
 			next->waiting = tuple;
@@ -460,6 +464,7 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 	int64		scanned = 0;
 	BlockNumber reported = InvalidBlockNumber;
 
+	rw.old_rel = old_rel;
 	rw.new_rel = new_rel;
 	rw.new_keyspace = ss_rel_keyspace(new_rel);
 	rw.xid_cutoff = *xid_cutoff;
