@@ -17,6 +17,18 @@ port=${2:-55467}
 cluster="$scratch/cluster"
 pg="$root/scripts/pg_cluster.sh"
 sql() { "$pg" psql "$cluster" -qAtX -v ON_ERROR_STOP=1 "$@"; }
+# Appends `columns` of progress view `view` for table `table` to `file` every `interval`
+# seconds while process `pid` runs, then waits for it (and fails if it failed).
+poll_progress() {
+  local pid=$1 file=$2 interval=$3 view=$4 table=$5 columns=$6
+  : >"$file"
+  while kill -0 "$pid" 2>/dev/null; do
+    sql -c "SELECT $columns FROM $view p JOIN pg_class c ON c.oid = p.relid
+             WHERE c.relname = '$table'" >>"$file"
+    sleep "$interval"
+  done
+  wait "$pid"
+}
 
 "$pg" init "$cluster" "$port" "autovacuum_naptime = 1" "log_autovacuum_min_duration = 0" \
   "log_min_messages = log"
@@ -69,16 +81,9 @@ sql -c "CREATE TABLE progress (id int PRIMARY KEY, v text) USING slipstream
   -c "DELETE FROM progress WHERE id % 3 = 0"
 sql -c "SET maintenance_work_mem = '1MB'" -c "SET vacuum_cost_delay = '2ms'" \
   -c "SET vacuum_cost_limit = 1" -c "VACUUM progress" &
-vacuum=$!
 seen="$scratch/progress.txt"
-: >"$seen"
-while kill -0 "$vacuum" 2>/dev/null; do
-  sql -c "SELECT phase, heap_blks_total, heap_blks_scanned, index_vacuum_count, max_dead_tuples
-            FROM pg_stat_progress_vacuum p JOIN pg_class c ON c.oid = p.relid
-           WHERE c.relname = 'progress'" >>"$seen"
-  sleep 0.05
-done
-wait "$vacuum"
+poll_progress $! "$seen" 0.05 pg_stat_progress_vacuum progress \
+  "phase, heap_blks_total, heap_blks_scanned, index_vacuum_count, max_dead_tuples"
 sort "$seen" | uniq -c | sort -rn | head -20
 # 200,000 row ids are 782 blocks of 256; half of 1 MB holds 65,536 row ids, so the 66,666 dead
 # rows take two passes over the index.
@@ -96,15 +101,8 @@ sql -c "CREATE FUNCTION slow_id(int) RETURNS int LANGUAGE plpgsql IMMUTABLE
   -c "CREATE TABLE built (id int, v int) USING slipstream" \
   -c "INSERT INTO built SELECT g, g FROM generate_series(1, 1500) g"
 sql -c "SET max_parallel_maintenance_workers = 0" -c "CREATE INDEX built_slow ON built (slow_id(id))" &
-build=$!
 seen="$scratch/create_index.txt"
-: >"$seen"
-while kill -0 "$build" 2>/dev/null; do
-  sql -c "SELECT phase, blocks_total, blocks_done FROM pg_stat_progress_create_index p
-            JOIN pg_class c ON c.oid = p.relid WHERE c.relname = 'built'" >>"$seen"
-  sleep 0.05
-done
-wait "$build"
+poll_progress $! "$seen" 0.05 pg_stat_progress_create_index built "phase, blocks_total, blocks_done"
 sort "$seen" | uniq -c
 awk -F'|' '$1 == "building index: scanning table" && $2 == 6 && $3 > 0 && $3 < 6 { found = 1 }
            END { exit !found }' "$seen"
@@ -117,17 +115,9 @@ sql -c "CREATE TABLE rewritten (id int PRIMARY KEY, v text) USING slipstream" \
   -c "INSERT INTO rewritten SELECT g, repeat('r', 60) FROM generate_series(1, 400000) g" \
   -c "DELETE FROM rewritten WHERE id % 4 = 0"
 sql -c "VACUUM FULL rewritten" &
-full=$!
 seen="$scratch/cluster.txt"
-: >"$seen"
-while kill -0 "$full" 2>/dev/null; do
-  sql -c "SELECT phase, heap_blks_total, heap_blks_scanned, heap_tuples_scanned,
-                 heap_tuples_written
-            FROM pg_stat_progress_cluster p JOIN pg_class c ON c.oid = p.relid
-           WHERE c.relname = 'rewritten'" >>"$seen"
-  sleep 0.02
-done
-wait "$full"
+poll_progress $! "$seen" 0.02 pg_stat_progress_cluster rewritten \
+  "phase, heap_blks_total, heap_blks_scanned, heap_tuples_scanned, heap_tuples_written"
 sort "$seen" | uniq -c | sort -rn | head -8
 awk -F'|' '$1 == "seq scanning heap" && $2 == 1563 && $3 > 0 && $3 < 1563 && $4 > 0 && $5 > 0
            { found = 1 } END { exit !found }' "$seen"
