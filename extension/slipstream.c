@@ -68,10 +68,12 @@ on_xact_end(XactEvent event, void *arg)
 		ss_repl_prepare_wait();
 }
 
-/* Same for subtransactions rolled back by an error. */
+/* Same for subtransactions rolled back by an error (an ANALYZE may run in one). */
 static void
 on_subxact_end(SubXactEvent event, SubTransactionId sub, SubTransactionId parent, void *arg)
 {
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		ss_analyze_prefetch_restore();
 	if (event == SUBXACT_EVENT_ABORT_SUB && ss_shared != NULL && MyProc != NULL)
 		ss_change_done();
 }

@@ -39,5 +39,16 @@ SELECT count(*), sum(k) FROM vac_m WHERE k >= 0;
 RESET enable_seqscan; RESET enable_bitmapscan;
 SELECT count(*), sum(id), sum(k) FROM vac_m;
 SELECT slipstream.verify('vac_m');
+-- ANALYZE holds maintenance_io_concurrency at 0 while it samples (tableam/prefetch.c), and
+-- gives it back when its scan ends, in a transaction block too.
+SET maintenance_io_concurrency = 7;
+ANALYZE vac_m;
+SHOW maintenance_io_concurrency;
+BEGIN;
+ANALYZE vac_m;
+SHOW maintenance_io_concurrency;
+COMMIT;
+RESET maintenance_io_concurrency;
+SELECT reltuples FROM pg_class WHERE relname = 'vac_m';
 DROP TABLE vac_m;
 \set VERBOSITY default

@@ -14,7 +14,7 @@
  *  - ANALYZE reads maintenance_io_concurrency right after it asks the table's size
  *    (acquire_sample_rows); the size callback, seeing the backend's progress report say that
  *    an ANALYZE is under way, sets the setting to 0 until the sampling scan ends (or the
- *    transaction does). Without track_activities there is no progress report to see;
+ *    transaction, or the subtransaction an error ends, does). Without track_activities there is no progress report to see;
  *    `maintenance_io_concurrency = 0` does the same by hand.
  * Neither changes what is read: the rows come from the engine, never from md blocks.
  */
