@@ -48,15 +48,11 @@ startup_shmem(void)
 /*
  * A change interrupted by an error is no longer in flight (the horizon must not stick); a
  * commit or a PREPARE TRANSACTION waits for the backups in the remote commit modes
- * (replication/commit_wait.c); an ANALYZE that ended with its transaction gives back the
- * prefetch setting it held at 0 (tableam/prefetch.c).
+ * (replication/commit_wait.c).
  */
 static void
 on_xact_end(XactEvent event, void *arg)
 {
-	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT ||
-		event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
-		ss_analyze_prefetch_restore();
 	if ((event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT) && ss_shared != NULL &&
 		MyProc != NULL)
 		ss_change_done();
@@ -68,12 +64,10 @@ on_xact_end(XactEvent event, void *arg)
 		ss_repl_prepare_wait();
 }
 
-/* Same for subtransactions rolled back by an error (an ANALYZE may run in one). */
+/* Same for subtransactions rolled back by an error. */
 static void
 on_subxact_end(SubXactEvent event, SubTransactionId sub, SubTransactionId parent, void *arg)
 {
-	if (event == SUBXACT_EVENT_ABORT_SUB)
-		ss_analyze_prefetch_restore();
 	if (event == SUBXACT_EVENT_ABORT_SUB && ss_shared != NULL && MyProc != NULL)
 		ss_change_done();
 }

@@ -464,7 +464,6 @@ extern void ss_install_planner_hook(void);
 /* No md.c prefetches for slipstream tables: bitmap heap scans and ANALYZE (tableam/prefetch.c). */
 extern void ss_install_prefetch_hook(void);
 extern void ss_analyze_prefetch_off(void);
-extern void ss_analyze_prefetch_restore(void);
 /* Makes a scan return chain roots' redirects, which scans skip otherwise (tableam/scan.c). */
 extern void ss_scan_every_row(TableScanDesc scan);
 /* Moves a forward scan on to the first row id >= `rowid`; returns the rows passed over. */

@@ -270,6 +270,7 @@ typedef struct Rewrite
 {
 	Relation	old_rel;
 	Relation	new_rel;
+	TransactionId oldest_xmin;
 	uint32		new_keyspace;
 	TransactionId xid_cutoff;
 	MultiXactId multi_cutoff;
@@ -336,6 +337,21 @@ rewrite_emit(Rewrite *rw, HeapTuple tuple, uint64 new_rowid)
 }
 
 /*
+ * Whether a version the rewrite keeps links to a successor it may keep too: an update ended it
+ * and some snapshot may still see it (recently dead). A live version's t_ctid may still name
+ * the version of an update that rolled back, or a locker's; that link leads nowhere.
+ */
+static bool
+links_forward(HeapTuple tuple, TransactionId oldest_xmin)
+{
+	TransactionId dead_after;
+
+	return !ItemPointerEquals(&tuple->t_self, &tuple->t_data->t_ctid) &&
+		ss_tid_valid(&tuple->t_data->t_ctid) &&
+		ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after) == HEAPTUPLE_RECENTLY_DEAD;
+}
+
+/*
  * Gives a kept version (`tuple`, a copy handed over) its new row id and writes it: at once when
  * it ends no chain or its successor's new row id is known, else when the successor comes (or
  * at the end, pointing at itself, if the successor is not kept). A successor's own arrival
@@ -361,8 +377,7 @@ rewrite_copy(Rewrite *rw, HeapTuple tuple)
 			(void) hash_search(rw->successors, &old_rowid, HASH_REMOVE, NULL);
 		}
 	}
-	if (!ItemPointerEquals(&tuple->t_self, &tuple->t_data->t_ctid) &&
-		ss_tid_valid(&tuple->t_data->t_ctid))
+	if (links_forward(tuple, rw->oldest_xmin))
 	{
 		uint64		successor = ss_tid_to_rowid(&tuple->t_data->t_ctid);
 		Successor  *next = hash_search(rw->successors, &successor, HASH_FIND, NULL);
@@ -420,12 +435,9 @@ rewrite_note_successors(Rewrite *rw, Relation old_rel, TransactionId oldest_xmin
 	{
 		bool		should_free;
 		HeapTuple	tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
-		TransactionId dead_after;
 
 		CHECK_FOR_INTERRUPTS();
-		if (ItemPointerEquals(&tuple->t_self, &tuple->t_data->t_ctid) ||
-			!ss_tid_valid(&tuple->t_data->t_ctid) ||
-			ss_tuple_vacuum_state(tuple, oldest_xmin, &dead_after) == HEAPTUPLE_DEAD)
+		if (!links_forward(tuple, oldest_xmin))
 			continue;
 		{
 			uint64		successor = ss_tid_to_rowid(&tuple->t_data->t_ctid);
@@ -466,6 +478,7 @@ ss_relation_copy_for_cluster(Relation old_rel, Relation new_rel, Relation old_in
 
 	rw.old_rel = old_rel;
 	rw.new_rel = new_rel;
+	rw.oldest_xmin = oldest_xmin;
 	rw.new_keyspace = ss_rel_keyspace(new_rel);
 	rw.xid_cutoff = *xid_cutoff;
 	rw.multi_cutoff = *multi_cutoff;

@@ -13,8 +13,8 @@
  *    prefetch (BitmapHeapNext prefetches only from its first row on);
  *  - ANALYZE reads maintenance_io_concurrency right after it asks the table's size
  *    (acquire_sample_rows); the size callback, seeing the backend's progress report say that
- *    an ANALYZE is under way, sets the setting to 0 until the sampling scan ends (or the
- *    transaction, or the subtransaction an error ends, does). Without track_activities there is no progress report to see;
+ *    an ANALYZE is under way, sets the setting to 0 for the rest of that relation's analysis
+ *    (as a function's SET clause would: ANALYZE undoes its GUC changes at the end). Without track_activities there is no progress report to see;
  *    `maintenance_io_concurrency = 0` does the same by hand.
  * Neither changes what is read: the rows come from the engine, never from md blocks.
  */
@@ -26,11 +26,9 @@
 #include "nodes/nodeFuncs.h"
 #include "storage/bufmgr.h"
 #include "utils/backend_status.h"
+#include "utils/guc.h"
 
 static ExecutorStart_hook_type prev_executor_start_hook = NULL;
-
-/* maintenance_io_concurrency while an ANALYZE of a slipstream table has it at 0; -1: not. */
-static int	saved_maintenance_io_concurrency = -1;
 
 /* Turns off the prefetches of one bitmap heap scan node (and walks on to its children). */
 static bool
@@ -64,26 +62,18 @@ ss_executor_start(QueryDesc *query, int eflags)
 /*
  * Called when a slipstream table's size is asked: if this backend is running an ANALYZE (of
  * that table, or of a parent whose sample takes its rows), it is about to read
- * maintenance_io_concurrency for its prefetches, which are set off until its scan ends.
+ * maintenance_io_concurrency for its prefetches, which is set to 0 for the rest of that
+ * relation's analysis: do_analyze_rel undoes its GUC changes when it ends (AtEOXact_GUC on its
+ * own nesting level), and an error's abort does too.
  */
 void
 ss_analyze_prefetch_off(void)
 {
 	if (MyBEEntry == NULL || MyBEEntry->st_progress_command != PROGRESS_COMMAND_ANALYZE ||
-		saved_maintenance_io_concurrency >= 0)
+		maintenance_io_concurrency == 0)
 		return;
-	saved_maintenance_io_concurrency = maintenance_io_concurrency;
-	maintenance_io_concurrency = 0;
-}
-
-/* Gives maintenance_io_concurrency back once an ANALYZE's scan ends or its transaction does. */
-void
-ss_analyze_prefetch_restore(void)
-{
-	if (saved_maintenance_io_concurrency < 0)
-		return;
-	maintenance_io_concurrency = saved_maintenance_io_concurrency;
-	saved_maintenance_io_concurrency = -1;
+	(void) set_config_option("maintenance_io_concurrency", "0", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
 }
 
 /* Installs the ExecutorStart hook (from _PG_init). */

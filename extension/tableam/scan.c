@@ -349,8 +349,6 @@ ss_scan_end(TableScanDesc sscan)
 	SsScanDesc	scan = (SsScanDesc) sscan;
 
 	drop_iterator(scan->holder);
-	if (scan->base.rs_flags & SO_TYPE_ANALYZE)
-		ss_analyze_prefetch_restore();
 	if (scan->base.rs_flags & SO_TEMP_SNAPSHOT)
 		UnregisterSnapshot(scan->base.rs_snapshot);
 	RelationDecrementReferenceCount(scan->base.rs_rd);

@@ -690,8 +690,6 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	Buffer		vm_buffer = InvalidBuffer;
 	BlockNumber skipped = 0;
 
-	if (params->options & VACOPT_VERBOSE)
-		ereport(INFO, (errmsg("vacuuming \"%s\"", qualified_name(rel))));
 	report.start = GetCurrentTimestamp();
 	pg_rusage_init(&report.usage);
 	report.wal = pgWalUsage;
@@ -701,6 +699,9 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 									   params->multixact_freeze_table_age, &oldest_xmin,
 									   &oldest_mxact, &freeze_limit, &multi_cutoff);
 	may_skip = !aggressive && !(params->options & VACOPT_DISABLE_PAGE_SKIPPING);
+	if (params->options & VACOPT_VERBOSE)
+		ereport(INFO, (errmsg(aggressive ? "aggressively vacuuming \"%s\"" : "vacuuming \"%s\"",
+							  qualified_name(rel))));
 	new_frozen_xid = oldest_xmin;
 	new_min_multi = oldest_mxact;
 	vac_open_indexes(rel, RowExclusiveLock, &nindexes, &indexes);
