@@ -14,13 +14,13 @@
  *  - ANALYZE reads maintenance_io_concurrency right after it asks the table's size
  *    (acquire_sample_rows); the size callback, seeing the backend's progress report say that
  *    an ANALYZE is under way, sets the setting to 0 for the rest of that relation's analysis
- *    (as a function's SET clause would: ANALYZE undoes its GUC changes at the end). Without track_activities there is no progress report to see;
- *    `maintenance_io_concurrency = 0` does the same by hand.
+ *    (as a function's SET clause would: ANALYZE undoes its GUC changes at the end). Without
+ *    track_activities there is no progress report to see; `maintenance_io_concurrency = 0`
+ *    does the same by hand.
  * Neither changes what is read: the rows come from the engine, never from md blocks.
  */
 #include "slipstream.h"
 
-#include "access/xact.h"
 #include "commands/progress.h"
 #include "executor/executor.h"
 #include "nodes/nodeFuncs.h"
