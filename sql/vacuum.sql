@@ -23,6 +23,23 @@ VACUUM (VERBOSE, INDEX_CLEANUP off) vac_r;
 VACUUM (VERBOSE) vac_r;
 DROP TABLE vac_r;
 
+-- A rolled-back UPDATE leaves a version of every row it changed, which no index and no chain
+-- leads to: VACUUM removes them during its scan, 1,024 at a time, so that their list never
+-- outgrows a batch whatever the UPDATE changed.
+CREATE TABLE vac_a (id int PRIMARY KEY, v int) USING slipstream;
+INSERT INTO vac_a SELECT g, 0 FROM generate_series(1, 3000) g;
+BEGIN;
+UPDATE vac_a SET v = 1;
+ROLLBACK;
+VACUUM (VERBOSE) vac_a;
+VACUUM (VERBOSE) vac_a;
+SELECT count(*), sum(v), sum(id) FROM vac_a;
+SET enable_seqscan = off; SET enable_bitmapscan = off;
+SELECT count(*), sum(v) FROM vac_a WHERE id > 0;
+RESET enable_seqscan; RESET enable_bitmapscan;
+SELECT slipstream.verify('vac_a');
+DROP TABLE vac_a;
+
 -- More dead rows than half of maintenance_work_mem holds (1 MB: 65,536 row ids) take more
 -- than one pass over the indexes, each removing index entries before rows, and leave the
 -- table and its indexes agreeing.

@@ -437,6 +437,24 @@ charge_block(bool dirtied)
 }
 
 /*
+ * Removes the versions of aborted updates noted so far. They have no index entries, and no
+ * chain leads to them, so they go at once, a batch at a time: a large rolled-back UPDATE
+ * leaves one for every row it changed.
+ */
+static void
+remove_orphans(Relation rel, uint32 keyspace, DeadRows *orphans, VacuumReport *report)
+{
+	for (int64 i = 0; i < orphans->count; i += SS_REMOVE_BATCH)
+	{
+		charge_block(true);
+		ss_remove_rows(rel, keyspace, orphans->rowids + i,
+					   (int) Min(SS_REMOVE_BATCH, orphans->count - i));
+	}
+	report->orphans += orphans->count;
+	orphans->count = 0;
+}
+
+/*
  * Prunes the chain of redirect `r` from what the scan read when it can: the dead members from
  * the redirect's target on, each the version its predecessor's update inserted, up to a
  * version the scan found still needed; otherwise by walking the chain.
@@ -819,7 +837,11 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 			 * stays.
 			 */
 			if (!TransactionIdDidCommit(xmin) && !HeapTupleHeaderXminFrozen(tuple->t_data))
+			{
 				dead_rows_add(&orphans, rowid);
+				if (orphans.count == SS_REMOVE_BATCH)
+					remove_orphans(rel, keyspace, &orphans, &report);
+			}
 			else
 			{
 				if (block < map_blocks)
@@ -903,14 +925,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 		new_min_multi = InvalidMultiXactId;
 	}
 
-	/* Versions of aborted updates that no chain leads to have no index entries either. */
-	for (int64 i = 0; i < orphans.count; i += SS_REMOVE_BATCH)
-	{
-		charge_block(true);
-		ss_remove_rows(rel, keyspace, orphans.rowids + i,
-					   (int) Min(SS_REMOVE_BATCH, orphans.count - i));
-	}
-	report.orphans = orphans.count;
+	remove_orphans(rel, keyspace, &orphans, &report);
 
 	empty_dead_rows(rel, keyspace, &dead, dead_stay, indexes, nindexes, index_stats, strategy,
 					live, &report);
