@@ -1,6 +1,8 @@
 // Skiplist operations on the shared memtable.
 #include "memtable.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <random>
 
@@ -30,6 +32,10 @@ constexpr int kFingerSlots = 16;
 // Links a finger walk may follow at one level before a descent is cheaper: a descent reads
 // about four nodes a level.
 constexpr int kFingerSteps = 3;
+// The level a finger search starts at when the walk of the node's own levels ran too far:
+// other writers' appends since this thread's last one lie between, about four times fewer at
+// each level up, so three links at level 5 cover a few thousand of them.
+constexpr int kFingerSearchTop = 5;
 
 thread_local AppendFinger t_fingers[kFingerSlots];
 
@@ -159,27 +165,47 @@ bool MemTable::RewritesOnlyNode(const MemNode* newest, uint64_t lsn) const {
 // Each level starts from the finger's node there, which precedes the key: the finger's nodes
 // are never unlinked in this generation and at[0] orders before (ikey, lsn), checked here.
 // Only the writer changes links, and it holds the write mutex, so relaxed loads see them all.
-bool MemTable::PathFromFinger(std::string_view ikey, uint64_t lsn, int height,
-                              MemNode** prev) const {
-  if (!FingerPrecedes(ikey, lsn)) return false;
+//
+// First each of the node's own levels is walked from the finger's node there. When other
+// writers have appended to the keyspace since this thread last did (many backends inserting
+// in turn), level 0 lies too far behind; then a finger search runs down from a higher level,
+// each level starting from the later of the finger's node there and the node the level above
+// ended at, which costs a few links a level however many nodes came between.
+int MemTable::PathFromFinger(std::string_view ikey, uint64_t lsn, int height,
+                             MemNode** prev) const {
+  if (!FingerPrecedes(ikey, lsn)) return 0;
   const AppendFinger& f = FingerSlot(PrefixOf(ikey));
-  for (int level = 0; level < height; level++) {
-    MemNode* x = Node(f.at[level]);
+  // The last node before the key at `level`, walking from x; nullptr past `budget` links.
+  auto walk = [&](MemNode* x, int level, int budget) -> MemNode* {
     for (int steps = 0;; steps++) {
       MemNode* next = Node(x->next[level].load(std::memory_order_relaxed));
-      if (next == nullptr || !Before(next, ikey, lsn)) break;
-      if (steps == kFingerSteps) return false;
+      if (next == nullptr || !Before(next, ikey, lsn)) return x;
+      if (steps == budget) return nullptr;
       x = next;
     }
+  };
+  int level = 0;
+  while (level < height && (prev[level] = walk(Node(f.at[level]), level, kFingerSteps))) level++;
+  if (level == height) return height;
+  const int used = int(header_->max_height.load(std::memory_order_relaxed));
+  const int top = std::max(height, std::min(used, kFingerSearchTop + 1)) - 1;
+  MemNode* x = nullptr;
+  for (level = top; level >= 0; level--) {
+    MemNode* start = Node(f.at[level]);
+    if (x == nullptr || x == Head() ||
+        (start != Head() && start != x && Before(x, start->key(), start->lsn)))
+      x = start;
+    // Below the top, the level above bounds the walk, as in a descent.
+    if ((x = walk(x, level, level == top ? kFingerSteps : INT_MAX)) == nullptr) return 0;
     prev[level] = x;
   }
-  return true;
+  return top + 1;
 }
 
 // A rewrite of an older row leaves the finger at the keyspace's end, where the next new row
 // id goes. A finger of another keyspace or generation gives way to this one.
 void MemTable::RememberFinger(std::string_view ikey, uint64_t lsn, uint32_t off, int height,
-                              MemNode* const* prev, bool full_path) const {
+                              MemNode* const* prev, int path_levels) const {
   const uint32_t keyspace = PrefixOf(ikey);
   const uint64_t generation = header_->generation.load(std::memory_order_relaxed);
   AppendFinger& f = FingerSlot(keyspace);
@@ -195,9 +221,7 @@ void MemTable::RememberFinger(std::string_view ikey, uint64_t lsn, uint32_t off,
   f.newest_lsn = lsn;
   f.newest_size = ikey.size() <= sizeof(f.newest_key) ? uint32_t(ikey.size()) : f.kNoCopy;
   if (f.newest_size != f.kNoCopy) std::memcpy(f.newest_key, ikey.data(), ikey.size());
-  if (!full_path) return;
-  const int used = int(header_->max_height.load(std::memory_order_relaxed));
-  for (int level = height; level < used; level++)
+  for (int level = height; level < path_levels; level++)
     f.at[level] = uint32_t(reinterpret_cast<char*>(prev[level]) - data_);
 }
 
@@ -264,13 +288,13 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
   // it walks): only a height-1 node skips the descent by the index and a back link. The one
   // exception, above: a key's second node (the table AM rewrites a version's header once, when
   // it is updated or deleted) is always of height 1, so that it never needs a descent.
-  bool full_path = false;
-  if (!PathFromFinger(ikey, lsn, height, prev) &&
+  int path_levels = PathFromFinger(ikey, lsn, height, prev);
+  if (path_levels == 0 &&
       (height != 1 || (prev[0] = PredecessorOfNewVersion(newest(), lsn)) == nullptr)) {
     FindPrevious(ikey, lsn, prev, nullptr);
     header_->descents.store(header_->descents.load(std::memory_order_relaxed) + 1,
                             std::memory_order_relaxed);
-    full_path = true;
+    path_levels = int(header_->max_height.load(std::memory_order_relaxed));
   }
   for (int i = 0; i < height; i++) {
     node->next[i].store(prev[i]->next[i].load(std::memory_order_relaxed),
@@ -282,7 +306,7 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
     successor->back() = uint32_t(off);
   if (!located) spot = IndexLocate(ikey);
   IndexPublishAt(spot, lsn, uint32_t(off));
-  RememberFinger(ikey, lsn, uint32_t(off), height, prev, full_path);
+  RememberFinger(ikey, lsn, uint32_t(off), height, prev, path_levels);
   header_->entries.fetch_add(1, std::memory_order_relaxed);
   header_->kv_bytes.fetch_add(ikey.size() + value.size(), std::memory_order_relaxed);
   if (lsn > header_->max_lsn.load(std::memory_order_relaxed)) header_->max_lsn.store(lsn);

@@ -154,14 +154,15 @@ class MemTable {
   // whose key has exactly one node here: such a node is given height 1 (see Insert), unless it
   // is an append after the finger.
   bool RewritesOnlyNode(const MemNode* newest, uint64_t lsn) const;
-  // Fills prev[0..height) for (ikey, lsn) by walking from this thread's append finger of the
-  // key's keyspace; false if there is none, the key is not after it, or it is too far behind.
-  bool PathFromFinger(std::string_view ikey, uint64_t lsn, int height, MemNode** prev) const;
+  // Fills prev[0..height) for (ikey, lsn) from this thread's append finger of the key's
+  // keyspace, and returns how many levels of prev[] it filled (at least height); 0 if there is
+  // no finger, the key is not after it, or it is too far behind.
+  int PathFromFinger(std::string_view ikey, uint64_t lsn, int height, MemNode** prev) const;
   // Moves the finger to node `off` (of `height`, just linked at ikey/lsn) when that node is the
-  // keyspace's newest key here; `full_path` says prev[] holds every used level, not just the
-  // node's own.
+  // keyspace's newest key here; prev[height..path_levels) are the node's predecessors above
+  // its own levels, which the finger takes too.
   void RememberFinger(std::string_view ikey, uint64_t lsn, uint32_t off, int height,
-                      MemNode* const* prev, bool full_path) const;
+                      MemNode* const* prev, int path_levels) const;
   // The newest node of `ikey` by the index; *answered false if the index cannot say (no index,
   // or the key is absent from an incomplete one).
   const MemNode* IndexFind(std::string_view ikey, bool* answered) const;
