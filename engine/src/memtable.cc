@@ -121,6 +121,8 @@ MemNode* MemTable::FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** p
   int level = int(header_->max_height.load(std::memory_order_acquire)) - 1;
   while (true) {
     MemNode* next = Node(x->next[level].load(std::memory_order_acquire));
+    // The node a step down would compare next: its miss overlaps this one's.
+    if (level > 0) __builtin_prefetch(Node(x->next[level - 1].load(std::memory_order_relaxed)));
     if (next && Before(next, ikey, lsn)) {
       x = next;
     } else {
