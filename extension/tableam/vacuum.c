@@ -60,6 +60,18 @@ typedef struct DeadRows
 	TransactionId latest_removed;	/* for hot standbys, as heap's latestRemovedXid */
 } DeadRows;
 
+/* What a pass over the indexes needs, for emptying a full dead row list wherever it fills. */
+typedef struct IndexPass
+{
+	bool		dead_stay;		/* index cleanup off: dead rows stay */
+	Relation   *indexes;
+	int			nindexes;
+	IndexBulkDeleteResult **stats;
+	BufferAccessStrategy strategy;
+	const double *live;			/* live rows the scan has counted so far */
+	struct VacuumReport *report;
+} IndexPass;
+
 /*
  * What one VACUUM did and saw, for its log message (VERBOSE, log_autovacuum_min_duration) and
  * pg_stat_progress_vacuum.
@@ -488,50 +500,6 @@ prune_after_scan(Relation rel, uint32 keyspace, const Redirect *r, const Redirec
 							   prior_xmax, latest_removed, oldest_xmin, counts);
 }
 
-/*
- * Prunes the chains whose redirect names a version the scan did not find still needed (dead to
- * everyone by `oldest_xmin`, not met, or past the bitmap), and adds the roots of chains now
- * wholly dead to `dead`. A redirect whose version the scan found needed, or (with `trust_map`:
- * not an aggressive VACUUM) whose version lies in a block the visibility map marks all-visible,
- * skipped by the scan, leads to no dead version, so its chain is left alone without reading it
- * again: on a table of many updated rows nearly every root is such a redirect, and two point
- * reads for each made a VACUUM with nothing to do take seconds. That needed version was made
- * by a committed update, and with `oldest_xmin` fixed for the whole VACUUM, a version not dead
- * by it when the scan met it is not dead by it later: the prune would stop at it. A chain the
- * scan read whole is pruned without reading its dead members again (prune_after_scan).
- */
-static void
-prune_redirected_chains(Relation rel, uint32 keyspace, const Redirects *redirects,
-						const DeadMembers *members, TransactionId oldest_xmin, bool trust_map,
-						DeadRows *dead, SsPruneCounts *counts)
-{
-	bool		added = false;
-	Buffer		vm_buffer = InvalidBuffer;
-
-	for (int64 i = 0; i < redirects->count; i++)
-	{
-		const Redirect *r = &redirects->items[i];
-
-		if (redirects_needed(redirects, r->target))
-			continue;
-		if (trust_map &&
-			VM_ALL_VISIBLE(rel, (BlockNumber) (r->target / SS_ROWS_PER_BLOCK), &vm_buffer))
-			continue;
-		charge_block(true);
-		if (prune_after_scan(rel, keyspace, r, redirects, members, oldest_xmin, counts) ==
-			SS_PRUNE_DEAD_ROOT)
-		{
-			dead_rows_add(dead, r->root);
-			added = true;
-		}
-	}
-	if (BufferIsValid(vm_buffer))
-		ReleaseBuffer(vm_buffer);
-	/* tid_is_dead searches them: ascending again. */
-	if (added)
-		qsort(dead->rowids, dead->count, sizeof(uint64), rowid_cmp);
-}
-
 /* Removes the index entries of the dead rows, then the rows. */
 static void
 remove_dead_rows(Relation rel, uint32 keyspace, DeadRows *dead, Relation *indexes, int nindexes,
@@ -578,21 +546,74 @@ remove_dead_rows(Relation rel, uint32 keyspace, DeadRows *dead, Relation *indexe
 
 /*
  * Empties the dead row list: its rows and their index entries go, or, with index cleanup off,
- * stay (they are counted as kept). During the scan, when the list is full, and once after it.
+ * stay (they are counted as kept). During the scan and the prunes after it, when the list is
+ * full, and once at the end.
  */
 static void
-empty_dead_rows(Relation rel, uint32 keyspace, DeadRows *dead, bool dead_stay, Relation *indexes,
-				int nindexes, IndexBulkDeleteResult **stats, BufferAccessStrategy strategy,
-				double live, VacuumReport *report)
+empty_dead_rows(Relation rel, uint32 keyspace, DeadRows *dead, const IndexPass *pass)
 {
-	if (dead->count > 0 && dead_stay)
-		report->kept += dead->count;
+	if (dead->count > 0 && pass->dead_stay)
+		pass->report->kept += dead->count;
 	else if (dead->count > 0)
-		remove_dead_rows(rel, keyspace, dead, indexes, nindexes, stats, strategy, live, report);
+		remove_dead_rows(rel, keyspace, dead, pass->indexes, pass->nindexes, pass->stats,
+						 pass->strategy, *pass->live, pass->report);
 	dead->count = 0;
 	dead->latest_removed = InvalidTransactionId;
 	pgstat_progress_update_param(PROGRESS_VACUUM_NUM_DEAD_TUPLES, 0);
 }
+
+/*
+ * Prunes the chains whose redirect names a version the scan did not find still needed (dead to
+ * everyone by `oldest_xmin`, not met, or past the bitmap), and adds the roots of chains now
+ * wholly dead to `dead`. A redirect whose version the scan found needed, or (with `trust_map`:
+ * not an aggressive VACUUM) whose version lies in a block the visibility map marks all-visible,
+ * skipped by the scan, leads to no dead version, so its chain is left alone without reading it
+ * again: on a table of many updated rows nearly every root is such a redirect, and two point
+ * reads for each made a VACUUM with nothing to do take seconds. That needed version was made
+ * by a committed update, and with `oldest_xmin` fixed for the whole VACUUM, a version not dead
+ * by it when the scan met it is not dead by it later: the prune would stop at it. A chain the
+ * scan read whole is pruned without reading its dead members again (prune_after_scan).
+ */
+static void
+prune_redirected_chains(Relation rel, uint32 keyspace, const Redirects *redirects,
+						const DeadMembers *members, TransactionId oldest_xmin, bool trust_map,
+						DeadRows *dead, const IndexPass *pass, SsPruneCounts *counts)
+{
+	bool		added = false;
+	Buffer		vm_buffer = InvalidBuffer;
+
+	for (int64 i = 0; i < redirects->count; i++)
+	{
+		const Redirect *r = &redirects->items[i];
+
+		if (redirects_needed(redirects, r->target))
+			continue;
+		if (trust_map &&
+			VM_ALL_VISIBLE(rel, (BlockNumber) (r->target / SS_ROWS_PER_BLOCK), &vm_buffer))
+			continue;
+		charge_block(true);
+		if (prune_after_scan(rel, keyspace, r, redirects, members, oldest_xmin, counts) ==
+			SS_PRUNE_DEAD_ROOT)
+		{
+			dead_rows_add(dead, r->root);
+			added = true;
+		}
+		/* The roots fill the list too: a full one gets its pass over the indexes here. */
+		if (dead->count >= dead->limit)
+		{
+			if (added)
+				qsort(dead->rowids, dead->count, sizeof(uint64), rowid_cmp);
+			added = false;
+			empty_dead_rows(rel, keyspace, dead, pass);
+		}
+	}
+	if (BufferIsValid(vm_buffer))
+		ReleaseBuffer(vm_buffer);
+	/* tid_is_dead searches them: ascending again. */
+	if (added)
+		qsort(dead->rowids, dead->count, sizeof(uint64), rowid_cmp);
+}
+
 
 /* The name VACUUM's messages give a relation: database, schema and table. */
 static char *
@@ -686,6 +707,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	DeadRows	dead;
 	DeadRows	orphans = {0};
 	VacuumReport report = {0};
+	IndexPass	pass;
 	TransactionId old_frozen_xid = rel->rd_rel->relfrozenxid;
 	bool		frozen_xid_updated = false;
 	Redirects	redirects;
@@ -750,6 +772,13 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 	}
 	memset(candidate, true, sizeof(bool) * map_blocks);
 	dead_stay = nindexes > 0 && params->index_cleanup == VACOPTVALUE_DISABLED;
+	pass.dead_stay = dead_stay;
+	pass.indexes = indexes;
+	pass.nindexes = nindexes;
+	pass.stats = index_stats;
+	pass.strategy = strategy;
+	pass.live = &live;
+	pass.report = &report;
 
 	scan = table_beginscan(rel, SnapshotAny, 0, NULL);
 	ss_scan_every_row(scan);
@@ -774,8 +803,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 			/* A full dead row list: a pass over the indexes now, as heap's VACUUM makes. */
 			if (dead.count >= dead.limit)
 			{
-				empty_dead_rows(rel, keyspace, &dead, dead_stay, indexes, nindexes, index_stats,
-								strategy, live, &report);
+				empty_dead_rows(rel, keyspace, &dead, &pass);
 				pgstat_progress_update_param(PROGRESS_VACUUM_PHASE,
 											 PROGRESS_VACUUM_PHASE_SCAN_HEAP);
 			}
@@ -914,7 +942,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 		ReleaseBuffer(vm_buffer);
 	pgstat_progress_update_param(PROGRESS_VACUUM_HEAP_BLKS_SCANNED, map_blocks);
 	prune_redirected_chains(rel, keyspace, &redirects, &members, oldest_xmin, may_skip, &dead,
-							&report.prunes);
+							&pass, &report.prunes);
 	redirects_free(&redirects);
 	dead_members_free(&members);
 
@@ -927,8 +955,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 
 	remove_orphans(rel, keyspace, &orphans, &report);
 
-	empty_dead_rows(rel, keyspace, &dead, dead_stay, indexes, nindexes, index_stats, strategy,
-					live, &report);
+	empty_dead_rows(rel, keyspace, &dead, &pass);
 	if (nindexes > 0)
 		pgstat_progress_update_param(PROGRESS_VACUUM_PHASE,
 									 PROGRESS_VACUUM_PHASE_INDEX_CLEANUP);
