@@ -370,7 +370,8 @@ TEST(MemTable, SecondNodesOfKeysSkipTheDescent) {
 // Writers taking turns under a mutex (the engine's write mutex), each with its own append
 // fingers, interleave new row ids, rewrites of old rows and of other writers' newest rows in
 // shared keyspaces, and one of them resets the memtable now and then: every level stays
-// ordered and the contents match a model; most appends still skip the descent.
+// ordered and the contents match a model; most appends still skip the descent. Six of them, so
+// that a finger often lies behind other writers' appends and the finger search places them.
 TEST(MemTable, WritersTakingTurnsKeepTheListOrdered) {
   MemArea area(96u << 20, 1u << 18);
   MemTable& t = area.table();
@@ -380,7 +381,7 @@ TEST(MemTable, WritersTakingTurnsKeepTheListOrdered) {
   uint64_t inserts = 0;
   uint64_t descents_before_reset = 0;
   std::map<uint32_t, uint64_t> top;  // keyspace -> highest row id written
-  constexpr int kWritersHere = 3;
+  constexpr int kWritersHere = 6;
   std::vector<std::thread> threads;
   for (int w = 0; w < kWritersHere; w++) {
     threads.emplace_back([&, w] {
