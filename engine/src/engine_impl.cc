@@ -226,6 +226,10 @@ Status EngineImpl::GetNear(ReadFinger* finger, KeyspaceId ks, std::string_view k
   if (key.size() > options_.max_key_size)
     return Status::InvalidArgument("key exceeds max_key_size");
   std::string ikey = MakeInternalKey(ks, key);
+  // Memtable versions past the published LSN are skipped, as iterators skip them: a writer
+  // inserts before it publishes, and a read that saw such a version could be followed by an
+  // iterator, snapshotted at the published LSN, that shows the older one.
+  const Lsn snapshot = logs_.last_lsn();
   // Pinned first: a version still current after the pin cannot be reclaimed under it, so the
   // finger's copy and positions stay valid exactly while the sequence number is unchanged.
   EpochPin pin(&shared_->epochs);
@@ -243,7 +247,7 @@ Status EngineImpl::GetNear(ReadFinger* finger, KeyspaceId ks, std::string_view k
   }
   bool found;
   LeafEntry entry;
-  Status s = FindEntry(*v, ikey, UINT64_MAX, &found, &entry, finger, past_memtables);
+  Status s = FindEntry(*v, ikey, snapshot, &found, &entry, finger, past_memtables);
   if (!s.ok()) return s;
   if (!found || entry.kind == ValueKind::kTombstone) return Status::NotFound();
   return logs_.ReadValue(ikey, entry, value);

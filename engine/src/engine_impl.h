@@ -108,6 +108,13 @@ class EngineImpl final : public Engine {
   Status Verify() override;
   const Options& options() const override { return options_; }
 
+  // --- Tests only ---
+  // Stops a write where WriteOps may be preempted: `value` is in the active memtable at the
+  // next LSN, which is returned and not yet published (no log record is written).
+  Lsn TEST_InsertUnpublished(KeyspaceId ks, std::string_view key, std::string_view value);
+  // Ends that write: publishes `lsn`.
+  void TEST_Publish(Lsn lsn);
+
  private:
   // How a B+-tree view checks node checksums (when options_.verify_checksums is on).
   enum class NodeChecks {

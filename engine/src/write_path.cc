@@ -395,4 +395,20 @@ Status EngineImpl::WriteOps(std::vector<WriteOp>& ops, Lsn* lsn, bool may_stall)
   return Status::OK();
 }
 
+// The first half of a write: inserted, not published (engine_impl.h).
+Lsn EngineImpl::TEST_InsertUnpublished(KeyspaceId ks, std::string_view key,
+                                       std::string_view value) {
+  std::lock_guard<SharedMutex> lock(shared_->write_mu);
+  Lsn lsn = logs_.last_lsn() + 1;
+  memtables_.Get(levels_.Latest().active_memtable)
+      .Insert(MakeInternalKey(ks, key), lsn, ValueKind::kInline, value);
+  return lsn;
+}
+
+// The second half: what WriteOps does after each insert.
+void EngineImpl::TEST_Publish(Lsn lsn) {
+  std::lock_guard<SharedMutex> lock(shared_->write_mu);
+  logs_.set_last_lsn(lsn);
+}
+
 }  // namespace slipstream::engine

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine_impl.h"
 #include "test_util.h"
 
 namespace slipstream::engine::test {
@@ -37,6 +38,51 @@ void ExpectSameAnswer(TestEngine& t, PointReader* reader, KeyspaceId ks, const s
     ASSERT_EQ(near_value, it->second) << key;
     ASSERT_EQ(get_value, it->second) << key;
   }
+}
+
+// A writer inserts into the memtable before it publishes the LSN. An iterator created in
+// between shows what was published, so Get and PointReader::Get must too: a read that showed
+// the unpublished version, followed by such an iterator, would see the key go back in time.
+TEST(PointReader, ReadsSkipAVersionNotYetPublished) {
+  TestEngine t;
+  auto* impl = static_cast<EngineImpl*>(t.engine.get());
+  KeyspaceId ks;
+  ASSERT_TRUE(t->CreateKeyspace(1, &ks).ok());
+  ASSERT_TRUE(t->Put(ks, "row", "old").ok());
+  std::unique_ptr<PointReader> reader = t->NewPointReader();
+  std::string value;
+  ASSERT_TRUE(reader->Get(ks, "row", &value).ok());  // the reader remembers its positions
+
+  auto iterator_value = [&](const std::string& key) -> std::string {
+    auto it = t->NewIterator(ks);
+    it->Seek(key);
+    if (!it->Valid() || it->key() != key) return "(none)";
+    return std::string(it->value());
+  };
+  // A newer version of a key the memtable holds (one write is unpublished at a time: the
+  // write mutex).
+  Lsn lsn = impl->TEST_InsertUnpublished(ks, "row", "new");
+  EXPECT_EQ(iterator_value("row"), "old");
+  ASSERT_TRUE(t->Get(ks, "row", &value).ok());
+  EXPECT_EQ(value, "old");
+  ASSERT_TRUE(reader->Get(ks, "row", &value).ok());
+  EXPECT_EQ(value, "old");
+  impl->TEST_Publish(lsn);
+  ASSERT_TRUE(t->Get(ks, "row", &value).ok());
+  EXPECT_EQ(value, "new");
+  ASSERT_TRUE(reader->Get(ks, "row", &value).ok());
+  EXPECT_EQ(value, "new");
+  EXPECT_EQ(iterator_value("row"), "new");
+
+  // A key's first version.
+  lsn = impl->TEST_InsertUnpublished(ks, "fresh", "first");
+  EXPECT_EQ(iterator_value("fresh"), "(none)");
+  EXPECT_TRUE(t->Get(ks, "fresh", &value).IsNotFound());
+  EXPECT_TRUE(reader->Get(ks, "fresh", &value).IsNotFound());
+  impl->TEST_Publish(lsn);
+  ASSERT_TRUE(reader->Get(ks, "fresh", &value).ok());
+  EXPECT_EQ(value, "first");
+  EXPECT_EQ(iterator_value("fresh"), "first");
 }
 
 // Ascending and descending runs, strides, repeats and random jumps over two keyspaces, with

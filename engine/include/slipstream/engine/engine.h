@@ -88,6 +88,8 @@ class Engine {
   // Makes every record up to `lsn` durable. Concurrent callers share one flush.
   virtual Status Sync(Lsn lsn) = 0;
 
+  // Reads see every write that has returned, and never a version newer than an iterator
+  // created after them would show (a write still inside the engine is seen by neither).
   virtual Status Get(KeyspaceId ks, std::string_view key, std::string* value) = 0;
   virtual std::unique_ptr<PointReader> NewPointReader() = 0;
   virtual std::unique_ptr<Iterator> NewIterator(KeyspaceId ks) = 0;
