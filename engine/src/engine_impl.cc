@@ -333,6 +333,7 @@ Stats EngineImpl::GetStats() {
     if (m < 0) continue;
     st.l0_entries += memtables_.Get(m).entries();
     st.l0_bytes += memtables_.Get(m).kv_bytes();
+    st.l0_descents += memtables_.Get(m).descents();
   }
   const SharedCounters& c = shared_->counters;
   st.user_bytes_written = c.user_bytes_written;

@@ -36,6 +36,22 @@ constexpr int kFingerSteps = 3;
 // other writers' appends since this thread's last one lie between, about four times fewer at
 // each level up, so three links at level 5 cover a few thousand of them.
 constexpr int kFingerSearchTop = 5;
+// Links a walk from a bucket's neighbour may follow: a small bucket holds at most a few more
+// nodes than its 16 row ids (versions of one row follow each other), a large one is tried
+// only when the small one is empty, and a descent reads some 35 nodes of a large memtable.
+constexpr int kNeighbourSteps = 12;
+// The bits of a key's last byte that name its small and its large neighbour bucket.
+constexpr uint8_t kSmallBucket = 0xF0;
+constexpr uint8_t kLargeBucket = 0x00;
+
+// Whether two keys fall in one neighbour bucket: equal but for the bits of the last byte
+// outside `bucket`.
+bool SameBucket(std::string_view a, std::string_view b, uint8_t bucket) {
+  if (a.size() != b.size() || a.empty()) return a.size() == b.size();
+  size_t last = a.size() - 1;
+  return ((uint8_t(a[last]) ^ uint8_t(b[last])) & bucket) == 0 &&
+         std::memcmp(a.data(), b.data(), last) == 0;
+}
 
 thread_local AppendFinger t_fingers[kFingerSlots];
 
@@ -99,7 +115,8 @@ void MemTable::Reset() {
   }
   header_->generation.store(generation);
   if (header_->index_slots != 0) {
-    std::memset(static_cast<void*>(index_), 0, size_t(header_->index_slots) * sizeof(uint32_t));
+    std::memset(static_cast<void*>(index_), 0,
+                size_t(IndexWords(header_->index_slots)) * sizeof(uint32_t));
     header_->index_used.store(0);
     header_->index_complete.store(1);
   }
@@ -242,6 +259,49 @@ bool MemTable::LevelsOrdered() const {
   return true;
 }
 
+// Hashes of the key without its last byte, and of that byte's bits naming each bucket.
+MemTable::NeighbourSpot MemTable::LocateNeighbours(std::string_view ikey) const {
+  if (ikey.empty()) return {};
+  const uint64_t prefix = HashKey(ikey.substr(0, ikey.size() - 1));
+  auto slot = [&](uint8_t bucket) {
+    uint64_t h = prefix ^ ((uint64_t(uint8_t(ikey.back()) & bucket) | uint64_t(bucket) << 8) + 1) *
+                              0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+    return uint32_t(h) & neighbour_mask_;
+  };
+  return {slot(kSmallBucket), slot(kLargeBucket)};
+}
+
+// The key's small bucket, else its large one (an empty small bucket is common where the
+// memtable holds a table's rows sparsely).
+MemNode* MemTable::PredecessorNearby(std::string_view ikey, uint64_t lsn,
+                                     const NeighbourSpot& spot) const {
+  MemNode* prev = PredecessorNearBucket(ikey, lsn, spot.small, kSmallBucket);
+  return prev != nullptr ? prev : PredecessorNearBucket(ikey, lsn, spot.large, kLargeBucket);
+}
+
+// The walk goes forward when the neighbour precedes the key, else back by the back links; a
+// node it reads is in this generation, since Reset clears the table. Only the writer reads
+// the back links and the table, under the write mutex.
+MemNode* MemTable::PredecessorNearBucket(std::string_view ikey, uint64_t lsn, uint32_t slot,
+                                         uint8_t bucket) const {
+  MemNode* x = Node(neighbours_[slot]);
+  if (x == nullptr || !SameBucket(x->key(), ikey, bucket)) return nullptr;
+  if (Before(x, ikey, lsn)) {
+    for (int steps = 0;; steps++) {
+      MemNode* next = Node(x->next[0].load(std::memory_order_relaxed));
+      if (next == nullptr || !Before(next, ikey, lsn)) return x;
+      if (steps == kNeighbourSteps) return nullptr;
+      x = next;
+    }
+  }
+  for (int steps = 0; steps < kNeighbourSteps; steps++) {
+    x = Node(x->back());
+    if (x == Head() || Before(x, ikey, lsn)) return x;
+  }
+  return nullptr;
+}
+
 // Geometric heights with p = 1/4; the generator is per thread.
 int MemTable::RandomHeight() const {
   thread_local std::mt19937 rng(std::random_device{}());
@@ -290,9 +350,12 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
   // it walks): only a height-1 node skips the descent by the index and a back link. The one
   // exception, above: a key's second node (the table AM rewrites a version's header once, when
   // it is updated or deleted) is always of height 1, so that it never needs a descent.
+  const NeighbourSpot neighbour = neighbours_ != nullptr ? LocateNeighbours(ikey) : NeighbourSpot{};
   int path_levels = PathFromFinger(ikey, lsn, height, prev);
   if (path_levels == 0 &&
-      (height != 1 || (prev[0] = PredecessorOfNewVersion(newest(), lsn)) == nullptr)) {
+      (height != 1 || ((prev[0] = PredecessorOfNewVersion(newest(), lsn)) == nullptr &&
+                       (neighbours_ == nullptr ||
+                        (prev[0] = PredecessorNearby(ikey, lsn, neighbour)) == nullptr)))) {
     FindPrevious(ikey, lsn, prev, nullptr);
     header_->descents.store(header_->descents.load(std::memory_order_relaxed) + 1,
                             std::memory_order_relaxed);
@@ -306,6 +369,8 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
   node->back() = uint32_t(reinterpret_cast<char*>(prev[0]) - data_);
   if (MemNode* successor = Node(node->next[0].load(std::memory_order_relaxed)))
     successor->back() = uint32_t(off);
+  if (neighbours_ != nullptr)
+    neighbours_[neighbour.small] = neighbours_[neighbour.large] = uint32_t(off);
   if (!located) spot = IndexLocate(ikey);
   IndexPublishAt(spot, lsn, uint32_t(off));
   RememberFinger(ikey, lsn, uint32_t(off), height, prev, path_levels);

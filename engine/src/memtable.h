@@ -19,6 +19,15 @@
 // find no slot are not indexed and the index stops answering for absent keys (index_complete): the
 // skiplist answers those reads.
 //
+// A row the memtable does not hold (an older row's version rewritten, a pruned chain's root)
+// has no index slot to start from. A neighbour table beside the index remembers, for each
+// bucket of keys, the node inserted last there: small buckets (a key with the low four bits of
+// its last byte cleared: 16 row ids) and large ones (the whole last byte: 256 row ids), tried
+// when the small one is empty. A new node of height 1 walks a few links at level 0 from it,
+// forward or back by the back links, instead of descending from the top. The table is the
+// writer's alone, a hint that hash collisions overwrite: a node of another bucket there, or
+// one too far away, means a descent.
+//
 // New row ids go at the end of their keyspace, where the index has nothing to say, so each
 // writer thread keeps an append finger per keyspace: at every level, a node before the newest
 // key it appended there (process memory, never shared: one finger per keyspace class kept in the
@@ -66,12 +75,25 @@ Status MemNodeEntry(const MemNode* node, LeafEntry* entry);
 
 class MemTable {
  public:
-  // `index`: the header's index_slots slots (unused if there are none).
+  // `index`: the header's index_slots slots, then the neighbour table's NeighbourSlots of them
+  // (IndexWords in all; unused if there are none).
   MemTable(MemtableHeader* header, char* data, std::atomic<uint32_t>* index)
       : header_(header),
         data_(data),
         index_(index),
+        neighbours_(NeighbourSlots(header->index_slots) != 0
+                        ? reinterpret_cast<uint32_t*>(index + header->index_slots)
+                        : nullptr),
+        neighbour_mask_(NeighbourSlots(header->index_slots) - 1),
         tag_shift_(uint32_t(std::bit_width(header->capacity >> 3))) {}
+
+  // Slots of the neighbour table beside an index of `index_slots` (a power of two or 0; none
+  // for an index of fewer than 4).
+  static uint32_t NeighbourSlots(uint32_t index_slots) { return index_slots / 2; }
+  // 32-bit words a memtable's index and neighbour table take together.
+  static uint64_t IndexWords(uint32_t index_slots) {
+    return uint64_t(index_slots) + NeighbourSlots(index_slots);
+  }
 
   // Formats an empty skiplist over the data area (writer only, with no readers left).
   void Reset();
@@ -131,6 +153,19 @@ class MemTable {
   MemNode* FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** prev,
                         MemNode** successor) const;
   int RandomHeight() const;
+  // The neighbour table's slots for the key's small and large buckets.
+  struct NeighbourSpot {
+    uint32_t small = 0;
+    uint32_t large = 0;
+  };
+  NeighbourSpot LocateNeighbours(std::string_view ikey) const;
+  // For a node of height 1 whose key has no node here to start from: its predecessor at level
+  // 0, walked to from the node the neighbour table names for one of the key's buckets, or
+  // nullptr if both name other buckets' nodes or lie too far away (then a descent finds it).
+  MemNode* PredecessorNearby(std::string_view ikey, uint64_t lsn, const NeighbourSpot& spot) const;
+  // The walk from one bucket's node (`bucket`: the last byte's bits that name it).
+  MemNode* PredecessorNearBucket(std::string_view ikey, uint64_t lsn, uint32_t slot,
+                                 uint8_t bucket) const;
   // Where a key stands in the hash index, as the writer sees it: the key's slot, or the
   // empty slot it would take. Only the writer changes slots, so an insert locates its key once
   // and the answer holds until it publishes there.
@@ -177,6 +212,8 @@ class MemTable {
   MemtableHeader* header_;
   char* data_;
   std::atomic<uint32_t>* index_;
+  uint32_t* neighbours_;  // node offsets (0: none); nullptr without an index
+  uint32_t neighbour_mask_;
   uint32_t tag_shift_;  // bits of an offset in 8-byte units
 };
 

@@ -28,9 +28,9 @@ class MemtablePool {
     while (slots * 48 < DataCapacity(options)) slots *= 2;
     return slots;
   }
-  // Bytes of one slot after its header: the data area, then the index.
+  // Bytes of one slot after its header: the data area, then the index and neighbour table.
   static uint64_t SlotBytes(const Options& options) {
-    return IndexStart(options) + IndexSlots(options) * sizeof(uint32_t);
+    return IndexStart(options) + MemTable::IndexWords(uint32_t(IndexSlots(options))) * 4;
   }
   // Where the index starts after the data area (cache-line aligned).
   static uint64_t IndexStart(const Options& options) {

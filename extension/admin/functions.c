@@ -234,6 +234,7 @@ slipstream_engine_stats(PG_FUNCTION_ARGS)
 	SS_CHECK(ss_stats(&s), "reading engine statistics");
 	put_stat(st, d, "l0_entries", s.l0_entries);
 	put_stat(st, d, "l0_bytes", s.l0_bytes);
+	put_stat(st, d, "l0_descents", s.l0_descents);
 	{
 		int			in_use = 0;
 

@@ -323,6 +323,7 @@ SsCode ss_stats(SsStats* out) {
     }
     out->l0_entries = s.l0_entries;
     out->l0_bytes = s.l0_bytes;
+    out->l0_descents = s.l0_descents;
     out->user_bytes_written = s.user_bytes_written;
     out->device_bytes_written = s.device_bytes_written;
     out->device_bytes_read = s.device_bytes_read;

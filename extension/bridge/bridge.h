@@ -74,6 +74,7 @@ typedef struct SsStats {
 	SsLevelStats levels[SS_MAX_LEVELS];
 	uint64_t	l0_entries;
 	uint64_t	l0_bytes;
+	uint64_t	l0_descents;
 	uint64_t	user_bytes_written;
 	uint64_t	device_bytes_written;
 	uint64_t	device_bytes_read;

@@ -21,6 +21,9 @@ struct Stats {
   std::vector<LevelStats> levels;
   uint64_t l0_entries = 0;
   uint64_t l0_bytes = 0;
+  // inserts into those memtables that descended the skiplist from its top (not placed from
+  // a key's newest node, a row's neighbour or an append finger)
+  uint64_t l0_descents = 0;
 
   uint64_t user_bytes_written = 0;    // key + value bytes of Put/Delete accepted
   uint64_t device_bytes_written = 0;  // every byte the engine wrote to its device and manifest
