@@ -302,23 +302,18 @@ MemNode* MemTable::PredecessorNearBucket(std::string_view ikey, uint64_t lsn, ui
   return nullptr;
 }
 
-// Geometric heights with p = 1/4: each pair of low bits of a well-mixed hash of the insert's
-// LSN and place in the data area (never both repeated in one generation) that is zero adds a
-// level. No generator state: a per-thread one cost a thread-local lookup per draw in a module
-// loaded by dlopen, 1 us of a TPC-B transaction.
-int MemTable::HeightFor(uint64_t lsn, uint64_t off) {
-  uint64_t h = lsn * 0x9E3779B97F4A7C15ull ^ off * 0xC2B2AE3D27D4EB4Full;
-  h ^= h >> 31;
-  h *= 0x94D049BB133111EBull;
-  h ^= h >> 29;
-  return std::min(1 + std::countr_zero(h) / 2, kMemMaxHeight);
+// Geometric heights with p = 1/4; the generator is per thread.
+int MemTable::RandomHeight() const {
+  thread_local std::mt19937 rng(std::random_device{}());
+  int h = 1;
+  while (h < kMemMaxHeight && (rng() & 3) == 0) h++;
+  return h;
 }
 
 // Builds the node fully, then links it bottom-up with release stores so readers never see a
 // half-initialised node.
 void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::string_view value) {
-  uint64_t off = header_->used.load(std::memory_order_relaxed);
-  int height = HeightFor(lsn, off);
+  int height = RandomHeight();
   // Located once, before the first use, and published to after the links: an append after
   // the finger needs the index only there.
   IndexSpot spot;
@@ -330,6 +325,7 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
   };
   if (height > 1 && !FingerPrecedes(ikey, lsn) && RewritesOnlyNode(newest(), lsn)) height = 1;
   size_t size = sizeof(MemNode) + height * 4 + ikey.size() + value.size();
+  uint64_t off = header_->used.load(std::memory_order_relaxed);
   header_->used.store(off + ((size + 7) & ~size_t(7)), std::memory_order_relaxed);
   auto* node = reinterpret_cast<MemNode*>(data_ + off);
   node->lsn = lsn;

@@ -152,8 +152,7 @@ class MemTable {
   // and, in *successor, the level-0 node the descent stopped at.
   MemNode* FindPrevious(std::string_view ikey, uint64_t lsn, MemNode** prev,
                         MemNode** successor) const;
-  // A new node's height, drawn from its LSN and its offset in the data area.
-  static int HeightFor(uint64_t lsn, uint64_t off);
+  int RandomHeight() const;
   // The neighbour table's slots for the key's small and large buckets.
   struct NeighbourSpot {
     uint32_t small = 0;

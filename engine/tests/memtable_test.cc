@@ -335,31 +335,6 @@ TEST(MemTable, AppendsInOrderSkipTheDescent) {
   EXPECT_EQ(n, nullptr);
 }
 
-// Heights come from a hash of each insert's LSN and place, not a generator: they must still
-// be geometric with p = 1/4 (three in four of height 1, one in sixteen of 3 or more), for
-// sequential LSNs and for one LSN shared by many inserts alike.
-TEST(MemTable, HeightsAreGeometric) {
-  for (bool same_lsn : {false, true}) {
-    SCOPED_TRACE(same_lsn);
-    MemArea area(64u << 20, 0);
-    MemTable& t = area.table();
-    constexpr int kInserts = 200000;
-    for (int i = 0; i < kInserts; i++) {
-      t.Insert(RowKey(1, uint64_t(i)), same_lsn ? 7 : uint64_t(i) + 1, ValueKind::kInline, "v");
-    }
-    int at_least[kMemMaxHeight + 1] = {};
-    for (const MemNode* n = t.First(); n != nullptr; n = t.Next(n)) {
-      for (int h = 1; h <= n->height; h++) at_least[h]++;
-    }
-    ASSERT_EQ(at_least[1], kInserts);
-    EXPECT_NEAR(at_least[2] / double(kInserts), 0.25, 0.01);
-    EXPECT_NEAR(at_least[3] / double(kInserts), 0.0625, 0.005);
-    EXPECT_NEAR(at_least[4] / double(kInserts), 0.015625, 0.002);
-    EXPECT_GT(at_least[7], 0);
-    ASSERT_TRUE(t.LevelsOrdered());
-  }
-}
-
 // Rows the memtable does not hold (an old row's version rewritten, a pruned chain's root),
 // in random order between the rows it holds: a node of height 1 is placed by a walk from the
 // node inserted last in its bucket of 16 (or 256) row ids, forward or back, so only the taller
