@@ -38,7 +38,8 @@ constexpr int kFingerSteps = 3;
 constexpr int kFingerSearchTop = 5;
 // Links a walk from a bucket's neighbour may follow: a small bucket holds at most a few more
 // nodes than its 16 row ids (versions of one row follow each other), a large one is tried
-// only when the small one is empty, and a descent reads some 35 nodes of a large memtable.
+// only when the small one gives no place, and a descent reads some 35 nodes of a large
+// memtable, so two walks that run out still cost less.
 constexpr int kNeighbourSteps = 12;
 // The bits of a key's last byte that name its small and its large neighbour bucket.
 constexpr uint8_t kSmallBucket = 0xF0;
@@ -282,7 +283,9 @@ MemNode* MemTable::PredecessorNearby(std::string_view ikey, uint64_t lsn,
 
 // The walk goes forward when the neighbour precedes the key, else back by the back links; a
 // node it reads is in this generation, since Reset clears the table. Only the writer reads
-// the back links and the table, under the write mutex.
+// the back links and the table, under the write mutex. Each step back is checked against the
+// forward link, as PredecessorOfNewVersion checks its one: a writer that died between linking
+// a node and setting the back links must not make a later insert link out of order.
 MemNode* MemTable::PredecessorNearBucket(std::string_view ikey, uint64_t lsn, uint32_t slot,
                                          uint8_t bucket) const {
   MemNode* x = Node(neighbours_[slot]);
@@ -296,7 +299,9 @@ MemNode* MemTable::PredecessorNearBucket(std::string_view ikey, uint64_t lsn, ui
     }
   }
   for (int steps = 0; steps < kNeighbourSteps; steps++) {
+    MemNode* after = x;
     x = Node(x->back());
+    if (x == nullptr || Node(x->next[0].load(std::memory_order_relaxed)) != after) return nullptr;
     if (x == Head() || Before(x, ikey, lsn)) return x;
   }
   return nullptr;
@@ -347,9 +352,10 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
   // A new row id right after this thread's last one takes its path from the finger (checking
   // that against the finger's copy of its key reads no shared memory). Heights stay random (a key's
   // versions all of height 1 would make a long level-0 run of a hot key that every search passing
-  // it walks): only a height-1 node skips the descent by the index and a back link. The one
-  // exception, above: a key's second node (the table AM rewrites a version's header once, when
-  // it is updated or deleted) is always of height 1, so that it never needs a descent.
+  // it walks): only a height-1 node skips the descent, by the index and a back link or by a
+  // neighbour in the key's bucket (rows this memtable does not hold). The one exception, above: a
+  // key's second node (the table AM rewrites a version's header once, when it is updated or
+  // deleted) is always of height 1, so that it never needs a descent.
   const NeighbourSpot neighbour = neighbours_ != nullptr ? LocateNeighbours(ikey) : NeighbourSpot{};
   int path_levels = PathFromFinger(ikey, lsn, height, prev);
   if (path_levels == 0 &&

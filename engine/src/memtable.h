@@ -23,7 +23,7 @@
 // has no index slot to start from. A neighbour table beside the index remembers, for each
 // bucket of keys, the node inserted last there: small buckets (a key with the low four bits of
 // its last byte cleared: 16 row ids) and large ones (the whole last byte: 256 row ids), tried
-// when the small one is empty. A new node of height 1 walks a few links at level 0 from it,
+// when the small one gives no place. A new node of height 1 walks a few links at level 0 from it,
 // forward or back by the back links, instead of descending from the top. The table is the
 // writer's alone, a hint that hash collisions overwrite: a node of another bucket there, or
 // one too far away, means a descent.
@@ -88,7 +88,7 @@ class MemTable {
         tag_shift_(uint32_t(std::bit_width(header->capacity >> 3))) {}
 
   // Slots of the neighbour table beside an index of `index_slots` (a power of two or 0; none
-  // for an index of fewer than 4).
+  // for an index of fewer than 2).
   static uint32_t NeighbourSlots(uint32_t index_slots) { return index_slots / 2; }
   // 32-bit words a memtable's index and neighbour table take together.
   static uint64_t IndexWords(uint32_t index_slots) {
@@ -136,7 +136,8 @@ class MemTable {
   uint64_t large_bytes() const { return header_->large_bytes.load(); }
   void AddLargeBytes(uint64_t n) { header_->large_bytes.fetch_add(n, std::memory_order_relaxed); }
   uint64_t used() const { return header_->used.load(); }
-  // Inserts placed by a full descent since the last Reset (not by a back link or a finger).
+  // Inserts placed by a full descent since the last Reset (not by a back link, a neighbour or
+  // a finger).
   uint64_t descents() const { return header_->descents.load(std::memory_order_relaxed); }
 
  private:
