@@ -356,12 +356,15 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
   // neighbour in the key's bucket (rows this memtable does not hold). The one exception, above: a
   // key's second node (the table AM rewrites a version's header once, when it is updated or
   // deleted) is always of height 1, so that it never needs a descent.
-  const NeighbourSpot neighbour = neighbours_ != nullptr ? LocateNeighbours(ikey) : NeighbourSpot{};
   int path_levels = PathFromFinger(ikey, lsn, height, prev);
+  // Appends the finger placed neither use nor feed the neighbour table: the rows it serves lie
+  // behind the keyspace's end, among other rewrites, so an append spares the hash and stores.
+  const bool near_rows = neighbours_ != nullptr && path_levels == 0;
+  const NeighbourSpot neighbour = near_rows ? LocateNeighbours(ikey) : NeighbourSpot{};
   if (path_levels == 0 &&
-      (height != 1 || ((prev[0] = PredecessorOfNewVersion(newest(), lsn)) == nullptr &&
-                       (neighbours_ == nullptr ||
-                        (prev[0] = PredecessorNearby(ikey, lsn, neighbour)) == nullptr)))) {
+      (height != 1 ||
+       ((prev[0] = PredecessorOfNewVersion(newest(), lsn)) == nullptr &&
+        (!near_rows || (prev[0] = PredecessorNearby(ikey, lsn, neighbour)) == nullptr)))) {
     FindPrevious(ikey, lsn, prev, nullptr);
     header_->descents.store(header_->descents.load(std::memory_order_relaxed) + 1,
                             std::memory_order_relaxed);
@@ -375,8 +378,7 @@ void MemTable::Insert(std::string_view ikey, uint64_t lsn, ValueKind kind, std::
   node->back() = uint32_t(reinterpret_cast<char*>(prev[0]) - data_);
   if (MemNode* successor = Node(node->next[0].load(std::memory_order_relaxed)))
     successor->back() = uint32_t(off);
-  if (neighbours_ != nullptr)
-    neighbours_[neighbour.small] = neighbours_[neighbour.large] = uint32_t(off);
+  if (near_rows) neighbours_[neighbour.small] = neighbours_[neighbour.large] = uint32_t(off);
   if (!located) spot = IndexLocate(ikey);
   IndexPublishAt(spot, lsn, uint32_t(off));
   RememberFinger(ikey, lsn, uint32_t(off), height, prev, path_levels);

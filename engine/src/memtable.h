@@ -24,9 +24,10 @@
 // bucket of keys, the node inserted last there: small buckets (a key with the low four bits of
 // its last byte cleared: 16 row ids) and large ones (the whole last byte: 256 row ids), tried
 // when the small one gives no place. A new node of height 1 walks a few links at level 0 from it,
-// forward or back by the back links, instead of descending from the top. The table is the
-// writer's alone, a hint that hash collisions overwrite: a node of another bucket there, or
-// one too far away, means a descent.
+// forward or back by the back links, instead of descending from the top. Appends placed by a
+// finger (below) leave the table alone: the rows it serves lie behind the keyspace's end. The
+// table is the writer's alone, a hint that hash collisions overwrite: a node of another bucket
+// there, or one too far away, means a descent.
 //
 // New row ids go at the end of their keyspace, where the index has nothing to say, so each
 // writer thread keeps an append finger per keyspace: at every level, a node before the newest
