@@ -614,7 +614,6 @@ prune_redirected_chains(Relation rel, uint32 keyspace, const Redirects *redirect
 		qsort(dead->rowids, dead->count, sizeof(uint64), rowid_cmp);
 }
 
-
 /* The name VACUUM's messages give a relation: database, schema and table. */
 static char *
 qualified_name(Relation rel)
