@@ -116,7 +116,7 @@ test-pg: install
 	$(TIMED) tests/pg_takeover_test.sh /tmp/slipstream-send-index-flush 55840 4 tcp remote_flush continuous send_index
 	$(TIMED) tests/pg_send_index_test.sh /tmp/slipstream-send-index 55820 tcp
 	$(TIMED) tests/pg_shuffle_test.sh /tmp/slipstream-shuffle 55860
-	$(TIMED) bench/ycsb_pg.sh --records=2000 --seconds=1 --mixes=SD --port=55471 --scratch=/tmp/slipstream-ycsb-smoke
+	$(TIMED) bench/ycsb_pg.sh --records=2000 --seconds=1 --mixes=SD --load-chunks=2 --port=55471 --scratch=/tmp/slipstream-ycsb-smoke
 
 # The pg_regress, isolation, contention, crash and pinned-stall suites with slipstream.so
 # built with ASan and UBSan and loaded by PostgreSQL (scripts/pg_sanitize.sh says how).

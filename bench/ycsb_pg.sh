@@ -20,10 +20,14 @@
 # With --rounds=N (N > 1) workloads A-F run N times each, the table that goes first alternating
 # (heap first in odd rounds, slipstream first in even ones), so that neither always runs on the
 # machine the other has just warmed or loaded; a line per round, then the workload's line with
-# the mean tps of the rounds and the ratio of the means. Load runs once (it fills the tables).
+# the mean tps of the rounds and the ratio of the means. Load runs once (it fills the tables), in
+# --load-chunks alternating chunks (10 by default: heap's tenth, slipstream's tenth, then
+# slipstream first, ...), its tps the rows over the summed time of a table's chunks, so that a
+# virtual machine whose fsync latency drifts over minutes does not favour the table loaded first.
 #
 #   bench/ycsb_pg.sh [--mixes=SD,...|all] [--workloads=load,a,...] [--records=N]
-#                    [--seconds=S] [--clients=C] [--rounds=N] [--scratch=DIR] [--port=P]
+#                    [--seconds=S] [--clients=C] [--rounds=N] [--load-chunks=K]
+#                    [--scratch=DIR] [--port=P]
 # Needs the extension installed (make install); `make bench-pg` does both.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,6 +37,7 @@ records=100000
 seconds=15
 clients=2
 rounds=1
+load_chunks=10
 scratch=${SLIPSTREAM_SCRATCH:-/tmp/slipstream-ycsb}
 port=55470
 for arg in "$@"; do
@@ -43,6 +48,7 @@ for arg in "$@"; do
     --seconds=*) seconds=${arg#*=} ;;
     --clients=*) clients=${arg#*=} ;;
     --rounds=*) rounds=${arg#*=} ;;
+    --load-chunks=*) load_chunks=${arg#*=} ;;
     --scratch=*) scratch=${arg#*=} ;;
     --port=*) port=${arg#*=} ;;
     *) echo "unknown argument $arg (see the header of $0)" >&2; exit 2 ;;
@@ -50,6 +56,7 @@ for arg in "$@"; do
 done
 [ "$mixes" = all ] && mixes=S,M,L,SD,MD,LD
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "--rounds is a positive number, not $rounds" >&2; exit 2; }
+[[ "$load_chunks" =~ ^[1-9][0-9]*$ ]] || { echo "--load-chunks is a positive number, not $load_chunks" >&2; exit 2; }
 cluster="$scratch/cluster"
 pg="$root/scripts/pg_cluster.sh"
 pgbench=/usr/lib/postgresql/15/bin/pgbench
@@ -123,32 +130,71 @@ workload_script() {
 
 psql_c() { PGOPTIONS="-c client_min_messages=warning" "$pg" psql "$cluster" -qAt "$@"; }
 
-# Runs one workload on one table; prints "tps p50 p95 p99" (latencies in ms).
-run_one() {
+# Runs pgbench with workload $2 on table $1 (limit arguments $3...), its per-transaction log
+# kept in $scratch/log/$1 (added to what earlier calls left there); prints the tps.
+run_pgbench() {
   local table=$1 w=$2 dir="$scratch/run"
-  rm -rf "$dir" && mkdir -p "$dir" && chmod 777 "$dir"
+  shift 2
+  rm -rf "$dir" && mkdir -p "$dir" "$scratch/log/$table" && chmod 777 "$dir"
   workload_script "$table" "$w" >"$dir/script.sql"
-  local limit=(-T "$seconds")
-  [ "$w" = load ] && limit=(-t $((records / clients)))
-  psql_c -c "CHECKPOINT" >/dev/null
   local out
   out=$(cd "$dir" && "$pgbench" -h "$cluster/sock" -p "$port" -U postgres -n -c "$clients" -j "$clients" \
-    "${limit[@]}" -M prepared -l --log-prefix="$dir/log" -f "$dir/script.sql" postgres 2>&1) || {
+    "$@" -M prepared -l --log-prefix="$dir/log" -f "$dir/script.sql" postgres 2>&1) || {
     echo "$out" >&2
     return 1
   }
-  local tps
-  tps=$(echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1)
+  cat "$dir"/log* >>"$scratch/log/$table/all"
+  echo "$out" | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1
+}
+
+# Prints "p50 p95 p99" (ms) of the transactions logged for table $1, and forgets them.
+percentiles() {
+  local log="$scratch/log/$1/all"
   # pgbench log lines: client transaction latency_us script_no time_s time_us
-  cat "$dir"/log* | awk '{ print $3 }' | sort -n | awk -v tps="$tps" '
+  awk '{ print $3 }' "$log" 2>/dev/null | sort -n | awk '
     { v[NR] = $1 }
     END {
-      if (NR == 0) { print tps, 0, 0, 0; exit }
+      if (NR == 0) { print 0, 0, 0; exit }
       p50 = v[int(NR * 0.50) > 0 ? int(NR * 0.50) : 1]
       p95 = v[int(NR * 0.95) > 0 ? int(NR * 0.95) : 1]
       p99 = v[int(NR * 0.99) > 0 ? int(NR * 0.99) : 1]
-      printf "%.0f %.3f %.3f %.3f\n", tps, p50 / 1000, p95 / 1000, p99 / 1000
+      printf "%.3f %.3f %.3f\n", p50 / 1000, p95 / 1000, p99 / 1000
     }'
+  rm -f "$log"
+}
+
+# Runs one workload (not Load) for $seconds on one table; prints "tps p50 p95 p99" (ms).
+run_one() {
+  psql_c -c "CHECKPOINT" >/dev/null
+  local tps
+  tps=$(run_pgbench "$1" "$2" -T "$seconds")
+  echo "$(printf '%.0f' "$tps") $(percentiles "$1")"
+}
+
+# Loads both tables in $load_chunks alternating chunks (heap's chunk first in odd chunks), so
+# that a machine whose disk or CPU speed drifts over minutes (virtual machines do) slows both
+# alike; prints "heap_tps slip_tps heap_p50 p95 p99 slip_p50 p95 p99", tps = rows / summed time.
+run_load() {
+  local per_client=$((records / clients)) done_per_client=0 chunk n tps am
+  local -A seconds_of=([heap]=0 [slipstream]=0)
+  psql_c -c "CHECKPOINT" >/dev/null
+  for chunk in $(seq 1 "$load_chunks"); do
+    n=$((per_client / load_chunks))
+    [ "$chunk" = "$load_chunks" ] && n=$((per_client - done_per_client))
+    done_per_client=$((done_per_client + n))
+    [ "$n" -gt 0 ] || continue
+    local order="heap slipstream"
+    [ $((chunk % 2)) = 0 ] && order="slipstream heap"
+    for am in $order; do
+      tps=$(run_pgbench "ut_$am" load -t "$n")
+      seconds_of[$am]=$(awk -v s="${seconds_of[$am]}" -v n=$((n * clients)) -v t="$tps" \
+        'BEGIN { print s + (t > 0 ? n / t : 0) }')
+    done
+  done
+  local rows=$((done_per_client * clients))
+  echo "$(awk -v r=$rows -v s="${seconds_of[heap]}" 'BEGIN { printf "%.0f", (s > 0 ? r / s : 0) }')" \
+    "$(awk -v r=$rows -v s="${seconds_of[slipstream]}" 'BEGIN { printf "%.0f", (s > 0 ? r / s : 0) }')" \
+    "$(percentiles ut_heap)" "$(percentiles ut_slipstream)"
 }
 
 echo "== private PostgreSQL 15 cluster in $cluster (port $port); $records records, $clients clients, ${seconds}s per workload"
@@ -157,6 +203,7 @@ echo "== private PostgreSQL 15 cluster in $cluster (port $port); $records record
 "$pg" start "$cluster"
 trap '"$pg" stop "$cluster" >/dev/null 2>&1 || true' EXIT
 psql_c -c "CREATE EXTENSION slipstream"
+rm -rf "$scratch/log"
 
 # One line of the table: label, heap tps, slipstream tps, heap and slipstream percentiles.
 print_line() {
@@ -189,8 +236,14 @@ for mix in ${mixes//,/ }; do
       done
       loaded=1
     fi
+    if [ "$w" = load ]; then
+      read -r h_tps s_tps h50 h95 h99 s50 s95 s99 < <(run_load)
+      print_line load "$h_tps" "$s_tps" "$h50 $h95 $h99" "$s50 $s95 $s99"
+      loaded=1
+      psql_c -c "VACUUM ANALYZE ut_heap" -c "VACUUM ANALYZE ut_slipstream"
+      continue
+    fi
     n=$rounds
-    [ "$w" = load ] && n=1
     h_sum=0
     s_sum=0
     for round in $(seq 1 "$n"); do
@@ -207,10 +260,6 @@ for mix in ${mixes//,/ }; do
       [ "$n" -gt 1 ] && label="$w/$round"
       print_line "$label" "$h_tps" "$s_tps" "$h50 $h95 $h99" "$s50 $s95 $s99"
     done
-    if [ "$w" = load ]; then
-      loaded=1
-      psql_c -c "VACUUM ANALYZE ut_heap" -c "VACUUM ANALYZE ut_slipstream"
-    fi
     if [ "$n" -gt 1 ]; then print_line "$w" $((h_sum / n)) $((s_sum / n)) "- - -" "- - -"; fi
   done
   bad=$(psql_c -c "SELECT count(*) FROM slipstream.verify('ut_slipstream') WHERE NOT ok")
