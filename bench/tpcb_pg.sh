@@ -2,8 +2,10 @@
 # tpcb_pg.sh: pgbench's TPC-B on heap and on slipstream, on one server in one run.
 #
 # `pgbench -i` runs unmodified in two databases, one with default_table_access_method = heap
-# and one with slipstream; then the TPC-B script runs on each in turn, ROUNDS times (heap,
-# slipstream, heap, slipstream, ...), and the ratio of the summed transactions is printed.
+# and one with slipstream; then the TPC-B script runs on each in turn, ROUNDS times (heap first
+# in odd rounds and slipstream first in even ones, so that neither always runs right after the
+# other on a machine whose fsync latency drifts), and the ratio of the summed transactions is
+# printed.
 #
 #   bench/tpcb_pg.sh [--scale=N] [--seconds=S] [--clients=C] [--rounds=R] [--scratch=DIR] [--port=P]
 set -euo pipefail
@@ -40,7 +42,9 @@ done
 
 declare -A total=([heap]=0 [slipstream]=0)
 for round in $(seq 1 "$rounds"); do
-  for am in heap slipstream; do
+  order="heap slipstream"
+  [ $((round % 2)) = 0 ] && order="slipstream heap"
+  for am in $order; do
     "$pg" psql "$cluster" -qAt -d "bench_$am" -c "CHECKPOINT"
     out=$("$pgbench" -h "$cluster/sock" -p "$port" -U postgres -n -c "$clients" -j "$clients" \
       -T "$seconds" -M prepared "bench_$am" 2>&1)
