@@ -15,7 +15,7 @@ bool EngineImpl::DoBackgroundWork() {
   uint64_t since_flush = NowMicros() - logs_.last_flush_micros();
   if (logs_.HasSealedBuffer() ||
       (logs_.HasUnflushed() && since_flush >= uint64_t(options_.flush_interval_ms) * 1000)) {
-    Status s = logs_.WriteOut(true, 0);
+    Status s = logs_.WriteOut(options_.sync_background_flushes, 0);
     if (!s.ok()) RecordBackgroundError(s);
     did = true;
   }

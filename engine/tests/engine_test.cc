@@ -1,9 +1,11 @@
 // End-to-end behaviour of the engine API: size classes, deletes, iteration, keyspaces,
 // compaction, recovery and bad input.
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <random>
+#include <thread>
 #include <type_traits>
 
 #include "options_internal.h"
@@ -153,6 +155,44 @@ TEST(Engine, PersistBarrierGuardsEveryWriteOut) {
   std::string got;
   EXPECT_TRUE(t->Get(ks, "durable", &got).ok());
   EXPECT_TRUE(t->Get(ks, "held-back", &got).IsNotFound());
+}
+
+// Runs background work until a periodic log write-out has happened (flush interval 1 ms).
+static void RunUntilLogFlushed(TestEngine& t) {
+  uint64_t before = t->GetStats().log_flushes;
+  for (int i = 0; i < 10000 && t->GetStats().log_flushes == before; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    t->DoBackgroundWork();
+  }
+  ASSERT_GT(t->GetStats().log_flushes, before);
+}
+
+// A periodic write-out syncs only if sync_background_flushes says so; Sync() always does.
+TEST(Engine, BackgroundFlushesSyncOnlyWhenAsked) {
+  for (bool sync_flushes : {true, false}) {
+    TestEngine t;
+    t.engine.reset();
+    t.options.flush_interval_ms = 1;
+    t.options.sync_background_flushes = sync_flushes;
+    t.Open();
+    KeyspaceId ks;
+    ASSERT_TRUE(t->CreateKeyspace(4, &ks).ok());
+    Lsn lsn = 0;
+    ASSERT_TRUE(t->Put(ks, "k", "v", &lsn).ok());
+    RunUntilLogFlushed(t);
+    Stats st = t->GetStats();
+    if (sync_flushes) {
+      EXPECT_GE(st.durable_lsn, lsn);
+    } else {
+      EXPECT_LT(st.durable_lsn, lsn);  // written out, not yet durable
+    }
+    ASSERT_TRUE(t->Sync(lsn).ok());
+    EXPECT_GE(t->GetStats().durable_lsn, lsn);
+    t.Reopen();
+    std::string got;
+    ASSERT_TRUE(t->Get(ks, "k", &got).ok());
+    EXPECT_EQ(got, "v");
+  }
 }
 
 // ListKeyspaces reports exactly the live keyspaces, with their tags.

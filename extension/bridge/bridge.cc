@@ -133,6 +133,9 @@ SsCode ss_open(const SsOptions* options, void* arena, size_t arena_size, SsPersi
         if (barrier(msg, sizeof(msg))) return Status::OK();
         return Status::IOError(msg);
       };
+      // The WAL holds every change and is released only after the worker's Sync() (each
+      // slipstream.sync_interval): the background write-outs need no fdatasync of their own.
+      opts.sync_background_flushes = false;
     }
     if (interrupted != nullptr) opts.interrupted = [interrupted]() { return interrupted(); };
     std::unique_ptr<Engine> engine;

@@ -40,6 +40,13 @@ struct Options {
   // fdatasync on Sync(); tests that only care about crash-of-process may keep it, benches too.
   bool use_fsync = true;
 
+  // Whether the background flusher's periodic write-outs (every flush_interval_ms) end with an
+  // fdatasync, so unsynced puts become durable within that interval. A host whose own log
+  // holds every change (PostgreSQL's WAL, replayed after a crash from its last Sync()) turns
+  // this off: the write-outs then only free log buffers, and durability costs one fdatasync a
+  // host-chosen Sync() instead of one every flush interval.
+  bool sync_background_flushes = true;
+
   // Write-ahead barrier: called before newly appended records can reach the device (before
   // each log write-out and before a memtable is compacted), in the process doing the write.
   // A host that logs its changes elsewhere first (PostgreSQL's WAL) makes that log durable up
