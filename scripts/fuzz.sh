@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fuzz.sh: runs every libFuzzer target (tests/fuzz, built in build-fuzz with ASan and UBSan)
+# fuzz.sh: runs every libFuzzer target (tests/fuzz, built in build-asan with ASan and UBSan)
 # for SECONDS each, starting from its checked-in seeds (tests/fuzz/corpus/NAME) and first
 # replaying every input that once found a bug (tests/fuzz/regressions/NAME). Fails, and keeps
 # the input that did it under $FUZZ_WORK/findings, when a target crashes, leaks, hangs or
@@ -8,7 +8,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:-60}
-build=${2:-$root/build-fuzz}
+build=${2:-$root/build-asan}
 work=${FUZZ_WORK:-/tmp/slipstream-fuzz}
 findings="$work/findings"
 mkdir -p "$findings"

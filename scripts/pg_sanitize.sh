@@ -15,7 +15,7 @@
 #   suites: regress contention crash stall (default: all)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-asan_build=$(cd "${1:-$root/build-asan}" && pwd)
+asan_build=$(cd "${1:-$root/build-pg-asan}" && pwd)
 scratch=${2:-${SLIPSTREAM_SCRATCH:-/tmp/slipstream-sanitize}}
 shift $(($# > 2 ? 2 : $#))
 suites=${*:-regress contention crash stall}

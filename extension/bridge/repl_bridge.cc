@@ -349,6 +349,8 @@ struct SsDirectWriter {
   static constexpr std::chrono::milliseconds kRetryDelay{1000};
 };
 
+// C++ helpers inside the extern "C" block keep C++ linkage (they return C++ types).
+extern "C++" {
 namespace {
 
 // The cursor kept in a caller's opaque storage.
@@ -364,6 +366,7 @@ void StoreCursor(const repl::SharedCursor& c, SsDirectCursor* cursor) {
 }
 
 }  // namespace
+}  // extern "C++"
 
 void ss_backup_export_cursor(SsBackupConn* conn, SsDirectCursor* cursor) {
   repl::SharedCursor c;
@@ -393,6 +396,7 @@ uint64_t ss_direct_cursor_end(const SsDirectCursor* cursor) {
   return LoadCursor(cursor).end;
 }
 
+extern "C++" {
 namespace {
 
 // The writer's target for cursor `c`, opened or replaced as needed (Unavailable while a failed
@@ -444,6 +448,7 @@ repl::Status OpenTarget(const repl::SharedCursor& c, const SsPlacerIdentity* pla
 }
 
 }  // namespace
+}  // extern "C++"
 
 bool ss_direct_append(SsDirectCursor* cursor, SsDirectWriter** writer,
                       const SsPlacerIdentity* placer, uint64_t lsn, const char* data, size_t len,
