@@ -77,50 +77,14 @@ sanitize-build: deps
 test-sanitize: sanitize-build
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j$(JOBS)
 
-# Each PostgreSQL test prints its time, so that a log shows where the suite's minutes go.
-TIMED = scripts/timed.sh
-
-# pg_regress and isolation suites on a private cluster run by the postgres OS user, the
-# contention and crash tests, the replication kill tests (a primary and a backup, tcp and shm,
-# 16 rounds; a backup killed under load; a seeded streaming standby; takeovers after SIGKILL
-# of the primary with two backups, 22 rounds over tcp, shm (by scripts/failover.sh), remote_flush and deferred replay,
-# a promotion of a backup whose replay was paused while the load arrived,
-# and 20 with Send-Index backups over tcp and shm, compacting all along, remote_flush too; a
-# Send-Index backup through DDL, refused reads and a promotion compared table by table;
-# Patroni's failover after a SIGKILL of the leader, 3 rounds with streaming replicas and 3 with
-# Tailwind backups), logical decoding (test_decoding against heap's output, a pgoutput
-# subscriber following slipstream tables), tablespaces (SIGKILL while tables move between
-# them, a seeded standby with a mapped tablespace), and a smoke run of the YCSB
-# benchmark (every workload, verify). The tests' ports (55400-55999) are first taken out of the
-# kernel's ephemeral range, so that no outgoing connection holds one when a server starts.
+# Every PostgreSQL test (pg_regress and isolation, crash, replication, takeover, Patroni,
+# logical decoding, tablespace, shuffle and YCSB smoke tests; scripts/pg_tests.sh lists them),
+# two at a time on private clusters run by the postgres OS user. The tests' ports (55400-55999)
+# are first taken out of the kernel's ephemeral range, so that no outgoing connection holds one
+# when a server starts.
 test-pg: install
 	scripts/reserve_test_ports.sh
-	$(TIMED) scripts/pg_regress.sh
-	$(TIMED) tests/pg_preload_test.sh
-	$(TIMED) tests/pg_maintenance_report_test.sh
-	$(TIMED) tests/pg_big_table_test.sh
-	$(TIMED) tests/pg_contention_test.sh
-	$(TIMED) tests/pg_crash_test.sh
-	$(TIMED) tests/pg_pinned_stall_test.sh
-	$(TIMED) tests/pg_replication_test.sh /tmp/slipstream-replication-tcp 55620 8 tcp
-	$(TIMED) tests/pg_replication_test.sh /tmp/slipstream-replication-shm 55630 8 shm
-	$(TIMED) tests/pg_replication_backup_test.sh /tmp/slipstream-replication-backup 55650 tcp
-	$(TIMED) tests/pg_standby_test.sh /tmp/slipstream-standby 55660
-	$(TIMED) tests/pg_logical_test.sh /tmp/slipstream-logical 55680
-	$(TIMED) tests/pg_tablespace_test.sh /tmp/slipstream-tablespace 55670 4
-	$(TIMED) tests/pg_takeover_test.sh /tmp/slipstream-takeover-tcp 55700 8 tcp remote_memory
-	TAKEOVER_BY=script $(TIMED) tests/pg_takeover_test.sh /tmp/slipstream-takeover-shm 55720 6 shm remote_memory
-	$(TIMED) tests/pg_takeover_test.sh /tmp/slipstream-takeover-deferred 55760 4 shm remote_memory deferred
-	$(TIMED) tests/pg_promote_catch_up_test.sh /tmp/slipstream-promote-catch-up 55880
-	$(TIMED) tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3
-	$(TIMED) tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3 tailwind
-	$(TIMED) tests/pg_takeover_test.sh /tmp/slipstream-takeover-flush 55740 4 tcp remote_flush
-	$(TIMED) tests/pg_takeover_test.sh /tmp/slipstream-send-index-tcp 55780 8 tcp remote_memory continuous send_index
-	$(TIMED) tests/pg_takeover_test.sh /tmp/slipstream-send-index-shm 55800 8 shm remote_memory continuous send_index
-	$(TIMED) tests/pg_takeover_test.sh /tmp/slipstream-send-index-flush 55840 4 tcp remote_flush continuous send_index
-	$(TIMED) tests/pg_send_index_test.sh /tmp/slipstream-send-index 55820 tcp
-	$(TIMED) tests/pg_shuffle_test.sh /tmp/slipstream-shuffle 55860
-	$(TIMED) bench/ycsb_pg.sh --records=2000 --seconds=1 --mixes=SD --load-chunks=2 --port=55471 --scratch=/tmp/slipstream-ycsb-smoke
+	scripts/pg_tests.sh
 
 # The pg_regress, isolation, contention, crash and pinned-stall suites with slipstream.so
 # built with ASan and UBSan and loaded by PostgreSQL (scripts/pg_sanitize.sh says how).

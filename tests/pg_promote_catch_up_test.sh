@@ -17,7 +17,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 scratch=${1:-${SLIPSTREAM_SCRATCH:-/tmp/slipstream-promote-catch-up}}
-base=${2:-55880}
+base=${2:-55920}
 pg="$root/scripts/pg_cluster.sh"
 secret="catch-up-test-$RANDOM$RANDOM"
 primary="$scratch/primary"

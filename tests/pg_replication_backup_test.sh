@@ -11,7 +11,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 scratch=${1:-${SLIPSTREAM_SCRATCH:-/tmp/slipstream-replication-backup}}
-base=${2:-55650}
+base=${2:-55640}
 transport=${3:-${TRANSPORT:-tcp}}
 secret="backup-test-$RANDOM$RANDOM"
 pg="$root/scripts/pg_cluster.sh"

@@ -101,7 +101,9 @@ compare() {
     [ $((i % 2)) = 0 ] && echo "DROP TABLE churn$i;"
   done | "$pg" psql "$primary" -qAt >/dev/null ) &
 churn=$!
-seed "$standby" $((base + 1)) --streaming --name s1 >/dev/null
+# slipstream.pinned_wait = 3s: a replayed write finds its memtables pinned after 3 s of a
+# reader, not 30 (section 2c), so the cursors there need to stay open for seconds, not a minute.
+seed "$standby" $((base + 1)) --streaming --name s1 --set "slipstream.pinned_wait = 3s" >/dev/null
 wait "$churn"
 "$pg" start "$standby"
 compare "after the seed" t big h churn1 churn59
@@ -164,7 +166,7 @@ p_sql -c "CREATE TABLE w (id int, v text) USING slipstream" >/dev/null
 wait_caught_up
 for n in 1 2 3 4; do
   s_sql -c "BEGIN" -c "DECLARE c CURSOR FOR SELECT * FROM t" -c "FETCH 1 FROM c" \
-    -c "SELECT pg_sleep(45)" -c "COMMIT" >/dev/null 2>&1 &
+    -c "SELECT pg_sleep(10)" -c "COMMIT" >/dev/null 2>&1 &
   sleep 1
   p_sql -c "INSERT INTO w SELECT g + $n * 100000, repeat('x', 300) FROM generate_series(1, 20000) g" >/dev/null
 done
