@@ -35,7 +35,7 @@ build: deps
 
 # The PostgreSQL module: CMake builds the engine and the C++ bridge, PGXS the C glue.
 extension: build
-	$(MAKE) -C extension BUILD_DIR=$(abspath $(BUILD))
+	$(MAKE) -C extension -j$(JOBS) BUILD_DIR=$(abspath $(BUILD))
 
 # Installs the module into the system's PostgreSQL 15 (its lib and extension directories).
 install: extension

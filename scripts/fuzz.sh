@@ -20,36 +20,63 @@ if [ ${#targets[@]} = 0 ]; then
   exit 1
 fi
 
-failed=()
-total=0
-printf "%-20s %12s %10s %8s\n" target executions "exec/s" corpus
-for exe in "${targets[@]}"; do
+jobs=${FUZZ_JOBS:-$(nproc)}
+
+# Fuzzes target $1 (an executable); writes its line of the table to $work/NAME.result, or
+# what it found to $work/NAME.failure.
+fuzz_one() {
+  local exe=$1 name corpus log regressions runs rate size
   name=$(basename "$exe" _fuzz)
   corpus="$work/corpus/$name"
   mkdir -p "$corpus"
   log="$work/$name.log"
+  rm -f "$work/$name.result" "$work/$name.failure"
   regressions=("$root/tests/fuzz/regressions/$name"/*)
   if [ ${#regressions[@]} -gt 0 ] && ! "$exe" "${regressions[@]}" >"$log" 2>&1; then
-    echo "$name: a regression input fails again:" >&2
-    tail -n 30 "$log" >&2
-    failed+=("$name")
-    continue
+    { echo "$name: a regression input fails again:"; tail -n 30 "$log"; } >"$work/$name.failure"
+    return
   fi
-  # Not -jobs: two cores; -timeout catches hangs, -rss_limit_mb runaway allocation.
+  # -timeout catches hangs, -rss_limit_mb runaway allocation; one process per target (not
+  # -jobs), FUZZ_JOBS targets at a time.
   if "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$findings/$name-" "$corpus" "$root/tests/fuzz/corpus/$name" >"$log" 2>&1; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
     size=$(find "$corpus" -type f | wc -l)
-    printf "%-20s %12s %10s %8s\n" "$name" "${runs:-?}" "${rate:-?}" "$size"
-    total=$((total + ${runs:-0}))
+    printf "%-20s %12s %10s %8s\n" "$name" "${runs:-?}" "${rate:-?}" "$size" >"$work/$name.result"
   else
-    echo "$name: FOUND A FAILURE (input kept in $findings):" >&2
-    grep -E "ERROR|SUMMARY|==[0-9]+==|#[0-9]+ 0x|runtime error|abort|Test unit written" "$log" | head -n 40 >&2
+    { echo "$name: FOUND A FAILURE (input kept in $findings):"
+      grep -E "ERROR|SUMMARY|==[0-9]+==|#[0-9]+ 0x|runtime error|abort|Test unit written" "$log" | head -n 40
+    } >"$work/$name.failure"
+  fi
+}
+
+running=0
+for exe in "${targets[@]}"; do
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n
+    running=$((running - 1))
+  fi
+  fuzz_one "$exe" &
+  running=$((running + 1))
+done
+wait
+
+failed=()
+total=0
+printf "%-20s %12s %10s %8s\n" target executions "exec/s" corpus
+for exe in "${targets[@]}"; do
+  name=$(basename "$exe" _fuzz)
+  if [ -f "$work/$name.result" ]; then
+    cat "$work/$name.result"
+    runs=$(awk '{print $2}' "$work/$name.result")
+    [[ "$runs" =~ ^[0-9]+$ ]] && total=$((total + runs))
+  else
+    if [ -f "$work/$name.failure" ]; then cat "$work/$name.failure" >&2; else echo "$name: no result" >&2; fi
     failed+=("$name")
   fi
 done
-echo "executions in all: $total (${#targets[@]} targets, $seconds s each)"
+echo "executions in all: $total (${#targets[@]} targets, $seconds s each, $jobs at a time)"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzzing failed for: ${failed[*]}" >&2
   echo "Reproduce with: $build/tests/fuzz/NAME_fuzz FILE; keep the file in tests/fuzz/regressions/NAME and add a test." >&2
