@@ -69,6 +69,9 @@ test: build
 # coverage: one build serves test-sanitize and the fuzz targets (gcc's sanitizer build plus a
 # separate fuzz build took 4 more of CI's minutes).
 sanitize-build: deps
+	@# A build directory configured with another compiler (gcc's sanitizer build before 2026-12-02)
+	@# cannot be switched in place: CMake would drop the options.
+	@grep -qs 'CMAKE_CXX_COMPILER:.*clang++-14' $(ASAN_BUILD)/CMakeCache.txt || rm -rf $(ASAN_BUILD)
 	CC=clang-14 CXX=clang++-14 cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSLIPSTREAM_SANITIZE=ON \
 	  -DSLIPSTREAM_FUZZ=ON -DSLIPSTREAM_BENCH=OFF >/dev/null
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
