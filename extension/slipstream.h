@@ -205,6 +205,8 @@ extern void ss_change_begin(void);
 extern void ss_change_logged(XLogRecPtr end_lsn);
 extern void ss_change_done(void);
 extern bool ss_persist_barrier(char *msg, size_t msg_size);
+extern uint64_t ss_wal_needed(void);
+extern uint64_t ss_wal_durable(void);
 /* Acquires the slot "slipstream", creating it the first time. */
 extern void ss_acquire_named_slot(const char *name, const char *why);
 extern void ss_acquire_slot(void);

@@ -13,11 +13,15 @@ namespace slipstream::engine {
 bool EngineImpl::DoBackgroundWork() {
   bool did = false;
   uint64_t since_flush = NowMicros() - logs_.last_flush_micros();
-  if (logs_.HasSealedBuffer() ||
-      (logs_.HasUnflushed() && since_flush >= uint64_t(options_.flush_interval_ms) * 1000)) {
+  if (logs_.HasSealedBuffer()) {  // writers need the buffer back: everything goes out now
     Status s = logs_.WriteOut(options_.sync_background_flushes, 0);
     if (!s.ok()) RecordBackgroundError(s);
     did = true;
+  } else if (logs_.HasUnflushed() && since_flush >= uint64_t(options_.flush_interval_ms) * 1000) {
+    bool wrote = false;
+    Status s = logs_.PeriodicWriteOut(options_.sync_background_flushes, &wrote);
+    if (!s.ok()) RecordBackgroundError(s);
+    did = wrote;  // a capture left waiting for the host's log is not work done
   }
   {
     SharedLock lock(&shared_->compaction_mu);

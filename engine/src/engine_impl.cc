@@ -349,6 +349,7 @@ Stats EngineImpl::GetStats() {
   st.stall_count = c.stall_count;
   st.stall_micros = c.stall_micros;
   st.log_flushes = c.log_flushes;
+  st.log_barrier_calls = c.log_barrier_calls;
   st.log_records_flushed = c.log_records_flushed;
   st.last_lsn = logs_.last_lsn();
   st.durable_lsn = logs_.durable_lsn();

@@ -151,6 +151,14 @@ bool LogSet::IsBuffered(uint32_t segment) const {
 Status LogSet::WriteOut(bool sync, Lsn wait_for) {
   SharedLock flush(&shared_->flush_mu);
   if (sync && wait_for != 0 && shared_->durable_lsn.load() >= wait_for) return Status::OK();
+  bool wrote = false;
+  capture_.valid = false;  // everything goes out now: what it captured among it
+  return WriteOutLocked(sync, nullptr, &wrote);
+}
+
+// Without a capture: every appended byte, behind the barrier. With one: the bytes it captured
+// that are still unwritten, without the barrier (the host's log already covers them).
+Status LogSet::WriteOutLocked(bool sync, const Capture* upto, bool* wrote) {
   struct Job {
     SharedLogBuffer* buffer;
     uint32_t log_kind;
@@ -162,21 +170,29 @@ Status LogSet::WriteOut(bool sync, Lsn wait_for) {
   uint64_t records;
   {
     SharedLock lock(write_mu_);
-    target = shared_->last_lsn.load();
+    target = upto != nullptr ? upto->last_lsn : shared_->last_lsn.load();
     records = counters_->unflushed_records.exchange(0);
     for (SharedLog* log : {&shared_->large, &shared_->l0}) {
       for (uint32_t k = 0; k < log->buffer_count; k++) {
         // Oldest buffer first, so a sealed segment's bytes go out before its successor's.
-        SharedLogBuffer& b = log->buffers[(log->current + 1 + k) % log->buffer_count];
+        uint32_t index = (log->current + 1 + k) % log->buffer_count;
+        SharedLogBuffer& b = log->buffers[index];
         uint32_t state = b.state.load();
         if (state == SharedLogBuffer::kFree) continue;
         uint32_t appended = b.appended.load();
+        if (upto != nullptr) {
+          // Only the bytes the capture saw, and only in the segment it saw them in.
+          const Capture::Range& r = upto->ranges[CaptureIndex(log->kind)][index];
+          appended =
+              r.live && r.generation == b.generation.load() ? std::min(appended, r.end) : b.written;
+        }
         if (appended > b.written) {
           b.pins++;
           jobs.push_back(Job{&b, log->kind, appended});
           requests.push_back(WriteRequest{uint64_t(b.segment) * options_.segment_size + b.written,
                                           Buffer(b) + b.written, appended - b.written});
-        } else if (state == SharedLogBuffer::kSealed && b.pins == 0) {
+        } else if (state == SharedLogBuffer::kSealed && b.pins == 0 &&
+                   b.written == b.appended.load()) {
           b.state.store(SharedLogBuffer::kFree);
         }
       }
@@ -185,8 +201,10 @@ Status LogSet::WriteOut(bool sync, Lsn wait_for) {
   uint64_t bytes = 0;
   for (const WriteRequest& r : requests) bytes += r.length;
   // Every captured record was appended before the snapshot above, so the barrier covers it.
-  Status s =
-      requests.empty() || !options_.persist_barrier ? Status::OK() : options_.persist_barrier();
+  Status s = requests.empty() || upto != nullptr || !options_.persist_barrier
+                 ? Status::OK()
+                 : options_.persist_barrier();
+  if (s.ok() && upto == nullptr && options_.persist_barrier) counters_->log_barrier_calls++;
   if (s.ok() && observer_ != nullptr) {
     for (size_t i = 0; i < jobs.size(); i++) {
       const SharedLogBuffer& b = *jobs[i].buffer;
@@ -208,6 +226,7 @@ Status LogSet::WriteOut(bool sync, Lsn wait_for) {
     }
   }
   if (!s.ok()) return s;
+  *wrote = !requests.empty();
   if (sync) {
     Lsn durable = shared_->durable_lsn.load();
     while (durable < target && !shared_->durable_lsn.compare_exchange_weak(durable, target)) {
@@ -221,6 +240,60 @@ Status LogSet::WriteOut(bool sync, Lsn wait_for) {
   }
   background_->NotifyProgress();
   return Status::OK();
+}
+
+bool LogSet::DefersToHostLog() const {
+  return options_.persist_barrier && options_.host_log_needed && options_.host_log_durable;
+}
+
+// A capture's bytes go out once the host's log covers them; then the next capture is taken. A
+// capture the host has not covered within max_writeout_lag_ms is dropped, and everything goes
+// out behind the barrier, as without a host log.
+Status LogSet::PeriodicWriteOut(bool sync, bool* wrote) {
+  *wrote = false;
+  if (!DefersToHostLog()) {
+    *wrote = true;
+    return WriteOut(sync, 0);
+  }
+  SharedLock flush(&shared_->flush_mu);
+  uint64_t now = NowMicros();
+  if (capture_.valid) {
+    if (options_.host_log_durable() >= capture_.host_position) {
+      Status s = WriteOutLocked(sync, &capture_, wrote);
+      capture_.valid = false;
+      if (!s.ok()) return s;
+    } else if (now - capture_.micros >= uint64_t(options_.max_writeout_lag_ms) * 1000) {
+      capture_.valid = false;
+      return WriteOutLocked(sync, nullptr, wrote);
+    } else {
+      return Status::OK();  // the host's log gets there by itself, soon
+    }
+  }
+  TakeCapture(now);
+  return Status::OK();
+}
+
+// Notes each buffer's appended end, then (so that it covers all of them) the host's position.
+void LogSet::TakeCapture(uint64_t now) {
+  bool any = false;
+  {
+    SharedLock lock(write_mu_);
+    capture_.last_lsn = shared_->last_lsn.load();
+    for (const SharedLog* log : {&shared_->large, &shared_->l0}) {
+      for (uint32_t i = 0; i < log->buffer_count; i++) {
+        const SharedLogBuffer& b = log->buffers[i];
+        Capture::Range& r = capture_.ranges[CaptureIndex(log->kind)][i];
+        r.live = b.state.load() != SharedLogBuffer::kFree;
+        r.generation = b.generation.load();
+        r.end = b.appended.load();
+        any = any || (r.live && r.end > b.written);
+      }
+    }
+  }
+  if (!any) return;
+  capture_.host_position = options_.host_log_needed();
+  capture_.micros = now;
+  capture_.valid = true;
 }
 
 Status LogSet::Sync(Lsn lsn) {

@@ -87,6 +87,12 @@ class LogSet {
   // durable before the value it points to), then fdatasync if `sync`; frees written-out
   // sealed buffers. Callers up to `wait_for` that queued behind a sync find their work done.
   Status WriteOut(bool sync, Lsn wait_for);
+  // The background flusher's periodic write-out. Without the host log positions of Options
+  // (host_log_needed, host_log_durable) it is WriteOut(sync, 0). With them it writes what an
+  // earlier call captured once the host's log is durable past it, so the barrier is not
+  // called, and captures what is appended now; a capture that waited max_writeout_lag_ms goes
+  // out with everything else, behind the barrier. Sets *wrote if bytes went out.
+  Status PeriodicWriteOut(bool sync, bool* wrote);
   // Makes every record up to `lsn` durable.
   Status Sync(Lsn lsn);
   // Appended bytes not yet written out.
@@ -112,6 +118,26 @@ class LogSet {
                 uint32_t chain);
 
  private:
+  // What a periodic write-out saw appended, left for the host's log to cover. Process-local:
+  // only the process that took it writes by it, under flush_mu.
+  struct Capture {
+    struct Range {
+      bool live;            // the buffer held a segment
+      uint32_t generation;  // which use of the buffer
+      uint32_t end;         // its appended bytes
+    };
+    bool valid = false;
+    uint64_t host_position = 0;  // host_log_needed(), read after the ends
+    uint64_t micros = 0;         // when taken
+    Lsn last_lsn = 0;
+    Range ranges[2][kLargeLogBuffers] = {};  // [L0, large][buffer]
+  };
+  static int CaptureIndex(uint32_t kind) { return kind == uint32_t(LogKind::kL0) ? 0 : 1; }
+  // Whether the options give the host log positions periodic write-outs wait for.
+  bool DefersToHostLog() const;
+  Status WriteOutLocked(bool sync, const Capture* upto, bool* wrote);
+  void TakeCapture(uint64_t now);
+
   SharedLog& Log(LogKind log) const { return log == LogKind::kL0 ? shared_->l0 : shared_->large; }
   char* Buffer(const SharedLogBuffer& b) const { return arena_ + b.data_offset; }
 
@@ -124,6 +150,7 @@ class LogSet {
   SharedMutex* write_mu_;
   BackgroundSignal* background_;
   EngineObserver* observer_;
+  Capture capture_;
 };
 
 }  // namespace slipstream::engine

@@ -195,6 +195,72 @@ TEST(Engine, BackgroundFlushesSyncOnlyWhenAsked) {
   }
 }
 
+// A host whose log must be durable before the engine's (PostgreSQL's WAL): periodic write-outs
+// wait for the host to make their captured position durable by itself instead of calling the
+// barrier, and what they wait for is not on the device in between (a restart loses it, as a
+// crash would, while the host's log still holds it).
+TEST(Engine, PeriodicWriteOutsWaitForTheHostLog) {
+  uint64_t needed = 0, durable = 0;
+  int barrier_calls = 0;
+  TestEngine t;
+  t.engine.reset();
+  t.options.flush_interval_ms = 1;
+  t.options.sync_background_flushes = false;
+  t.options.max_writeout_lag_ms = 3600 * 1000;
+  t.options.persist_barrier = [&]() -> Status {
+    barrier_calls++;
+    durable = needed;
+    return Status::OK();
+  };
+  t.options.host_log_needed = [&]() { return needed; };
+  t.options.host_log_durable = [&]() { return durable; };
+  t.Open();
+  KeyspaceId ks;
+  ASSERT_TRUE(t->CreateKeyspace(5, &ks).ok());
+  Lsn lsn = 0;
+  ASSERT_TRUE(t->Sync(t->GetStats().last_lsn).ok());  // the keyspace, behind the barrier
+  barrier_calls = 0;
+  const uint64_t barrier_calls_before = t->GetStats().log_barrier_calls;
+  auto run_background = [&]() {
+    for (int i = 0; i < 20; i++) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      t->DoBackgroundWork();
+    }
+  };
+  needed++;  // the host logs each change before the engine applies it
+  ASSERT_TRUE(t->Put(ks, "first", "1", &lsn).ok());
+  uint64_t flushes = t->GetStats().log_flushes;
+  run_background();
+  EXPECT_EQ(t->GetStats().log_flushes, flushes) << "written before the host's log covered it";
+  durable = needed;  // the host's own flush (a commit) covers "first"
+  needed++;
+  ASSERT_TRUE(t->Put(ks, "second", "2", &lsn).ok());
+  run_background();
+  EXPECT_GT(t->GetStats().log_flushes, flushes);
+  EXPECT_EQ(barrier_calls, 0);
+  EXPECT_EQ(t->GetStats().log_barrier_calls, barrier_calls_before);
+  t.Reopen();  // "second" was never written out: the host's log would replay it
+  std::string got;
+  ASSERT_TRUE(t->Get(ks, "first", &got).ok());
+  EXPECT_EQ(got, "1");
+  EXPECT_TRUE(t->Get(ks, "second", &got).IsNotFound());
+
+  // A capture the host leaves waiting past max_writeout_lag_ms goes out behind the barrier.
+  t.engine.reset();
+  t.options.max_writeout_lag_ms = 1;
+  t.arena.Reset();
+  t.Open();
+  needed++;
+  ASSERT_TRUE(t->Put(ks, "third", "3", &lsn).ok());
+  run_background();
+  EXPECT_GE(barrier_calls, 1);
+  EXPECT_GE(t->GetStats().log_barrier_calls, 1u);
+  EXPECT_EQ(durable, needed);
+  t.Reopen();
+  ASSERT_TRUE(t->Get(ks, "third", &got).ok());
+  EXPECT_EQ(got, "3");
+}
+
 // ListKeyspaces reports exactly the live keyspaces, with their tags.
 TEST(Engine, ListKeyspacesShowsLiveOnes) {
   TestEngine t;

@@ -259,6 +259,7 @@ slipstream_engine_stats(PG_FUNCTION_ARGS)
 	put_stat(st, d, "stall_micros", s.stall_micros);
 	put_stat(st, d, "log_flushes", s.log_flushes);
 	put_stat(st, d, "log_records_flushed", s.log_records_flushed);
+	put_stat(st, d, "log_barrier_calls", s.log_barrier_calls);
 	put_stat(st, d, "records_per_flush",
 			 s.log_flushes ? (double) s.log_records_flushed / s.log_flushes : 0);
 	put_stat(st, d, "segments_in_use", s.segments_in_use);

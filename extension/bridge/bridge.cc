@@ -123,16 +123,22 @@ size_t ss_arena_size(const SsOptions* options) {
   }
 }
 
-SsCode ss_open(const SsOptions* options, void* arena, size_t arena_size, SsPersistBarrier barrier,
+SsCode ss_open(const SsOptions* options, void* arena, size_t arena_size, const SsHostLog* host_log,
                SsInterruptCheck interrupted) {
   try {
     Options opts = ToOptions(options);
-    if (barrier != nullptr) {
+    if (host_log != nullptr && host_log->barrier != nullptr) {
+      SsPersistBarrier barrier = host_log->barrier;
       opts.persist_barrier = [barrier]() -> Status {
         char msg[256] = {0};
         if (barrier(msg, sizeof(msg))) return Status::OK();
         return Status::IOError(msg);
       };
+      if (host_log->needed != nullptr && host_log->durable != nullptr) {
+        opts.host_log_needed = host_log->needed;
+        opts.host_log_durable = host_log->durable;
+        opts.max_writeout_lag_ms = host_log->max_lag_ms;
+      }
       // The WAL holds every change and is released only after the worker's Sync() (each
       // slipstream.sync_interval): the background write-outs need no fdatasync of their own.
       opts.sync_background_flushes = false;
@@ -341,6 +347,7 @@ SsCode ss_stats(SsStats* out) {
     out->stall_micros = s.stall_micros;
     out->log_flushes = s.log_flushes;
     out->log_records_flushed = s.log_records_flushed;
+    out->log_barrier_calls = s.log_barrier_calls;
     out->segments_in_use = s.segments_in_use;
     out->medium_log_segments = s.medium_log_segments;
     out->large_log_segments = s.large_log_segments;

@@ -55,6 +55,24 @@ typedef bool (*SsPersistBarrier) (char *msg, size_t msg_size);
 /* Asked while a write waits for engine room: true (a cancel is pending) ends it with SS_BUSY. */
 typedef bool (*SsInterruptCheck) (void);
 
+/* A position in the host's log (a WAL LSN). */
+typedef uint64_t (*SsHostLogPosition) (void);
+
+/*
+ * The host's log, written before the engine's (PostgreSQL's WAL). `barrier` makes it durable
+ * past every change applied so far; `needed` says where that is and `durable` how far it is
+ * durable now, so that periodic engine write-outs can wait for the host's own flushes instead
+ * of calling the barrier, at most `max_lag_ms` (the engine's Options::host_log_needed).
+ * `needed` and `durable` may be NULL: every write-out then calls the barrier.
+ */
+typedef struct SsHostLog
+{
+	SsPersistBarrier barrier;
+	SsHostLogPosition needed;
+	SsHostLogPosition durable;
+	uint32_t	max_lag_ms;
+} SsHostLog;
+
 typedef struct SsLevelStats {
 	uint32_t	level;
 	uint64_t	bytes;
@@ -89,6 +107,7 @@ typedef struct SsStats {
 	uint64_t	stall_micros;
 	uint64_t	log_flushes;
 	uint64_t	log_records_flushed;
+	uint64_t	log_barrier_calls;
 	uint64_t	segments_in_use;
 	uint64_t	medium_log_segments;
 	uint64_t	large_log_segments;
@@ -107,7 +126,7 @@ extern const char *ss_last_error(void);
 extern size_t ss_arena_size(const SsOptions *options);
 /* Opens (first process: recovers into the zeroed arena) or attaches this process's handle. */
 extern SsCode ss_open(const SsOptions *options, void *arena, size_t arena_size,
-					  SsPersistBarrier barrier, SsInterruptCheck interrupted);
+					  const SsHostLog *host_log, SsInterruptCheck interrupted);
 extern bool ss_is_open(void);
 /* Drops this process's handle (the shared state stays). */
 extern void ss_close(void);

@@ -78,6 +78,22 @@ ss_persist_barrier(char *msg, size_t msg_size)
 	return ok;
 }
 
+/* Where WAL must be durable for every change applied so far (the barrier's target). */
+uint64_t
+ss_wal_needed(void)
+{
+	return pg_atomic_read_u64(&ss_shared->max_applied_lsn);
+}
+
+/* How far WAL is durable now; during recovery, everywhere (the barrier flushes nothing). */
+uint64_t
+ss_wal_durable(void)
+{
+	if (RecoveryInProgress())
+		return PG_UINT64_MAX;
+	return GetFlushRecPtr(NULL);
+}
+
 /*
  * Acquires the physical slot `name` for this process, creating it (reserving WAL from now on)
  * the first time; `why` says in the log what it keeps the WAL for.

@@ -13,6 +13,7 @@
 #include "access/xloginsert.h"
 #include "utils/wait_event.h"
 #include "miscadmin.h"
+#include "postmaster/walwriter.h"
 #include "storage/ipc.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
@@ -157,6 +158,13 @@ ss_engine_attach(void)
 	SsOptions	options;
 	SsCode		code;
 
+	/*
+	 * Periodic engine write-outs wait for WAL that commits or the WAL writer flush anyway, up to
+	 * two WAL writer rounds, instead of flushing it themselves (a sync of its own each time).
+	 */
+	SsHostLog	host_log = {ss_persist_barrier, ss_wal_needed, ss_wal_durable,
+		(uint32) Max(2 * WalWriterDelay, 50)};
+
 	if (ss_is_open())
 		return;
 	if (ss_shared == NULL)
@@ -171,8 +179,7 @@ ss_engine_attach(void)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("slipstream: could not create directory \"%s\": %m", options.directory)));
-	code = ss_open(&options, engine_arena, engine_arena_size, ss_persist_barrier,
-				   cancel_pending);
+	code = ss_open(&options, engine_arena, engine_arena_size, &host_log, cancel_pending);
 	if (code != SS_OK)
 		ss_report(code, "opening the engine");
 	before_shmem_exit(close_engine, 0);

@@ -107,7 +107,10 @@ hook_enabled(void)
 	return pg_atomic_read_u32(&ss_repl->index_backups) > 0;
 }
 
-/* The WAL flushed now: the write-ahead barrier flushed the WAL of every record written out. */
+/*
+ * The WAL flushed now: every record written out was in durable WAL first (the write-ahead
+ * barrier flushed it, or the write-out waited for commits and the WAL writer to).
+ */
 static uint64_t
 hook_wal_tag(void)
 {

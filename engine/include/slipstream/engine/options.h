@@ -54,6 +54,19 @@ struct Options {
   // A failure fails the write-out. Empty: no barrier.
   std::function<Status()> persist_barrier;
 
+  // Positions in the host's log (any unit that grows, such as PostgreSQL's WAL LSNs), so that
+  // periodic write-outs seldom need the barrier: host_log_needed is a position the host's log
+  // must be durable up to for every change already applied here, host_log_durable how far it
+  // is durable now. Given both (and persist_barrier), a periodic write-out captures the ends of
+  // the appends so far and the needed position, and a later one writes those bytes out once
+  // the host made that position durable by itself (its commits' flushes, its log writer), with
+  // no call of the barrier; a capture still waiting after max_writeout_lag_ms goes out with
+  // everything else, behind the barrier. Write-outs of sealed segments and Sync() always call
+  // the barrier. Empty: every write-out calls it.
+  std::function<uint64_t()> host_log_needed;
+  std::function<uint64_t()> host_log_durable;
+  uint32_t max_writeout_lag_ms = 400;
+
   // A writer waiting for memtable room asks this (in its own process) on every round; true
   // ends the wait with Status::Busy, so the host can honour a cancel or timeout. Empty: never.
   std::function<bool()> interrupted;

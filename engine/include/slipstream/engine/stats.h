@@ -41,6 +41,7 @@ struct Stats {
   uint64_t stall_micros = 0;
   uint64_t log_flushes = 0;
   uint64_t log_records_flushed = 0;
+  uint64_t log_barrier_calls = 0;  // write-outs that called persist_barrier first
   uint64_t segments_in_use = 0;
   uint64_t medium_log_segments = 0;
   uint64_t large_log_segments = 0;
