@@ -31,11 +31,19 @@ trap '"$pg" stop "$primary" immediate >/dev/null 2>&1 || true; "$pg" stop "$back
 p_sql() { "$pg" psql "$primary" -qAt "$@"; }
 b_sql() { "$pg" psql "$backup" -qAt "$@"; }
 
-b_sql -c "CREATE EXTENSION slipstream" \
-  -c "SELECT slipstream.serve_backup('127.0.0.1:$serve_port', '$secret', 8, '1MB')" >/dev/null
+# The backup is added before it serves: the shipper's slot then keeps WAL from mid-segment before
+# the first connection, which must still start at a segment boundary (whole segment files, page
+# headers included, or pg_waldump below cannot read the restored copy).
 p_sql -c "CREATE EXTENSION slipstream" \
   -c "CREATE TABLE ledger (client int, seq int, payload text, PRIMARY KEY (client, seq)) USING slipstream" \
   -c "SELECT slipstream.add_backup('b1', '127.0.0.1:$serve_port', '$transport', '$secret')" >/dev/null
+for _ in $(seq 1 100); do
+  [ -n "$(p_sql -c "SELECT 1 FROM pg_replication_slots WHERE slot_name = 'slipstream_backups'")" ] && break
+  sleep 0.05
+done
+p_sql -c "SELECT pg_switch_wal()" -c "CREATE TABLE filler AS SELECT g FROM generate_series(1, 1000) g" >/dev/null
+b_sql -c "CREATE EXTENSION slipstream" \
+  -c "SELECT slipstream.serve_backup('127.0.0.1:$serve_port', '$secret', 8, '1MB')" >/dev/null
 
 # Waits until the backup streams (the view of the primary says so).
 wait_streaming() {

@@ -320,14 +320,20 @@ connect_link(int i)
 	else
 	{
 		/*
-		 * A backup that holds none of our WAL starts at the beginning of the current WAL segment
-		 * (still in pg_wal), so it holds whole segment files, page headers included; one that
-		 * lost what it had, where it had it placed; after a restart, where the slot says.
+		 * A backup that holds none of our WAL starts at the beginning of a WAL segment (still in
+		 * pg_wal), so it holds whole segment files, page headers included: the current one, or,
+		 * when the slot already keeps WAL (after a restart, or created by an earlier round before
+		 * this first connection), the one the slot starts in, which the slot keeps whole. One that
+		 * lost what it had starts where it had it placed.
 		 */
 		start = copy.placed_lsn != InvalidXLogRecPtr ? copy.placed_lsn :
 			flush - XLogSegmentOffset(flush, wal_segment_size);
 		if (copy.placed_lsn == InvalidXLogRecPtr && ship_slot_restart() != InvalidXLogRecPtr)
-			start = ship_slot_restart();
+		{
+			XLogRecPtr	kept = ship_slot_restart();
+
+			start = kept - XLogSegmentOffset(kept, wal_segment_size);
+		}
 	}
 	if (!hold_wal_from(start))
 	{
