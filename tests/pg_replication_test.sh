@@ -37,10 +37,16 @@ b_sql() { "$pg" psql "$backup" -qAt "$@"; }
 p_sql -c "CREATE EXTENSION slipstream" \
   -c "CREATE TABLE ledger (client int, seq int, payload text, PRIMARY KEY (client, seq)) USING slipstream" \
   -c "SELECT slipstream.add_backup('b1', '127.0.0.1:$serve_port', '$transport', '$secret')" >/dev/null
-for _ in $(seq 1 100); do
-  [ -n "$(p_sql -c "SELECT 1 FROM pg_replication_slots WHERE slot_name = 'slipstream_backups'")" ] && break
+slot_kept=""
+for _ in $(seq 1 200); do
+  slot_kept=$(p_sql -c "SELECT 1 FROM pg_replication_slots WHERE slot_name = 'slipstream_backups'")
+  [ -n "$slot_kept" ] && break
   sleep 0.05
 done
+if [ -z "$slot_kept" ]; then
+  echo "the shipper never created its slot for the unreachable backup" >&2
+  exit 1
+fi
 p_sql -c "SELECT pg_switch_wal()" -c "CREATE TABLE filler AS SELECT g FROM generate_series(1, 1000) g" >/dev/null
 b_sql -c "CREATE EXTENSION slipstream" \
   -c "SELECT slipstream.serve_backup('127.0.0.1:$serve_port', '$secret', 8, '1MB')" >/dev/null

@@ -152,7 +152,7 @@ Status LogSet::WriteOut(bool sync, Lsn wait_for) {
   SharedLock flush(&shared_->flush_mu);
   if (sync && wait_for != 0 && shared_->durable_lsn.load() >= wait_for) return Status::OK();
   bool wrote = false;
-  capture_.valid = false;  // everything goes out now: what it captured among it
+  capture_.valid = false;  // everything appended goes out now, the captured bytes included
   return WriteOutLocked(sync, nullptr, &wrote);
 }
 

@@ -53,7 +53,7 @@ ss_change_done(void)
 bool
 ss_persist_barrier(char *msg, size_t msg_size)
 {
-	XLogRecPtr	target = pg_atomic_read_u64(&ss_shared->max_applied_lsn);
+	XLogRecPtr	target = ss_wal_needed();
 	MemoryContext context = CurrentMemoryContext;
 	volatile bool ok = true;
 
