@@ -312,11 +312,17 @@ for round in $(seq 1 "$rounds"); do
   missing=$(comm -23 "$scratch/acked.sorted" "$scratch/ledger" | wc -l)
   # A prepared transaction the client was told of is committed or still prepared.
   sql "$new" -c "SELECT gid FROM pg_prepared_xacts" | sort >"$scratch/prepared"
-  lost_prepared=0
-  for n in $(sed -n 's/^PREPARED //p' "$scratch/preparer.out"); do
-    grep -qx "99 $n" "$scratch/ledger" || grep -qx "p$n" "$scratch/prepared" ||
-      { echo "round $round: prepared transaction p$n is neither committed nor prepared on n$new" >&2; lost_prepared=$((lost_prepared + 1)); }
-  done
+  # One pass over both lists (a grep per prepared transaction took 10 of a test's 70 s).
+  sed -n 's/^PREPARED //p' "$scratch/preparer.out" | awk -v ledger="$scratch/ledger" -v prepared="$scratch/prepared" '
+    BEGIN {
+      while ((getline line < ledger) > 0) if (line ~ /^99 /) found[substr(line, 4)] = 1
+      while ((getline gid < prepared) > 0) if (gid ~ /^p/) found[substr(gid, 2)] = 1
+    }
+    !($0 in found) { print }' >"$scratch/prepared.lost"
+  while read -r n; do
+    echo "round $round: prepared transaction p$n is neither committed nor prepared on n$new" >&2
+  done <"$scratch/prepared.lost"
+  lost_prepared=$(wc -l <"$scratch/prepared.lost")
   half=$(comm -3 "$scratch/ledger" "$scratch/audit" | wc -l)
   bad=$(sql "$new" -c "SELECT count(*) FROM slipstream.verify('ledger') WHERE NOT ok")
   if [ "$shipping" = send_index ]; then
