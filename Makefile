@@ -132,9 +132,21 @@ sqlsmith: install
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlsmith; }
 	scripts/sqlsmith.sh $(SQLSMITH_QUERIES)
 
-# Every test: formatting, the plain build, the sanitizer build, the fuzz targets briefly and
-# the PostgreSQL suites.
-check: check-format test test-sanitize fuzz-smoke test-pg
+# Every test: formatting, the plain build and its tests, the PostgreSQL suites, then the
+# sanitizer build's tests and the fuzz targets briefly. The PostgreSQL suites leave about half
+# a core idle (they wait for fsyncs, promotions and the sleeps before kills), so the sanitizer
+# build compiles beside them at idle priority (scripts/idle_priority.sh) into a log of its own,
+# printed only if it fails.
+check: check-format test install
+	@echo "== the sanitizer build compiles at idle priority beside the PostgreSQL tests (log: $(ASAN_BUILD).log)"
+	@start=$$(date +%s); \
+	scripts/idle_priority.sh $(MAKE) --no-print-directory sanitize-build >$(ASAN_BUILD).log 2>&1 & build=$$!; \
+	$(MAKE) --no-print-directory test-pg; tests=$$?; \
+	wait $$build; built=$$?; \
+	if [ $$built = 0 ]; then echo "== sanitizer build: done $$(($$(date +%s) - start)) s after it started"; \
+	else tail -n 60 $(ASAN_BUILD).log; echo "the sanitizer build failed (log: $(ASAN_BUILD).log)" >&2; fi; \
+	[ $$tests = 0 ] && [ $$built = 0 ]
+	$(MAKE) --no-print-directory test-sanitize fuzz-smoke
 
 # C++ sources follow .clang-format; the extension's C files (and its C headers) keep
 # PostgreSQL's style (pgindent) and are left alone.

@@ -9,7 +9,7 @@
 #
 # What runs: pg_regress and the isolation specs; the preload, maintenance-report, big-table,
 # contention, SIGKILL crash and pinned-stall tests; the replication kill tests (a primary and
-# a backup, tcp and shm, 8 rounds each; a backup killed under load; a seeded streaming
+# a backup, tcp and shm, 6 rounds each; a backup killed under load; a seeded streaming
 # standby); logical decoding (test_decoding against heap's output, a pgoutput subscriber);
 # tablespaces (SIGKILL while tables move between them, a seeded standby with a mapped
 # tablespace); takeovers after SIGKILL of the primary with two backups over tcp, shm (by
@@ -33,16 +33,16 @@ logs=${PG_TEST_LOGS:-/tmp/slipstream-pg-tests}
 # name|command, longest first, so that the last tests to start are short ones.
 tests=(
   "patroni|tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3 && tests/pg_patroni_failover_test.sh /tmp/slipstream-patroni 3 tailwind"
-  "send-index-shm|tests/pg_takeover_test.sh /tmp/slipstream-send-index-shm 55800 8 shm remote_memory continuous send_index"
-  "send-index-tcp|tests/pg_takeover_test.sh /tmp/slipstream-send-index-tcp 55780 8 tcp remote_memory continuous send_index"
-  "takeover-tcp|tests/pg_takeover_test.sh /tmp/slipstream-takeover-tcp 55700 8 tcp remote_memory"
+  "send-index-shm|tests/pg_takeover_test.sh /tmp/slipstream-send-index-shm 55800 6 shm remote_memory continuous send_index"
+  "send-index-tcp|tests/pg_takeover_test.sh /tmp/slipstream-send-index-tcp 55780 6 tcp remote_memory continuous send_index"
+  "takeover-tcp|tests/pg_takeover_test.sh /tmp/slipstream-takeover-tcp 55700 6 tcp remote_memory"
   "shuffle|tests/pg_shuffle_test.sh /tmp/slipstream-shuffle 55860"
   "takeover-shm|TAKEOVER_BY=script tests/pg_takeover_test.sh /tmp/slipstream-takeover-shm 55720 6 shm remote_memory"
   "big-table|tests/pg_big_table_test.sh"
   "send-index-flush|tests/pg_takeover_test.sh /tmp/slipstream-send-index-flush 55840 4 tcp remote_flush continuous send_index"
   "takeover-deferred|tests/pg_takeover_test.sh /tmp/slipstream-takeover-deferred 55760 4 shm remote_memory deferred"
-  "replication-tcp|tests/pg_replication_test.sh /tmp/slipstream-replication-tcp 55620 8 tcp"
-  "replication-shm|tests/pg_replication_test.sh /tmp/slipstream-replication-shm 55630 8 shm"
+  "replication-tcp|tests/pg_replication_test.sh /tmp/slipstream-replication-tcp 55620 6 tcp"
+  "replication-shm|tests/pg_replication_test.sh /tmp/slipstream-replication-shm 55630 6 shm"
   "crash|tests/pg_crash_test.sh"
   "takeover-flush|tests/pg_takeover_test.sh /tmp/slipstream-takeover-flush 55740 4 tcp remote_flush"
   "standby|tests/pg_standby_test.sh /tmp/slipstream-standby 55660"
