@@ -11,7 +11,7 @@ DEMO_NUM   ?= 300000
 DEBIAN_PACKAGES = cmake g++ make pkg-config googletest libgtest-dev libgmock-dev \
   liburing-dev liblz4-dev libssl-dev libibverbs-dev librdmacm-dev rdma-core \
   postgresql-15 postgresql-server-dev-15 libpq-dev librocksdb-dev clang-format \
-  patroni etcd-server etcd-client curl jq procps clang-14 libfuzzer-14-dev
+  patroni etcd-server etcd-client curl jq procps python3 clang-14 libfuzzer-14-dev
 
 SUDO = $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
