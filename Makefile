@@ -136,11 +136,13 @@ sqlsmith: install
 # sanitizer build's tests and the fuzz targets briefly. The PostgreSQL suites leave about half
 # a core idle (they wait for fsyncs, promotions and the sleeps before kills), so the sanitizer
 # build compiles beside them at idle priority (scripts/idle_priority.sh) into a log of its own,
-# printed only if it fails.
+# printed only if it fails. An interrupted check stops the build too (it leads its own session,
+# so its process group is its pid).
 check: check-format test install
 	@echo "== the sanitizer build compiles at idle priority beside the PostgreSQL tests (log: $(ASAN_BUILD).log)"
 	@start=$$(date +%s); \
 	scripts/idle_priority.sh $(MAKE) --no-print-directory sanitize-build >$(ASAN_BUILD).log 2>&1 & build=$$!; \
+	trap "kill -- -$$build 2>/dev/null" INT TERM; \
 	$(MAKE) --no-print-directory test-pg; tests=$$?; \
 	wait $$build; built=$$?; \
 	if [ $$built = 0 ]; then echo "== sanitizer build: done $$(($$(date +%s) - start)) s after it started"; \

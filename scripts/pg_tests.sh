@@ -35,7 +35,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # refuses a data directory whose postmaster.pid names a process that still exists, zombies
 # included). The init of these virtual machines reaped them 1.4 s after each kill; this shell
 # reaps them at once, whenever it waits.
-if [ -z "${SLIPSTREAM_SUBREAPER:-}" ]; then
+if [ -z "${SLIPSTREAM_SUBREAPER:-}" ] && command -v python3 >/dev/null; then
   export SLIPSTREAM_SUBREAPER=1
   exec python3 -c 'import ctypes, os, sys
 if ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
