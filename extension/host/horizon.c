@@ -219,12 +219,15 @@ ss_applied_horizon(void)
 
 /*
  * Makes the engine durable and moves the slot up to ss_applied_horizon() as read before the
- * sync, so every change whose record starts below the slot is durable in the engine.
+ * sync, so every change whose record starts below the slot is durable in the engine. The
+ * slot stays at or below the flushed WAL: the insert position may be ahead of it, and a slot
+ * past the WAL that survives a crash would point into records written after the crash.
  */
 void
 ss_advance_horizon(void)
 {
-	XLogRecPtr	horizon = ss_applied_horizon();
+	XLogRecPtr	flushed = GetFlushRecPtr(NULL);
+	XLogRecPtr	horizon = Min(ss_applied_horizon(), flushed);
 
 	SS_CHECK(ss_sync_all(), "syncing the engine");
 	ss_acquire_slot();
