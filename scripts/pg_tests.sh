@@ -8,7 +8,8 @@
 # the running ones finish, and the script fails.
 #
 # What runs: pg_regress and the isolation specs; the preload, maintenance-report, big-table,
-# contention, SIGKILL crash and pinned-stall tests; the replication kill tests (a primary and
+# contention, SIGKILL crash and pinned-stall tests; a restart whose durable horizon lies past the
+# WAL that survived the kill; the replication kill tests (a primary and
 # a backup, tcp and shm, 6 rounds each; a backup killed under load; a seeded streaming
 # standby); logical decoding (test_decoding against heap's output, a pgoutput subscriber);
 # tablespaces (SIGKILL while tables move between them, a seeded standby with a mapped
@@ -71,6 +72,7 @@ tests=(
   "contention|tests/pg_contention_test.sh"
   "send-index|tests/pg_send_index_test.sh /tmp/slipstream-send-index 55820 tcp"
   "logical|tests/pg_logical_test.sh /tmp/slipstream-logical 55680"
+  "slot-past-wal|tests/pg_slot_past_wal_test.sh"
   "preload|tests/pg_preload_test.sh"
 )
 
