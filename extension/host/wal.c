@@ -524,8 +524,9 @@ ss_apply_record(XLogReaderState *record)
 
 /*
  * Applies every one of our records from `start` to `end` to the engine; returns how many.
- * The reader never waits for WAL past the flushed end: nothing else may write WAL while the
- * worker replays at startup (backends wait for it), so a wait there would never end.
+ * The reader never waits for WAL past the flushed (or, on a standby, replayed) end: both
+ * callers run before that end can move (the worker at startup, which backends wait for; the
+ * startup process before its redo), so a wait there would never end.
  */
 uint64
 ss_replay_wal(XLogRecPtr start, XLogRecPtr end)
