@@ -78,6 +78,15 @@ SELECT count(*) FILTER (WHERE tag = pg_temp.tag_of('seed_t')) AS seed_t_rows,
        count(*) FILTER (WHERE tag = 0) AS trailers,
        bool_and(length(value) = 16) FILTER (WHERE tag = 0) AS trailer_holds_two_lsns
   FROM slipstream.seed_snapshot();
+-- the dump's end is flushed WAL when the snapshot returns, even with a transaction's changes
+-- still open (their WAL is not flushed by a commit): a crash cannot take back a dumped change
+BEGIN;
+INSERT INTO seed_t SELECT g, 'open' FROM generate_series(26, 2000) g;
+SELECT pg_current_wal_flush_lsn() >=
+       '0/0'::pg_lsn + ('x' || encode(substring(value FROM 9 FOR 8), 'hex'))::bit(64)::bigint
+         AS dump_end_flushed
+  FROM slipstream.seed_snapshot() WHERE tag = 0;
+COMMIT;
 DROP TABLE seed_t, seed_u, seed_tmp;
 
 -- permissions: only superusers and members of slipstream_admin

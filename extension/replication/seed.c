@@ -184,7 +184,14 @@ slipstream_seed_snapshot(PG_FUNCTION_ARGS)
 		if (keyspace_wanted(list.items[i].tag))
 			rows += dump_keyspace(rsinfo->setResult, rsinfo->setDesc, &list.items[i]);
 	}
+	/*
+	 * The dump may hold changes whose WAL is not flushed yet (transactions still open). A crash
+	 * of this primary would lose that WAL, and their xids could be handed out again; the copy
+	 * would then show rows of those later transactions that they never wrote. Flushing WAL to
+	 * the dump's end makes every dumped change one the WAL keeps.
+	 */
 	dump_end = GetXLogInsertRecPtr();
+	XLogFlush(dump_end);
 	v[0] = pg_hton64(horizon);
 	v[1] = pg_hton64(dump_end);
 	put_row(rsinfo->setResult, rsinfo->setDesc, 0, SS_SEED_TRAILER, strlen(SS_SEED_TRAILER),
