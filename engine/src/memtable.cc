@@ -408,16 +408,33 @@ const MemNode* MemTable::FindIndexed(std::string_view ikey, uint64_t max_lsn,
   return n;
 }
 
-// Linear probing from the key's hash; the load cap leaves an empty slot to stop at.
+// Keys equal but for the low four bits of their last byte (16 consecutive row ids of a table)
+// start in one 64-byte line of the index, each at its own slot there, so that an index scan
+// fetching rows in row id order reads a line per 16 rows rather than a line per row. The tag
+// mixes in those four bits, so that a key displaced into a neighbour's slot is told apart
+// without reading its node.
+MemTable::IndexHome MemTable::HomeOf(std::string_view ikey) const {
+  const uint32_t mask = header_->index_slots - 1;
+  if (ikey.empty()) return {0, SlotTag(HashKey(ikey))};
+  const uint8_t last = uint8_t(ikey.back());
+  uint64_t line =
+      HashKey(ikey.substr(0, ikey.size() - 1)) ^ (uint64_t(last >> 4) + 1) * 0x9E3779B97F4A7C15ull;
+  line ^= line >> 29;
+  uint64_t member = line ^ (uint64_t(last & 15) + 1) * 0xC2B2AE3D27D4EB4Full;
+  member ^= member >> 31;
+  return {(uint32_t(line) & mask & ~15u) | (last & 15u), SlotTag(member)};
+}
+
+// Linear probing from the key's home; the load cap leaves an empty slot to stop at.
 const MemNode* MemTable::IndexFind(std::string_view ikey, bool* answered) const {
   *answered = false;
   uint32_t slots = header_->index_slots;
   if (slots == 0) return nullptr;
   bool complete = header_->index_complete.load(std::memory_order_acquire) != 0;
   uint32_t mask = slots - 1;
-  const uint64_t hash = HashKey(ikey);
-  const uint32_t tag = SlotTag(hash);
-  uint32_t i = uint32_t(hash) & mask;
+  const IndexHome home = HomeOf(ikey);
+  const uint32_t tag = home.tag;
+  uint32_t i = home.start;
   for (uint32_t probes = 0; probes < slots; probes++, i = (i + 1) & mask) {
     uint32_t slot = index_[i].load(std::memory_order_acquire);
     if (slot == 0) {
@@ -441,10 +458,10 @@ MemTable::IndexSpot MemTable::IndexLocate(std::string_view ikey) const {
   uint32_t slots = header_->index_slots;
   if (slots == 0) return spot;
   uint32_t mask = slots - 1;
-  const uint64_t hash = HashKey(ikey);
-  spot.tag = SlotTag(hash);
+  const IndexHome home = HomeOf(ikey);
+  spot.tag = home.tag;
   spot.state = IndexSpot::kNoRoom;
-  uint32_t i = uint32_t(hash) & mask;
+  uint32_t i = home.start;
   for (uint32_t probes = 0; probes < slots; probes++, i = (i + 1) & mask) {
     uint32_t current = index_[i].load(std::memory_order_relaxed);
     if (current == 0) {

@@ -99,6 +99,15 @@ class MemTable {
   // Formats an empty skiplist over the data area (writer only, with no readers left).
   void Reset();
 
+  // Where a key's probe starts in the hash index (a slot number), and the tag its slot
+  // carries; keys that differ only in the low four bits of their last byte start in one
+  // 16-slot line (see memtable.cc).
+  struct IndexHome {
+    uint32_t start;
+    uint32_t tag;
+  };
+  IndexHome HomeOf(std::string_view ikey) const;
+
   // Whether the hash index answers for every key (present or absent).
   bool IndexComplete() const {
     return header_->index_slots != 0 && header_->index_complete.load(std::memory_order_acquire);

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -333,6 +334,54 @@ TEST(MemTable, AppendsInOrderSkipTheDescent) {
     ASSERT_EQ(n->key(), RowKey(7, row));
   }
   EXPECT_EQ(n, nullptr);
+}
+
+// An index scan fetches rows in row id order: 16 row ids of a table that differ only in their
+// low four bits start at 16 different slots of one 64-byte line of the index, the next 16 in
+// another line. Runs of row ids from several tables and scattered keys filling the index up to
+// its cap are all found, the index stays complete (it answers for absent keys too), and absent
+// keys between and around the runs are not found.
+TEST(MemTable, RowIdsOfSixteenShareAnIndexLine) {
+  MemArea area(16u << 20, 1024);
+  MemTable& t = area.table();
+  for (uint64_t first : {0ull, 4096ull, 1ull << 40}) {
+    std::set<uint32_t> starts, lines;
+    for (uint64_t row = first; row < first + 32; row++) {
+      MemTable::IndexHome home = t.HomeOf(RowKey(9, row));
+      starts.insert(home.start);
+      lines.insert(home.start / 16);
+    }
+    EXPECT_EQ(starts.size(), 32u);
+    EXPECT_EQ(lines.size(), 2u);
+  }
+
+  std::mt19937 rng(12);
+  std::vector<std::string> keys;
+  for (uint32_t keyspace : {1u, 2u, 3u}) {
+    for (uint64_t run = 0; run < 13; run++) {
+      const uint64_t first = run * 1000 + (run % 3) * 5;  // runs not aligned to 16 as well
+      for (uint64_t row = first; row < first + 16; row++) keys.push_back(RowKey(keyspace, row));
+    }
+  }
+  while (keys.size() < 716) keys.push_back(RowKey(4, rng() % 100000 + 100000));  // the 7/10 cap
+  std::shuffle(keys.begin(), keys.end(), rng);
+  uint64_t lsn = 0;
+  for (const std::string& key : keys) t.Insert(key, ++lsn, ValueKind::kInline, key);
+  ASSERT_TRUE(t.IndexComplete());
+  for (const std::string& key : keys) {
+    const MemNode* n = t.Find(key, UINT64_MAX);
+    ASSERT_NE(n, nullptr);
+    ASSERT_EQ(n->value(), key);
+  }
+  std::set<std::string> present(keys.begin(), keys.end());
+  for (uint32_t keyspace : {1u, 2u, 3u, 5u}) {
+    for (uint64_t row = 0; row < 13000; row += 7) {
+      std::string key = RowKey(keyspace, row);
+      if (present.count(key) == 0) {
+        ASSERT_EQ(t.Find(key, UINT64_MAX), nullptr) << row;
+      }
+    }
+  }
 }
 
 // Rows the memtable does not hold (an old row's version rewritten, a pruned chain's root),
