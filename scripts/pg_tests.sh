@@ -73,6 +73,7 @@ tests=(
   "send-index|tests/pg_send_index_test.sh /tmp/slipstream-send-index 55820 tcp"
   "logical|tests/pg_logical_test.sh /tmp/slipstream-logical 55680"
   "slot-past-wal|tests/pg_slot_past_wal_test.sh"
+  "restart-partial-wal|tests/pg_restart_partial_wal_test.sh"
   "preload|tests/pg_preload_test.sh"
 )
 

@@ -525,8 +525,9 @@ ss_apply_record(XLogReaderState *record)
 /*
  * Applies every one of our records from `start` to `end` to the engine; returns how many.
  * The reader never waits for WAL past the flushed (or, on a standby, replayed) end: both
- * callers run before that end can move (the worker at startup, which backends wait for; the
- * startup process before its redo), so a wait there would never end.
+ * callers run before any record of ours can be logged past it (the worker at startup, which
+ * backends wait for; the startup process before its redo), so a wait for such a record would
+ * never end.
  */
 uint64
 ss_replay_wal(XLogRecPtr start, XLogRecPtr end)
@@ -569,6 +570,14 @@ ss_replay_wal(XLogRecPtr start, XLogRecPtr end)
 		char	   *errormsg = NULL;
 		XLogRecord *rec = XLogReadRecord(reader, &errormsg);
 
+		/*
+		 * `end` is the WAL flushed when the caller looked, and the WAL writer flushes whole
+		 * pages: a record that started below it may end past it. Such a record was logged
+		 * after this start (the crash's torn tail was cut off by recovery), and none of ours
+		 * can be, since backends wait for this replay: every record we must apply was read.
+		 */
+		if (rec == NULL && reader_state.end_of_wal)
+			break;
 		if (rec == NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_CORRUPTED),
