@@ -12,13 +12,29 @@
 
 namespace slipstream::engine {
 
+namespace {
+
+// The first reader slot this thread tries: spread by pid and thread, and computed once per
+// thread and process (a pin is taken for every read; a forked child gets its own pid).
+int StartSlot(pid_t pid) {
+  thread_local pid_t start_pid = 0;
+  thread_local int start = 0;
+  if (start_pid != pid) {
+    start = int((uint32_t(pid) * 2654435761u +
+                 uint32_t(std::hash<std::thread::id>()(std::this_thread::get_id()))) %
+                kMaxReaders);
+    start_pid = pid;
+  }
+  return start;
+}
+
+}  // namespace
+
 // Claims a free reader slot, starting at a spot spread by pid and thread.
 EpochPin::EpochPin(SharedEpochs* s) {
   pid_t pid = CurrentPid();
   uint64_t word = ReaderSlot::Pack(s->epoch.load(), pid);
-  int start = int((uint32_t(pid) * 2654435761u +
-                   uint32_t(std::hash<std::thread::id>()(std::this_thread::get_id()))) %
-                  kMaxReaders);
+  int start = StartSlot(pid);
   while (true) {
     for (int i = 0; i < kMaxReaders; i++) {
       ReaderSlot* slot = &s->readers[(start + i) % kMaxReaders];
