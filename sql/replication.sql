@@ -87,6 +87,10 @@ SELECT pg_current_wal_flush_lsn() >=
          AS dump_end_flushed
   FROM slipstream.seed_snapshot() WHERE tag = 0;
 COMMIT;
+-- and when no record follows a segment switch, whose insert position names the byte after the
+-- new segment's page header (a flush to there would be refused)
+SELECT pg_switch_wal() IS NOT NULL AS switched;
+SELECT count(*) FILTER (WHERE tag = 0) AS trailers FROM slipstream.seed_snapshot();
 DROP TABLE seed_t, seed_u, seed_tmp;
 
 -- permissions: only superusers and members of slipstream_admin

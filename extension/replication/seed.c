@@ -14,6 +14,7 @@
 #include "slipstream.h"
 
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -150,6 +151,21 @@ dump_keyspace(Tuplestorestate *store, TupleDesc desc, SeedKeyspace *ks)
 }
 
 /*
+ * The end of the last record inserted, for an insert position `insert`: at the start of a page
+ * the insert position names the byte after the page header, which no record reaches yet, and
+ * XLogFlush refuses a position past the inserted WAL.
+ */
+static XLogRecPtr
+last_record_end(XLogRecPtr insert)
+{
+	if (XLogSegmentOffset(insert, wal_segment_size) == SizeOfXLogLongPHD)
+		return insert - SizeOfXLogLongPHD;
+	if (insert % XLOG_BLCKSZ == SizeOfXLogShortPHD)
+		return insert - SizeOfXLogShortPHD;
+	return insert;
+}
+
+/*
  * slipstream.seed_snapshot(): every row of every permanent slipstream table, then the trailer
  * (see the top of this file). Superusers and slipstream_admin only: it reads every table.
  */
@@ -191,7 +207,7 @@ slipstream_seed_snapshot(PG_FUNCTION_ARGS)
 	 * the dump's end makes every dumped change one the WAL keeps.
 	 */
 	dump_end = GetXLogInsertRecPtr();
-	XLogFlush(dump_end);
+	XLogFlush(last_record_end(dump_end));
 	v[0] = pg_hton64(horizon);
 	v[1] = pg_hton64(dump_end);
 	put_row(rsinfo->setResult, rsinfo->setDesc, 0, SS_SEED_TRAILER, strlen(SS_SEED_TRAILER),
