@@ -422,7 +422,7 @@ MemTable::IndexHome MemTable::HomeOf(std::string_view ikey) const {
   line ^= line >> 29;
   uint64_t member = line ^ (uint64_t(last & 15) + 1) * 0xC2B2AE3D27D4EB4Full;
   member ^= member >> 31;
-  return {(uint32_t(line) & mask & ~15u) | (last & 15u), SlotTag(member)};
+  return {((uint32_t(line) & ~15u) | (last & 15u)) & mask, SlotTag(member)};  // any power of two
 }
 
 // Linear probing from the key's home; the load cap leaves an empty slot to stop at.
