@@ -74,6 +74,7 @@ tests=(
   "logical|tests/pg_logical_test.sh /tmp/slipstream-logical 55680"
   "slot-past-wal|tests/pg_slot_past_wal_test.sh"
   "restart-partial-wal|tests/pg_restart_partial_wal_test.sh"
+  "seed-crash|tests/pg_seed_crash_test.sh"
   "preload|tests/pg_preload_test.sh"
 )
 
