@@ -379,6 +379,8 @@ extern BlockNumber ss_vm_update(Relation rel, uint32 keyspace, TransactionId old
 								BufferAccessStrategy strategy);
 extern void ss_vm_redo(XLogReaderState *record);
 extern void ss_vm_forget(void);
+extern void ss_vm_note_frozen_rows(Relation rel, uint64 first, uint32 count);
+extern void ss_vm_finish_frozen_rows(Relation rel);
 
 /* ---- a relation file node's files in any tablespace (host/relfiles.c) ---- */
 #define SS_FILES_MAIN 1			/* <relnode>: a permanent or unlogged table's */

@@ -119,3 +119,50 @@ SELECT relfrozenxid::text::bigint <= :kept_xmin AS holds_back FROM pg_class WHER
 VACUUM (FREEZE) vm_keep;
 SELECT relfrozenxid::text::bigint > :kept_xmin AS advanced FROM pg_class WHERE relname = 'vm_keep';
 DROP TABLE vm_keep;
+
+-- COPY FREEZE into a table created in the same transaction (TABLE_INSERT_FROZEN): the rows go
+-- in frozen and the blocks they fill are all-visible at once, as heap's pages are, so the
+-- VACUUM after a load has nothing to read there. Block 0 also holds a row inserted before the
+-- COPY, not frozen: it is left to VACUUM. The last block, partly filled, is marked at the end.
+\getenv abs_builddir PG_ABS_BUILDDIR
+\set frozen_data :abs_builddir '/vm_frozen.data'
+COPY (SELECT g, 'copied' FROM generate_series(1, 1000) g) TO :'frozen_data';
+BEGIN;
+CREATE TABLE vm_frozen (id int PRIMARY KEY, v text) USING slipstream;
+INSERT INTO vm_frozen VALUES (0, 'plain');
+COPY vm_frozen FROM :'frozen_data' WITH (FREEZE);
+COMMIT;
+SELECT blkno, all_visible FROM pg_visibility_map('vm_frozen') ORDER BY 1;
+SELECT infomask & 768 = 768 AS xmin_frozen, count(*)
+  FROM slipstream.row_versions('vm_frozen') GROUP BY 1 ORDER BY 1;
+-- Heap fetches only for the rows of block 0 (ids 0-255), whose bit VACUUM has not set yet.
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT count(*) FROM vm_frozen WHERE id < 600;
+SELECT count(*), sum(id) FROM vm_frozen WHERE id < 600;
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+-- A change after the load clears its block's bit as always.
+UPDATE vm_frozen SET v = 'changed' WHERE id = 700;
+SELECT blkno, all_visible FROM pg_visibility_map('vm_frozen') ORDER BY 1;
+SELECT count(*) FILTER (WHERE v = 'changed'), count(*) FROM vm_frozen;
+DROP TABLE vm_frozen;
+-- Without a new file node in the transaction, COPY FREEZE is refused by PostgreSQL itself.
+CREATE TABLE vm_frozen (id int PRIMARY KEY, v text) USING slipstream;
+COPY vm_frozen FROM :'frozen_data' WITH (FREEZE);
+-- After TRUNCATE in the transaction it is allowed again.
+BEGIN;
+TRUNCATE vm_frozen;
+COPY vm_frozen FROM :'frozen_data' WITH (FREEZE);
+COMMIT;
+SELECT blkno, all_visible FROM pg_visibility_map('vm_frozen') ORDER BY 1;
+SELECT count(*), sum(id) FROM vm_frozen;
+DROP TABLE vm_frozen;
+
+-- REFRESH MATERIALIZED VIEW fills its new file node with frozen rows too.
+CREATE MATERIALIZED VIEW vm_mat USING slipstream AS
+  SELECT g AS id FROM generate_series(1, 600) g WITH NO DATA;
+REFRESH MATERIALIZED VIEW vm_mat;
+SELECT blkno, all_visible FROM pg_visibility_map('vm_mat') ORDER BY 1;
+SELECT bool_and(infomask & 768 = 768) AS all_frozen, count(*) FROM slipstream.row_versions('vm_mat');
+DROP MATERIALIZED VIEW vm_mat;

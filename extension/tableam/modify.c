@@ -98,8 +98,12 @@ ss_tuple_insert(Relation rel, TupleTableSlot *slot, CommandId cid, int options,
 	tuple = tuple_to_store(rel, slot, NULL);
 	rowid = ss_next_rowid(rel, keyspace, 1);
 	prepare_new_tuple(rel, tuple, cid, rowid);
+	if (options & TABLE_INSERT_FROZEN)
+		HeapTupleHeaderSetXminFrozen(tuple->t_data);
 	CheckForSerializableConflictIn(rel, NULL, InvalidBlockNumber);
 	ss_write_row(rel, keyspace, rowid, tuple, SS_ROW_PUT);
+	if (options & TABLE_INSERT_FROZEN)
+		ss_vm_note_frozen_rows(rel, rowid, 1);
 	pgstat_count_heap_insert(rel, 1);
 	slot->tts_tableOid = RelationGetRelid(rel);
 	slot->tts_tid = tuple->t_self;
@@ -152,7 +156,11 @@ ss_tuple_complete_speculative(Relation rel, TupleTableSlot *slot, uint32 spec_to
 	heap_freetuple(tuple);
 }
 
-/* COPY FROM and multi-row inserts: one row id range, one WAL record, one engine batch. */
+/*
+ * COPY FROM and multi-row inserts: one row id range, one WAL record, one engine batch. With
+ * TABLE_INSERT_FROZEN (COPY FREEZE into a table created or truncated in this subtransaction)
+ * the rows go in frozen, as heap_multi_insert's do, and fill all-visible blocks.
+ */
 static void
 ss_multi_insert(Relation rel, TupleTableSlot **slots, int nslots, CommandId cid, int options,
 				struct BulkInsertStateData *bistate)
@@ -168,10 +176,14 @@ ss_multi_insert(Relation rel, TupleTableSlot **slots, int nslots, CommandId cid,
 		tuples[i] = tuple_to_store(rel, slots[i], NULL);
 		rowids[i] = first + i;
 		prepare_new_tuple(rel, tuples[i], cid, rowids[i]);
+		if (options & TABLE_INSERT_FROZEN)
+			HeapTupleHeaderSetXminFrozen(tuples[i]->t_data);
 		slots[i]->tts_tableOid = RelationGetRelid(rel);
 		slots[i]->tts_tid = tuples[i]->t_self;
 	}
 	ss_write_rows(rel, keyspace, rowids, tuples, nslots, false);
+	if (options & TABLE_INSERT_FROZEN)
+		ss_vm_note_frozen_rows(rel, first, nslots);
 	pgstat_count_heap_insert(rel, nslots);
 	for (int i = 0; i < nslots; i++)
 	{
@@ -342,10 +354,19 @@ ss_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot, CommandId 
 	return TM_Ok;
 }
 
+/* The end of a COPY or a materialized view's refresh: a frozen load marks its last block. */
+static void
+ss_finish_bulk_insert(Relation rel, int options)
+{
+	if (options & TABLE_INSERT_FROZEN)
+		ss_vm_finish_frozen_rows(rel);
+}
+
 /* Installs the callbacks of this file. */
 void
 ss_init_modify_callbacks(TableAmRoutine *am)
 {
+	am->finish_bulk_insert = ss_finish_bulk_insert;
 	am->tuple_insert = ss_tuple_insert;
 	am->tuple_insert_speculative = ss_tuple_insert_speculative;
 	am->tuple_complete_speculative = ss_tuple_complete_speculative;
