@@ -43,8 +43,8 @@ class Shifter {
   }
 
   uint32_t Shift(uint32_t crc) const {
-    return table_[0][crc & 0xff] ^ table_[1][(crc >> 8) & 0xff] ^
-           table_[2][(crc >> 16) & 0xff] ^ table_[3][crc >> 24];
+    return table_[0][crc & 0xff] ^ table_[1][(crc >> 8) & 0xff] ^ table_[2][(crc >> 16) & 0xff] ^
+           table_[3][crc >> 24];
   }
 
  private:

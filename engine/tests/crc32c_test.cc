@@ -44,8 +44,7 @@ TEST(Crc32c, MatchesTheReferenceAtEveryLengthAroundTheRunBoundaries) {
   }
   for (size_t n : lengths) {
     for (size_t offset : {0, 1, 5}) {  // unaligned starts too
-      ASSERT_EQ(crc32c::Value(bytes.data() + offset, n),
-                ReferenceCrc(0, bytes.data() + offset, n))
+      ASSERT_EQ(crc32c::Value(bytes.data() + offset, n), ReferenceCrc(0, bytes.data() + offset, n))
           << "length " << n << ", offset " << offset;
     }
   }
