@@ -102,6 +102,16 @@ class EngineIterator : public Iterator {
     Advance();
     FindVisible();
   }
+  uint64_t SkipTo(std::string_view key) override {
+    std::string target = prefix_ + std::string(key);
+    uint64_t passed = 0;
+    while (valid_ && key_ < target) {
+      passed++;
+      Advance();
+      FindVisible(target);
+    }
+    return passed;
+  }
   void SetUpperBound(std::string_view bound) override {
     bound_ = bound.empty() ? std::string() : prefix_ + std::string(bound);
   }
@@ -118,8 +128,9 @@ class EngineIterator : public Iterator {
   }
 
   // Picks the smallest key (newest source wins ties), skipping tombstones, until a live entry
-  // of this keyspace is found.
-  void FindVisible() {
+  // of this keyspace is found. Its value is read only if its key is at least `read_from`
+  // (internal key; empty: always): SkipTo passes the entries below its target unread.
+  void FindVisible(std::string_view read_from = {}) {
     valid_ = false;
     while (true) {
       Source* best = nullptr;
@@ -134,6 +145,11 @@ class EngineIterator : public Iterator {
       if (!bound_.empty() && best->entry().key >= bound_) return;
       key_.assign(best->entry().key);
       if (best->entry().kind != ValueKind::kTombstone) {
+        if (key_ < read_from) {
+          value_.clear();  // passed over: never read
+          valid_ = true;
+          return;
+        }
         Status s = values_->ReadValue(key_, best->entry(), &value_);
         if (!s.ok()) {
           status_ = s;

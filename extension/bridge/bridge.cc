@@ -393,6 +393,16 @@ void ss_iter_next(SsIterator* it) {
   });
 }
 
+uint64_t ss_iter_skip_to(SsIterator* it, const void* key, size_t key_len) {
+  uint64_t passed = 0;
+  if (it->failed != SS_OK) return 0;
+  it->failed = Guard([&] {
+    passed = it->it->SkipTo(std::string_view(static_cast<const char*>(key), key_len));
+    return SS_OK;
+  });
+  return passed;
+}
+
 bool ss_iter_valid(SsIterator* it) {
   return it->failed == SS_OK && it->it->Valid();
 }

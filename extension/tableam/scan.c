@@ -212,17 +212,16 @@ uint64
 ss_scan_skip_to(TableScanDesc sscan, uint64 rowid)
 {
 	SsScanDesc	scan = (SsScanDesc) sscan;
-	uint64		passed = 0;
+	char		key[SS_KEY_SIZE];
+	uint64		passed;
 	uint64		at;
 
 	Assert(scan->positioned && !scan->backward && scan->base.rs_parallel == NULL);
-	while (iterator_row(scan->holder->it, &at) && at < rowid)
-	{
-		passed++;
-		ss_iter_next(scan->holder->it);
-		if ((passed & 1023) == 0)
-			CHECK_FOR_INTERRUPTS();
-	}
+	CHECK_FOR_INTERRUPTS();
+	ss_encode_key(rowid, key);
+	passed = ss_iter_skip_to(scan->holder->it, key, SS_KEY_SIZE);
+	/* Reports a failed move or read; a row left at the iterator is the caller's next one. */
+	(void) iterator_row(scan->holder->it, &at);
 	return passed;
 }
 

@@ -1,0 +1,100 @@
+// Iterator::SkipTo: the count of entries passed and the entry it lands on, across memtables,
+// levels, deletions, upper bounds and values of every size class.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <string>
+
+#include "test_util.h"
+
+namespace slipstream::engine {
+namespace {
+
+std::string Key(int i) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "k%07d", i);
+  return buf;
+}
+
+// Values of the three classes: inline in leaves, in the medium log, in the large log.
+std::string ValueFor(int i, int round) {
+  static const size_t kSizes[] = {12, 400, 3000};
+  return test::Value(kSizes[(i + round) % 3], i * 31 + round);
+}
+
+// Fills keyspace `ks` with a history (older versions compacted into levels, newer ones and
+// deletions in the memtable) and returns what it holds.
+std::map<std::string, std::string> Fill(test::TestEngine& t, KeyspaceId ks) {
+  std::map<std::string, std::string> model;
+  std::mt19937 rng(5);
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < 3000; i++) {
+      if (rng() % 4 == 0) continue;
+      if (round > 0 && rng() % 5 == 0) {
+        EXPECT_TRUE(t->Delete(ks, Key(i)).ok());
+        model.erase(Key(i));
+      } else {
+        std::string v = ValueFor(i, round);
+        EXPECT_TRUE(t->Put(ks, Key(i), v).ok());
+        model[Key(i)] = v;
+      }
+    }
+    if (round < 2) {
+      EXPECT_TRUE(t->CompactAll().ok());
+    }
+  }
+  return model;
+}
+
+TEST(IteratorSkip, CountsThePassedEntriesAndLandsOnTheFirstKeyAtOrAfterTheTarget) {
+  test::TestEngine t;
+  KeyspaceId ks;
+  ASSERT_TRUE(t->CreateKeyspace(1, &ks).ok());
+  std::map<std::string, std::string> model = Fill(t, ks);
+
+  auto it = t->NewIterator(ks);
+  it->SeekToFirst();
+  auto at = model.begin();
+  std::mt19937 rng(9);
+  int target = 0;
+  while (it->Valid()) {
+    target += int(rng() % 120);
+    auto want = model.lower_bound(Key(target));
+    uint64_t expected = uint64_t(std::distance(at, want));
+    ASSERT_EQ(it->SkipTo(Key(target)), expected) << "to " << Key(target);
+    if (want == model.end()) {
+      EXPECT_FALSE(it->Valid());
+      break;
+    }
+    ASSERT_TRUE(it->Valid());
+    ASSERT_EQ(it->key(), want->first);
+    ASSERT_EQ(it->value(), want->second) << "the landing entry's value is read";
+    at = want;
+  }
+  EXPECT_TRUE(it->status().ok()) << it->status().ToString();
+}
+
+TEST(IteratorSkip, NeverMovesBackwardsAndStopsAtTheUpperBound) {
+  test::TestEngine t;
+  KeyspaceId ks;
+  ASSERT_TRUE(t->CreateKeyspace(1, &ks).ok());
+  std::map<std::string, std::string> model = Fill(t, ks);
+
+  auto it = t->NewIterator(ks);
+  it->Seek(Key(1000));
+  auto at = model.lower_bound(Key(1000));
+  ASSERT_EQ(it->key(), at->first);
+  EXPECT_EQ(it->SkipTo(Key(10)), 0u);  // a target behind: nothing passed, still there
+  EXPECT_EQ(it->key(), at->first);
+  EXPECT_EQ(it->value(), at->second);
+
+  it->SetUpperBound(Key(2000));
+  uint64_t expected = uint64_t(std::distance(at, model.lower_bound(Key(2000))));
+  EXPECT_EQ(it->SkipTo(Key(2500)), expected);  // every entry below the bound, then the end
+  EXPECT_FALSE(it->Valid());
+  EXPECT_TRUE(it->status().ok()) << it->status().ToString();
+}
+
+}  // namespace
+}  // namespace slipstream::engine
