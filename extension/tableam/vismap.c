@@ -341,6 +341,7 @@ typedef struct FrozenRun
 	TransactionId xid;			/* the loading transaction: a run never outlives it */
 	uint64		start;			/* first row id of the run */
 	uint64		end;			/* one past its last */
+	BlockNumber map_pages;		/* map pages known to exist (the run created them) */
 } FrozenRun;
 
 static FrozenRun frozen_run;
@@ -351,8 +352,16 @@ set_blocks(Relation rel, BlockNumber first, BlockNumber last)
 {
 	Buffer		buffer = InvalidBuffer;
 
-	/* Before the map is created, extended or set: writers must look again (see the top). */
-	pg_atomic_fetch_add_u64(&ss_shared->vm_epoch, 1);
+	/*
+	 * Before the map is created or extended, writers must look again (see the top). Setting
+	 * bits on pages that exist needs no such notice here: no other backend can write to this
+	 * file node, and this one's writers read the bits of pages they know.
+	 */
+	if (VM_PAGE(last) >= frozen_run.map_pages)
+	{
+		pg_atomic_fetch_add_u64(&ss_shared->vm_epoch, 1);
+		frozen_run.map_pages = VM_PAGE(last) + 1;
+	}
 	for (BlockNumber block = first; block <= last; block++)
 	{
 		visibilitymap_pin(rel, block, &buffer);
@@ -387,6 +396,7 @@ ss_vm_note_frozen_rows(Relation rel, uint64 first, uint32 count)
 		frozen_run.node = rel->rd_node;
 		frozen_run.xid = GetTopTransactionIdIfAny();
 		frozen_run.start = first;
+		frozen_run.map_pages = 0;
 	}
 	done = first;
 	frozen_run.end = first + count;
