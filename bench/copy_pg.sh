@@ -6,7 +6,9 @@
 # is heap and then into one where it is slipstream. Printed per scale: pgbench's "client-side
 # generate" time (the COPY) for each, their ratio, and what the slipstream engine worker wrote
 # and spent meanwhile (bytes from /proc/PID/io, CPU from /proc/PID/stat), which shows the
-# compactions a load causes (docs/benchmarks.md, "Bulk loads").
+# compactions a load causes (docs/benchmarks.md, "Bulk loads"). Then ANALYZE of each loaded
+# pgbench_accounts, three times per access method, alternating: the median of each and their
+# ratio (docs/benchmarks.md, "ANALYZE of big tables").
 #
 #   bench/copy_pg.sh [--scales=10,20,40] [--scratch=DIR] [--port=P]
 #
@@ -43,9 +45,24 @@ load() {
   echo "$out" | sed -n 's/.*client-side generate \([0-9.]*\) s.*/\1/p'
 }
 
+# Milliseconds an ANALYZE of bench_AM's pgbench_accounts takes.
+analyze_ms() {
+  "$pg" psql "$cluster" -qAt -d "bench_$1" -c '\timing on' -c 'ANALYZE pgbench_accounts' |
+    sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p'
+}
+# The median of three ANALYZEs per access method, run alternating: "heap_ms slipstream_ms".
+analyze_pair() {
+  local h=() s=()
+  for _ in 1 2 3; do
+    h+=("$(analyze_ms heap)")
+    s+=("$(analyze_ms slipstream)")
+  done
+  echo "$(printf '%s\n' "${h[@]}" | sort -n | sed -n 2p) $(printf '%s\n' "${s[@]}" | sort -n | sed -n 2p)"
+}
+
 ticks=$(getconf CLK_TCK)
-printf '%6s %10s | %9s %12s %6s | %14s %12s\n' scale rows "heap s" "slipstream s" ratio \
-  "worker wrote" "worker CPU"
+printf '%6s %10s | %9s %12s %6s | %14s %12s | %12s %15s %6s\n' scale rows "heap s" "slipstream s" \
+  ratio "worker wrote" "worker CPU" "ANALYZE heap" "slipstream" ratio
 for scale in ${scales//,/ }; do
   "$pg" psql "$cluster" -qAt -c "CHECKPOINT"
   heap=$(load heap "$scale")
@@ -55,8 +72,10 @@ for scale in ${scales//,/ }; do
   slip=$(load slipstream "$scale")
   io1=$(worker_io)
   cpu1=$(worker_cpu)
+  read -r ah as < <(analyze_pair)
   awk -v s="$scale" -v h="$heap" -v p="$slip" -v w=$((io1 - io0)) -v c=$((cpu1 - cpu0)) -v t="$ticks" \
-    'BEGIN { printf "%6d %10d | %9.2f %12.2f %5.1fx | %11.0f MB %10.2f s\n",
-             s, s * 100000, h, p, p / h, w / 1e6, c / t }'
+    -v ah="$ah" -v as="$as" \
+    'BEGIN { printf "%6d %10d | %9.2f %12.2f %5.1fx | %11.0f MB %10.2f s | %9.0f ms %12.0f ms %5.2fx\n",
+             s, s * 100000, h, p, p / h, w / 1e6, c / t, ah, as, as / ah }'
 done
 pair_verify

@@ -468,6 +468,9 @@ extern void ss_install_planner_hook(void);
 /* No md.c prefetches for slipstream tables: bitmap heap scans and ANALYZE (tableam/prefetch.c). */
 extern void ss_install_prefetch_hook(void);
 extern void ss_analyze_prefetch_off(void);
+/* ANALYZE: the share of a sampled block's row ids read, and which ones (tableam/analyze.c). */
+extern double ss_analyze_row_fraction(Relation rel, BlockNumber nblocks);
+extern int	ss_analyze_pick_offsets(double fraction, uint16 *offsets);
 /* Makes a scan return chain roots' redirects, which scans skip otherwise (tableam/scan.c). */
 extern void ss_scan_every_row(TableScanDesc scan);
 /* Moves a forward scan on to the first row id >= `rowid`; returns the rows passed over. */

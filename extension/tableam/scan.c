@@ -48,6 +48,7 @@ typedef struct SsScanDescData
 	BlockNumber sample_next_block;
 	BlockNumber sample_nblocks;
 	uint64		counted_block;	/* the block a forward scan last counted as read, plus one */
+	double		analyze_fraction;	/* ANALYZE: share of a block's row ids read (0: not chosen yet) */
 	bool		every_row;		/* every stored row, redirects too (ss_scan_every_row) */
 } SsScanDescData;
 typedef SsScanDescData *SsScanDesc;
@@ -774,21 +775,71 @@ ss_tuple_satisfies_snapshot(Relation rel, TupleTableSlot *slot, Snapshot snapsho
 	return visible;
 }
 
-/* ANALYZE: moves to a sampled block (always "exists": empty blocks just yield no rows). */
+/*
+ * ANALYZE of a big table: loads the rows at a random subset of a block's row ids, read one by
+ * one (tableam/analyze.c), redirects left out.
+ */
+static void
+load_block_sample(SsScanDesc scan, BlockNumber block)
+{
+	uint64		first = (uint64) block * SS_ROWS_PER_BLOCK;
+	uint16		offsets[SS_ROWS_PER_BLOCK];
+	int			count = ss_analyze_pick_offsets(scan->analyze_fraction, offsets);
+	MemoryContext old = MemoryContextSwitchTo(scan->mcxt);
+
+	clear_block(scan);
+	scan->block = block;
+	count_block_read(scan->base.rs_rd);
+	for (int i = 0; i < count; i++)
+	{
+		HeapTuple	tuple = ss_fetch_row(scan->base.rs_rd, scan->keyspace, first + offsets[i]);
+
+		CHECK_FOR_INTERRUPTS();
+		if (tuple == NULL)
+			continue;
+		if (ss_is_redirect(tuple->t_data))
+			pfree(tuple);
+		else
+			scan->block_rows[scan->block_nrows++] = tuple;
+	}
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * ANALYZE: moves to a sampled block (always "exists": empty blocks just yield no rows), and
+ * reads its rows, or a share of them in a big table.
+ */
 static bool
 ss_scan_analyze_next_block(TableScanDesc sscan, BlockNumber blockno,
 						   BufferAccessStrategy bstrategy)
 {
-	load_block((SsScanDesc) sscan, blockno, false);
+	SsScanDesc	scan = (SsScanDesc) sscan;
+
+	if (scan->analyze_fraction == 0)
+	{
+		uint64		high = ss_rowid_high(scan->base.rs_rd, scan->keyspace);
+
+		scan->analyze_fraction = ss_analyze_row_fraction(scan->base.rs_rd,
+														 (BlockNumber) ((high + SS_ROWS_PER_BLOCK - 1) / SS_ROWS_PER_BLOCK));
+	}
+	if (scan->analyze_fraction < 1)
+		load_block_sample(scan, blockno);
+	else
+		load_block(scan, blockno, false);
 	return true;
 }
 
-/* ANALYZE: the next row of the block worth sampling, counting live and dead rows. */
+/*
+ * ANALYZE: the next row of the block worth sampling, counting live and dead rows; each row of a
+ * block read in part counts for the rows it stands for.
+ */
 static bool
 ss_scan_analyze_next_tuple(TableScanDesc sscan, TransactionId oldest_xmin, double *liverows,
 						   double *deadrows, TupleTableSlot *slot)
 {
 	SsScanDesc	scan = (SsScanDesc) sscan;
+	double		weight = scan->analyze_fraction > 0 && scan->analyze_fraction < 1 ?
+		1 / scan->analyze_fraction : 1;
 
 	while (scan->block_next < scan->block_nrows)
 	{
@@ -801,27 +852,27 @@ ss_scan_analyze_next_tuple(TableScanDesc sscan, TransactionId oldest_xmin, doubl
 		{
 			case HEAPTUPLE_LIVE:
 				sample = true;
-				*liverows += 1;
+				*liverows += weight;
 				break;
 			case HEAPTUPLE_DEAD:
 			case HEAPTUPLE_RECENTLY_DEAD:
-				*deadrows += 1;
+				*deadrows += weight;
 				break;
 			case HEAPTUPLE_INSERT_IN_PROGRESS:
 				/* Our own inserts count as live, as heap's ANALYZE does. */
 				if (TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetXmin(tuple->t_data)))
 				{
 					sample = true;
-					*liverows += 1;
+					*liverows += weight;
 				}
 				break;
 			case HEAPTUPLE_DELETE_IN_PROGRESS:
 				if (TransactionIdIsCurrentTransactionId(HeapTupleHeaderGetUpdateXid(tuple->t_data)))
-					*deadrows += 1;
+					*deadrows += weight;
 				else
 				{
 					sample = true;
-					*liverows += 1;
+					*liverows += weight;
 				}
 				break;
 		}
