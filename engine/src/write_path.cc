@@ -97,6 +97,11 @@ Status EngineImpl::DropKeyspace(KeyspaceId id) {
 // ---------------------------------------------------------------------------------------------
 // Puts and deletes
 
+// Operations whose array EngineImpl::Write keeps for the thread's next batch, and the bytes of
+// an encoded large value an operation keeps.
+constexpr size_t kKeptWriteOps = 4096;
+constexpr size_t kKeptEncodedBytes = 4096;
+
 Status EngineImpl::Put(KeyspaceId ks, std::string_view key, std::string_view value, Lsn* lsn) {
   std::vector<WriteOp> ops(1);
   ops[0].type = WriteOp::kPut;
@@ -115,19 +120,38 @@ Status EngineImpl::Delete(KeyspaceId ks, std::string_view key, Lsn* lsn) {
 }
 
 Status EngineImpl::Write(const WriteBatch& batch, Lsn* lsn) {
-  std::vector<WriteOp> ops(batch.Count());
-  for (size_t i = 0; i < ops.size(); i++) {
-    const WriteBatch::Op& op = batch.ops()[i];
-    ops[i].type = op.is_delete ? WriteOp::kDelete : WriteOp::kPut;
-    ops[i].keyspace = op.keyspace;
-    ops[i].key = op.key;
-    ops[i].value = op.value;
-  }
-  if (ops.empty()) {
+  if (batch.Count() == 0) {
     if (lsn) *lsn = logs_.last_lsn();
     return Status::OK();
   }
-  return WriteOps(ops, lsn);
+  // The operations' array is kept per thread, as WriteBatch keeps its buffer: a bulk load
+  // writes one batch after another, and freeing the array each time returned its memory to
+  // the system, to be faulted in again by the next batch.
+  // The operations stay in place between batches (their views dangle, unread, until the next
+  // batch overwrites them), so only a batch larger than any before constructs new ones.
+  thread_local std::vector<WriteOp> ops;
+  ops.resize(batch.Count());
+  for (size_t i = 0; i < ops.size(); i++) {
+    WriteBatch::Op op = batch.op(i);
+    WriteOp& w = ops[i];
+    w.type = op.is_delete ? WriteOp::kDelete : WriteOp::kPut;
+    w.keyspace = op.keyspace;
+    w.key = op.key;
+    w.value = op.value;
+    w.relocate_from = ValuePtr{};
+    w.ikey.clear();
+    w.encoded.clear();
+    w.value_size = 0;
+  }
+  Status s = WriteOps(ops, lsn);
+  if (ops.capacity() > kKeptWriteOps) {
+    std::vector<WriteOp>().swap(ops);  // a huge batch's memory goes
+  } else {
+    for (WriteOp& w : ops) {
+      if (w.encoded.capacity() > kKeptEncodedBytes) std::string().swap(w.encoded);  // large values'
+    }
+  }
+  return s;
 }
 
 // Validates one operation and encodes what can be encoded outside the write mutex (internal

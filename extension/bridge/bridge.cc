@@ -255,12 +255,27 @@ SsCode ss_get_past_memtables(uint32_t keyspace, const void* key, size_t key_len,
   });
 }
 
+// The last freed batch, kept with its memory for the next (a bulk load writes batch after
+// batch); one per thread, though PostgreSQL's processes have one.
+thread_local std::unique_ptr<SsBatch> g_spare_batch;
+// A batch whose memory passes this is freed, not kept.
+constexpr size_t kKeptBatchBytes = 4 << 20;
+
 SsBatch* ss_batch_new(void) {
   try {
+    if (g_spare_batch) return g_spare_batch.release();
     return new SsBatch();
   } catch (...) {
     return nullptr;
   }
+}
+
+void ss_batch_reserve(SsBatch* batch, size_t ops, size_t bytes) {
+  if (batch->failed != SS_OK) return;
+  batch->failed = Guard([&] {
+    batch->batch.Reserve(ops, bytes);
+    return SS_OK;
+  });
 }
 
 void ss_batch_put(SsBatch* batch, uint32_t keyspace, const void* key, size_t key_len,
@@ -287,7 +302,13 @@ SsCode ss_batch_write(SsBatch* batch) {
 }
 
 void ss_batch_free(SsBatch* batch) {
-  delete batch;
+  if (g_spare_batch || batch->batch.Capacity() > kKeptBatchBytes) {
+    delete batch;
+    return;
+  }
+  batch->batch.Clear();
+  batch->failed = SS_OK;
+  g_spare_batch.reset(batch);
 }
 
 SsCode ss_sync_all(void) {

@@ -158,9 +158,11 @@ extern SsCode ss_get_past_memtables(uint32_t keyspace, const void *key, size_t k
 
 /*
  * Atomic batches of puts and deletes. A put or delete that fails (out of memory) makes
- * ss_batch_write fail without writing any of the batch.
+ * ss_batch_write fail without writing any of the batch. A freed batch's memory is kept for
+ * the process's next one; ss_batch_reserve makes room for a batch whose size is known.
  */
 extern SsBatch *ss_batch_new(void);
+extern void ss_batch_reserve(SsBatch *batch, size_t ops, size_t bytes);
 extern void ss_batch_put(SsBatch *batch, uint32_t keyspace, const void *key, size_t key_len,
 						 const void *value, size_t value_len);
 extern void ss_batch_delete(SsBatch *batch, uint32_t keyspace, const void *key, size_t key_len);

@@ -65,6 +65,31 @@ ss_log_put(Relation rel, uint64 rowid, HeapTuple tuple)
 }
 
 /*
+ * The body of the last batch record, kept for the next: a COPY logs one batch after another,
+ * and a body allocated and freed each time went back to the system and was faulted in anew.
+ * Bodies above SS_KEPT_BATCH_BODY are freed after use.
+ */
+static char *batch_body;
+static Size batch_body_size;
+#define SS_KEPT_BATCH_BODY (1024 * 1024)
+
+/* Returns a buffer of at least `size` bytes for a batch record's body. */
+static char *
+batch_body_buffer(Size size)
+{
+	if (size > batch_body_size)
+	{
+		if (batch_body != NULL)
+			pfree(batch_body);
+		batch_body = NULL;
+		batch_body_size = 0;
+		batch_body = MemoryContextAllocExtended(TopMemoryContext, size, MCXT_ALLOC_HUGE);
+		batch_body_size = size;
+	}
+	return batch_body;
+}
+
+/*
  * Logs a batch of inserted rows (COPY, multi-row inserts) as one contiguous record body; rows a
  * rewrite copies (`rewrite`) are logged as such, which logical decoding passes over.
  */
@@ -83,7 +108,7 @@ ss_log_put_multi(Relation rel, uint64 *rowids, HeapTuple *tuples, int ntuples, b
 	head.count = (uint32) ntuples;
 	for (int i = 0; i < ntuples; i++)
 		size += sizeof(XlMultiItem) + tuples[i]->t_len;
-	body = palloc_extended(size, MCXT_ALLOC_HUGE);
+	body = batch_body_buffer(size);
 	memcpy(body, &head, sizeof(head));
 	p = body + sizeof(head);
 	for (int i = 0; i < ntuples; i++)
@@ -98,7 +123,12 @@ ss_log_put_multi(Relation rel, uint64 *rowids, HeapTuple *tuples, int ntuples, b
 	XLogBeginInsert();
 	XLogRegisterData(body, size);
 	lsn = XLogInsert(SS_RMGR_ID, rewrite ? SS_XLOG_REWRITE : SS_XLOG_PUT_MULTI);
-	pfree(body);
+	if (batch_body_size > SS_KEPT_BATCH_BODY)
+	{
+		pfree(batch_body);
+		batch_body = NULL;
+		batch_body_size = 0;
+	}
 	return lsn;
 }
 

@@ -150,12 +150,16 @@ ss_write_rows(Relation rel, uint32 keyspace, uint64 *rowids, HeapTuple *tuples, 
 	SsBatch    *batch;
 	SsCode		code;
 	char		key[SS_KEY_SIZE];
+	size_t		bytes = 0;
 
 	if (ntuples == 0)
 		return;
 	batch = ss_batch_new();
 	if (batch == NULL)
 		ss_report(SS_NO_MEMORY, "inserting rows");
+	for (int i = 0; i < ntuples; i++)
+		bytes += SS_KEY_SIZE + tuples[i]->t_len;
+	ss_batch_reserve(batch, ntuples, bytes);
 	for (int i = 0; i < ntuples; i++)
 	{
 		ss_encode_key(rowids[i], key);

@@ -1,4 +1,9 @@
 // WriteBatch: puts and deletes applied atomically, with one LSN range and one log checksum.
+//
+// Keys and values are copied into one buffer, so building a batch of a thousand rows costs a
+// few allocations, not two per row, and Clear() keeps that memory for the next batch: a bulk
+// load writes batch after batch, and memory freed and allocated again each time was handed
+// back to the system and faulted in anew (a fifth of a COPY's time in the backend).
 #pragma once
 
 #include <cstdint>
@@ -13,25 +18,56 @@ using Lsn = uint64_t;
 
 class WriteBatch {
  public:
+  // One operation, as views into the batch (valid until the batch next changes).
   struct Op {
     bool is_delete;
     KeyspaceId keyspace;
-    std::string key;
-    std::string value;
+    std::string_view key;
+    std::string_view value;
   };
 
   void Put(KeyspaceId keyspace, std::string_view key, std::string_view value) {
-    ops_.push_back(Op{false, keyspace, std::string(key), std::string(value)});
+    Add(false, keyspace, key, value);
   }
-  void Delete(KeyspaceId keyspace, std::string_view key) {
-    ops_.push_back(Op{true, keyspace, std::string(key), {}});
+  void Delete(KeyspaceId keyspace, std::string_view key) { Add(true, keyspace, key, {}); }
+  // Empties the batch; its memory stays for the next one.
+  void Clear() {
+    entries_.clear();
+    data_.clear();
   }
-  void Clear() { ops_.clear(); }
-  size_t Count() const { return ops_.size(); }
-  const std::vector<Op>& ops() const { return ops_; }
+  // Makes room for `ops` more operations whose keys and values take `bytes` in all.
+  void Reserve(size_t ops, size_t bytes) {
+    entries_.reserve(entries_.size() + ops);
+    data_.reserve(data_.size() + bytes);
+  }
+  size_t Count() const { return entries_.size(); }
+  // Bytes of keys and values held, and bytes the batch has room for (what Clear() keeps).
+  size_t ByteSize() const { return data_.size(); }
+  size_t Capacity() const { return data_.capacity() + entries_.capacity() * sizeof(Entry); }
+  Op op(size_t i) const {
+    const Entry& e = entries_[i];
+    std::string_view data(data_);
+    return Op{e.is_delete, e.keyspace, data.substr(e.offset, e.key_size),
+              data.substr(e.offset + e.key_size, e.value_size)};
+  }
 
  private:
-  std::vector<Op> ops_;
+  struct Entry {
+    size_t offset;  // of the key in data_; the value follows it
+    size_t key_size;
+    size_t value_size;
+    KeyspaceId keyspace;
+    bool is_delete;
+  };
+
+  void Add(bool is_delete, KeyspaceId keyspace, std::string_view key, std::string_view value) {
+    entries_.push_back(Entry{data_.size(), key.size(), value.size(), keyspace, is_delete});
+    data_.append(key);
+    data_.append(value);
+  }
+
+  std::vector<Entry> entries_;
+  std::string data_;
 };
 
 }  // namespace slipstream::engine
