@@ -104,9 +104,9 @@ void TreeBuilder::InheritFromKeptLeaves(const LevelDesc& kept, uint32_t first_tr
   extension_ = extension;
 }
 
-// Adds an entry of the tree to the bloom filter and the level's statistics.
+// Adds an entry of the tree to the bloom filter (if it has one) and the level's statistics.
 void TreeBuilder::Account(const LeafEntry& e) {
-  bloom_.AddHash(HashKey(e.key));
+  if (shape_.bloom_bits_per_key != 0) bloom_.AddHash(HashKey(e.key));
   entries_++;
   AccountEntry(shape_, e, &stats_);
 }
@@ -214,7 +214,7 @@ Status TreeBuilder::Finish(LevelDesc* desc) {
   stats_.bloom_keys = base_filter_.empty() ? bloom_.count() : extension_.load_keys;
   Status s = FlushLeaf();
   if (s.ok()) s = BuildIndexLayers(&stats_.root, &stats_.height);
-  if (s.ok()) s = WriteBloom(&stats_);
+  if (s.ok() && shape_.bloom_bits_per_key != 0) s = WriteBloom(&stats_);
   if (s.ok()) s = FlushSegment();
   stats_.tree_id = tree_id_;
   stats_.first_tree_id = first_tree_id_;

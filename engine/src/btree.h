@@ -28,7 +28,7 @@ class SegmentSink {
 struct TreeShape {
   uint32_t node_size;
   uint32_t segment_size;
-  uint32_t bloom_bits_per_key;
+  uint32_t bloom_bits_per_key;  // 0: the tree has no bloom filter
   uint32_t small_threshold;
   uint32_t large_threshold;
 };
@@ -54,6 +54,8 @@ class TreeBuilder {
                              const BloomExtension& extension);
   // Puts a kept leaf's key into the new bloom filter (built from every key again).
   void AddKeptKeyHash(uint64_t hash) { bloom_.AddHash(hash); }
+  // Whether the tree gets a bloom filter.
+  bool has_bloom() const { return shape_.bloom_bits_per_key != 0; }
   // Entries added by Add.
   uint64_t added_entries() const { return entries_; }
   bool empty() const { return entries_ == 0 && kept_segments_.empty(); }

@@ -112,8 +112,12 @@ Compaction::Compaction(const Options& options, const CompactionSpec& spec, Devic
       keyspaces_(keyspaces),
       values_(values),
       observer_(observer),
-      shape_{options.node_size, options.segment_size, options.bloom_bits_per_key,
-             options.small_threshold, options.large_threshold},
+      // The deepest level in use gets no bloom filter: point reads never probe it (a key no
+      // upper level holds is taken to be there, EngineImpl::FindEntry), and it stops being the
+      // deepest only by being merged whole into a deeper level, which empties it.
+      shape_{options.node_size, options.segment_size,
+             spec.drop_tombstones ? 0 : options.bloom_bits_per_key, options.small_threshold,
+             options.large_threshold},
       builder_(shape_, this, spec.tree_id) {}
 
 Status Compaction::NewSegment(SegmentKind kind, uint32_t* segment) {
@@ -304,15 +308,20 @@ Status Compaction::RunKeepingLeaves(MergeSource* newer, const TreeContext& ctx,
     kept_stats.large_entries -= merged_.large_entries;
     kept_stats.tombstones -= merged_.tombstones;
     std::string filter;
-    s = ReadFilter(ctx, dest, &filter);
-    if (!s.ok()) return s;
-    BloomExtension plan = PlanBloomExtension(filter.size() / kBloomBlockBytes, dest.bloom_keys,
-                                             builder_.added_entries() + kept_stats.entries,
-                                             builder_.added_entries(), options_.bloom_bits_per_key);
-    // (A filter its directory cannot list is built again too: that one is at most half as big.)
+    BloomExtension plan{};
+    if (builder_.has_bloom() && dest.bloom_blocks != 0) {
+      s = ReadFilter(ctx, dest, &filter);
+      if (!s.ok()) return s;
+      plan = PlanBloomExtension(filter.size() / kBloomBlockBytes, dest.bloom_keys,
+                                builder_.added_entries() + kept_stats.entries,
+                                builder_.added_entries(), options_.bloom_bits_per_key);
+    }
+    // (A filter its directory cannot list is built again too: that one is at most half as big.
+    // So is one whose destination had none, as the deepest level.)
     const uint64_t listable = uint64_t(options_.node_size - kNodeHeaderSize) / 4 *
                               (options_.segment_size / kBloomBlockBytes);
-    if (!plan.within_budget || plan.blocks > listable) {
+    if (builder_.has_bloom() &&
+        (dest.bloom_blocks == 0 || !plan.within_budget || plan.blocks > listable)) {
       // The inherited bits grew too dense: the filter is built from every key again, which
       // reads the kept leaves (rarely: the load grows by the share of keys added).
       rebuilt_filter_ = true;

@@ -166,7 +166,10 @@ class CompactionRecorder : public EngineObserver {
     if (e.tree_id == 0) return;  // an empty output: nothing to ship
     if (e.tree_id != e.compaction) problems_.push_back("compaction id is not the tree id");
     if (!c.tree.count(e.root_segment)) problems_.push_back("root in an unreported segment");
-    if (!c.tree.count(e.bloom_segment)) problems_.push_back("bloom directory unreported");
+    // The deepest level has no bloom filter, and then no directory.
+    if (e.bloom_blocks == 0 ? e.bloom_segment != 0 : !c.tree.count(e.bloom_segment)) {
+      problems_.push_back("bloom directory unreported");
+    }
     if (c.tree.size() != e.segments) problems_.push_back("tree segment count differs");
   }
 
