@@ -108,13 +108,29 @@ Status EngineImpl::CompactLevelLocked(uint32_t level) {
   }
   Compaction compaction(options_, SpecFor(v, level + 1), &device_, &segments_, &keyspaces_, &logs_,
                         observer_);
-  auto newer = NewTreeSource(Trees(NodeChecks::kEveryRead), v.levels[level]);
-  std::unique_ptr<MergeSource> older;
-  if (!MayKeepLeaves(compaction.spec(), v.levels[level + 1])) {
-    older = NewTreeSource(Trees(NodeChecks::kEveryRead), v.levels[level + 1]);
+  const LevelDesc& dest = v.levels[level + 1];
+  std::unique_ptr<MergeSource> newer, older;
+  if (MayMoveLeaves(compaction.spec()) &&
+      (dest.tree_id == 0 || MayKeepLeaves(compaction.spec(), dest))) {
+    auto leaves = std::make_unique<TreeLeafSource>(Trees(NodeChecks::kEveryRead), v.levels[level]);
+    compaction.MoveLeavesOf(leaves.get());
+    newer = std::move(leaves);
+  } else {
+    newer = NewTreeSource(Trees(NodeChecks::kEveryRead), v.levels[level]);
+    if (!MayKeepLeaves(compaction.spec(), dest)) {
+      older = NewTreeSource(Trees(NodeChecks::kEveryRead), dest);
+    }
   }
   return RunCompactionLocked(v, newer.get(), older.get(), &compaction, false, level,
-                             v.levels[level].segments + v.levels[level + 1].segments);
+                             v.levels[level].segments + dest.segments);
+}
+
+// Whether a merge of a level into the next may move whole leaves of the upper level into its
+// output (Compaction::MoveLeavesOf): the output is the deepest level with medium values in
+// place, and no replica imports every compaction's output as a tree of its own.
+bool EngineImpl::MayMoveLeaves(const CompactionSpec& spec) const {
+  return options_.keep_leaves && !(observer_ != nullptr && observer_->WantsWholeTrees()) &&
+         spec.drop_tombstones && spec.medium_in_place;
 }
 
 // Rewrites one level on its own: drops dropped keyspaces' entries (and, at the last level,
@@ -157,6 +173,7 @@ Status EngineImpl::RunCompactionLocked(const Version& v, MergeSource* newer, Mer
   for (auto [seg, leaves] : compaction->kept_segments()) {
     shared_->counters.compaction_leaves_kept += leaves;
   }
+  shared_->counters.compaction_leaves_moved += compaction->leaves_moved();
   if (compaction->rebuilt_filter()) shared_->counters.compaction_filters_rebuilt++;
   return InstallCompaction(v, from_l0, replaced_level, *compaction);
 }

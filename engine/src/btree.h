@@ -58,6 +58,8 @@ class TreeBuilder {
   bool has_bloom() const { return shape_.bloom_bits_per_key != 0; }
   // Entries added by Add.
   uint64_t added_entries() const { return entries_; }
+  // Whether a leaf is being filled (an existing leaf added now would end it early).
+  bool leaf_open() const { return !leaf_.empty(); }
   bool empty() const { return entries_ == 0 && kept_segments_.empty(); }
   // Writes the rest (index layers, bloom filter) and describes the tree.
   Status Finish(LevelDesc* desc);

@@ -184,12 +184,6 @@ bool CanKeepLeaves(const CompactionSpec& spec, const LevelDesc& dest, uint32_t s
 
 namespace {
 
-// A leaf of the destination: where it is and its first key (its parent's pivot).
-struct LeafRef {
-  std::string first;
-  DevPtr where;
-};
-
 // Appends the leaves under the node at `p` (of `height`) to *leaves, in key order, reading
 // only index nodes (and the root, if it is the only leaf).
 Status ListLeaves(const TreeContext& ctx, const LevelDesc& desc, DevPtr p, uint32_t height,
@@ -218,6 +212,16 @@ Status ListLeaves(const TreeContext& ctx, const LevelDesc& desc, DevPtr p, uint3
   return s;
 }
 
+// Adds the entry counts and bytes of `from` to *to.
+void AddEntryCounts(const LevelDesc& from, LevelDesc* to) {
+  to->entries += from.entries;
+  to->bytes += from.bytes;
+  to->small_entries += from.small_entries;
+  to->medium_entries += from.medium_entries;
+  to->large_entries += from.large_entries;
+  to->tombstones += from.tombstones;
+}
+
 // The blocks of a tree's bloom filter (checked first, as a reader does before trusting them).
 Status ReadFilter(const TreeContext& ctx, const LevelDesc& desc, std::string* out) {
   Status s = CheckBloomFilter(ctx, desc);
@@ -238,16 +242,54 @@ Status ReadFilter(const TreeContext& ctx, const LevelDesc& desc, std::string* ou
 
 }  // namespace
 
+TreeLeafSource::TreeLeafSource(const TreeContext& ctx, const LevelDesc& desc)
+    : ctx_(ctx), desc_(desc) {
+  if (desc.tree_id != 0) status_ = ListLeaves(ctx_, desc_, desc_.root, desc_.height, &leaves_);
+  if (status_.ok()) Load();
+}
+
+Status TreeLeafSource::OpenLeaf(size_t i, NodeView* leaf) const {
+  Status s = ctx_.OpenNode(leaves_[i].where, desc_, leaf);
+  if (s.ok() && (!leaf->is_leaf() || leaf->count() == 0)) {
+    s = Status::Corruption("a level's leaf is empty or not a leaf");
+  }
+  return s;
+}
+
+void TreeLeafSource::Load() {
+  if (leaf_index_ >= leaves_.size()) return;
+  if (entry_index_ == 0) status_ = OpenLeaf(leaf_index_, &node_);
+  if (status_.ok()) status_ = node_.Leaf(entry_index_, &entry_);
+}
+
+void TreeLeafSource::Next() {
+  if (!Valid()) return;
+  if (++entry_index_ >= node_.count()) {
+    leaf_index_++;
+    entry_index_ = 0;
+  }
+  Load();
+}
+
+void TreeLeafSource::SkipLeaves(size_t n) {
+  leaf_index_ += n;
+  entry_index_ = 0;
+  Load();
+}
+
 // Walks dest's leaves in order, by their pivots, with newer's entries. A leaf that no newer
 // key falls into (the next newer key is at or past the next leaf's pivot) and whose keys are
 // of one live keyspace (its pivot's and the next pivot's) joins `run` unread; any other leaf
 // ends the run, which is then kept if it is long enough and merged otherwise. The last leaf,
 // whose end no pivot gives, is always merged. Kept leaves are never read: their statistics
-// are dest's less those of the leaves merged, and the filter extends dest's.
+// are dest's less those of the leaves merged, and the filter extends dest's. Newer's keys
+// between dest's go in by EmitGap, which may move whole leaves of a tree (MoveLeavesOf).
+// An empty dest (only with MoveLeavesOf) has no leaves to keep.
 Status Compaction::RunKeepingLeaves(MergeSource* newer, const TreeContext& ctx,
                                     const LevelDesc& dest) {
   std::vector<LeafRef> leaves;
-  Status s = ListLeaves(ctx, dest, dest.root, dest.height, &leaves);
+  Status s;
+  if (dest.tree_id != 0) s = ListLeaves(ctx, dest, dest.root, dest.height, &leaves);
   std::vector<const LeafRef*> run;
   auto merge = [&](const LeafRef& ref) {
     NodeView leaf;
@@ -275,10 +317,7 @@ Status Compaction::RunKeepingLeaves(MergeSource* newer, const TreeContext& ctx,
     const std::string& first = leaves[i].first;
     // Newer keys below the leaf go between it and the run before it, which they end.
     if (newer->Valid() && newer->entry().key < first) s = end_run();
-    while (s.ok() && newer->Valid() && newer->entry().key < first) {
-      s = Emit(newer->entry());
-      newer->Next();
-    }
+    if (s.ok()) s = EmitGap(newer, &first);
     if (!s.ok()) break;
     const std::string* next = i + 1 < leaves.size() ? &leaves[i + 1].first : nullptr;
     if (next != nullptr && (!newer->Valid() || newer->entry().key >= *next) &&
@@ -290,13 +329,24 @@ Status Compaction::RunKeepingLeaves(MergeSource* newer, const TreeContext& ctx,
     }
   }
   if (s.ok()) s = end_run();
-  while (s.ok() && newer->Valid()) {
-    s = Emit(newer->entry());
-    newer->Next();
-  }
+  if (s.ok()) s = EmitGap(newer, nullptr);
   if (!s.ok()) return s;
   if (!newer->status().ok()) return newer->status();
-  if (!kept_leaves_.empty()) {
+  if (leaves_moved_ > 0) {
+    // Moved leaves were read: their statistics are exact. (No filter: MoveLeavesOf.)
+    LevelDesc kept_stats = moved_;
+    uint32_t first_tree_id = mover_->desc().first_tree_id;
+    if (!kept_leaves_.empty()) {
+      kept_stats.entries += dest.entries - merged_.entries;
+      kept_stats.bytes += dest.bytes - merged_.bytes;
+      kept_stats.small_entries += dest.small_entries - merged_.small_entries;
+      kept_stats.medium_entries += dest.medium_entries - merged_.medium_entries;
+      kept_stats.large_entries += dest.large_entries - merged_.large_entries;
+      kept_stats.tombstones += dest.tombstones - merged_.tombstones;
+      first_tree_id = std::min(first_tree_id, dest.first_tree_id);
+    }
+    builder_.InheritFromKeptLeaves(kept_stats, first_tree_id, std::string(), BloomExtension{});
+  } else if (!kept_leaves_.empty()) {
     LevelDesc kept_stats = dest;
     // Modulo 2^64: a size class of the kept leaves may come out "negative" if the thresholds
     // changed across a restart (dest counted the merged entries in their old classes); the
@@ -340,6 +390,62 @@ Status Compaction::RunKeepingLeaves(MergeSource* newer, const TreeContext& ctx,
     builder_.InheritFromKeptLeaves(kept_stats, dest.first_tree_id, std::move(filter), plan);
   }
   return FinishOutput();
+}
+
+Status Compaction::EmitGap(MergeSource* newer, const std::string* bound) {
+  while (newer->Valid() && (bound == nullptr || newer->entry().key < *bound)) {
+    if (mover_ != nullptr && mover_->AtLeafStart() && mover_->leaf_index() >= no_move_before_) {
+      size_t n = 0;
+      LevelDesc stats{};
+      Status s = MovableRun(bound, &n, &stats);
+      if (!s.ok()) return s;
+      // A run ends the leaf being filled early, so short ones are copied (as in
+      // RunKeepingLeaves), but for the last leaves when none is being filled (a trivial move).
+      const size_t start = mover_->leaf_index();
+      const bool to_the_end = start + n == mover_->leaf_count() && !builder_.leaf_open();
+      if (n >= kMinKeptLeaves || (n > 0 && to_the_end)) {
+        for (size_t i = start; s.ok() && i < start + n; i++) {
+          s = builder_.AddExistingLeaf(mover_->leaf(i).first, mover_->leaf(i).where);
+        }
+        if (!s.ok()) return s;
+        mover_->SkipLeaves(n);
+        if (!mover_->status().ok()) return mover_->status();
+        leaves_moved_ += n;
+        AddEntryCounts(stats, &moved_);
+        continue;
+      }
+      // The leaves up to the one that ended the run start no run long enough either.
+      no_move_before_ = start + n + 1;
+    }
+    Status s = Emit(newer->entry());
+    if (!s.ok()) return s;
+    newer->Next();
+  }
+  return Status::OK();
+}
+
+Status Compaction::MovableRun(const std::string* bound, size_t* count, LevelDesc* stats) {
+  *count = 0;
+  for (size_t i = mover_->leaf_index(); i < mover_->leaf_count(); i++) {
+    NodeView leaf;
+    Status s = mover_->OpenLeaf(i, &leaf);
+    if (!s.ok()) return s;
+    LevelDesc leaf_stats{};
+    bool movable = true;
+    for (int j = 0; movable && j < leaf.count(); j++) {
+      LeafEntry e;
+      s = leaf.Leaf(j, &e);
+      if (!s.ok()) return s;
+      movable = e.kind != ValueKind::kTombstone && e.kind != ValueKind::kMediumPtr &&
+                KeyspaceLive(KeyspaceOf(e.key)) &&
+                (j + 1 < leaf.count() || bound == nullptr || e.key < *bound);
+      AccountEntry(shape_, e, &leaf_stats);
+    }
+    if (!movable) return Status::OK();
+    AddEntryCounts(leaf_stats, stats);
+    ++*count;
+  }
+  return Status::OK();
 }
 
 Status Compaction::MergeLeaf(MergeSource* newer, const NodeView& leaf) {

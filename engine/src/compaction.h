@@ -48,6 +48,49 @@ std::unique_ptr<MergeSource> NewTreeSource(const TreeContext& trees, const Level
 // No entries (the older input of a level rewritten on its own).
 std::unique_ptr<MergeSource> NewEmptySource();
 
+// A leaf of a tree, known from its parent: where it is and its first key (the pivot).
+struct LeafRef {
+  std::string first;
+  DevPtr where;
+};
+
+// Every entry of a level's tree, read leaf by leaf, so that a merge into the deepest level can
+// take whole leaves of it into its output (Compaction::MoveLeavesOf) instead of copying their
+// entries. Leaves are listed from the index nodes when it is made; status() says if that failed.
+class TreeLeafSource : public MergeSource {
+ public:
+  TreeLeafSource(const TreeContext& ctx, const LevelDesc& desc);
+  bool Valid() const override { return leaf_index_ < leaves_.size() && status_.ok(); }
+  const LeafEntry& entry() const override { return entry_; }
+  void Next() override;
+  Status status() const override { return status_; }
+
+  const LevelDesc& desc() const { return desc_; }
+  // Whether the current entry is its leaf's first.
+  bool AtLeafStart() const { return Valid() && entry_index_ == 0; }
+  size_t leaf_index() const { return leaf_index_; }
+  size_t leaf_count() const { return leaves_.size(); }
+  const LeafRef& leaf(size_t i) const { return leaves_[i]; }
+  // Opens leaf i of the tree (checked as every compaction input is).
+  Status OpenLeaf(size_t i, NodeView* leaf) const;
+  // Goes past `n` leaves from the current one on (the merge took them whole); the current
+  // entry must be a leaf's first.
+  void SkipLeaves(size_t n);
+
+ private:
+  // Loads entry entry_index_ of leaf leaf_index_, opening the leaf if it is the first.
+  void Load();
+
+  TreeContext ctx_;
+  LevelDesc desc_;
+  std::vector<LeafRef> leaves_;
+  size_t leaf_index_ = 0;
+  int entry_index_ = 0;
+  NodeView node_;
+  LeafEntry entry_{};
+  Status status_;
+};
+
 // The shortest run of a destination's leaves RunKeepingLeaves keeps: each run ends the leaf
 // being written early, so runs much shorter than this would leave many part-filled leaves.
 constexpr size_t kMinKeptLeaves = 8;
@@ -85,6 +128,19 @@ class Compaction : private SegmentSink {
   // each leaf once, not once per memtable. The caller checked that dest was built with the
   // placement this compaction applies (CanKeepLeaves).
   Status RunKeepingLeaves(MergeSource* newer, const TreeContext& ctx, const LevelDesc& dest);
+  // Makes RunKeepingLeaves, whose newer input `source` then is, take runs of at least
+  // kMinKeptLeaves of source's leaves into the output whole where no key of dest falls among
+  // their keys (a load in key order appends above everything dest holds; an empty dest takes
+  // every leaf: a trivial move). Only for an output at the deepest level with medium values
+  // in place (MayMoveLeaves): a moved leaf must hold no tombstone, no medium pointer and no
+  // dropped keyspace's key, which is checked by reading it, and the output has no bloom filter
+  // that would need its keys.
+  void MoveLeavesOf(TreeLeafSource* source) {
+    mover_ =
+        spec_.drop_tombstones && spec_.medium_in_place && !builder_.has_bloom() ? source : nullptr;
+  }
+  // Leaves of the newer input the output took whole.
+  uint64_t leaves_moved() const { return leaves_moved_; }
 
   // Index segments of the destination's tree whose leaves the output keeps (it takes them
   // over when it is installed), with how many of them each holds.
@@ -108,6 +164,13 @@ class Compaction : private SegmentSink {
   // Emits every entry of an older leaf, with newer's entries that fall among them (a newer
   // version replaces an older one of the same key).
   Status MergeLeaf(MergeSource* newer, const NodeView& leaf);
+  // Emits newer's entries below `bound` (all that are left if null), among which no key of the
+  // destination falls, moving runs of whole leaves of mover_ where it can.
+  Status EmitGap(MergeSource* newer, const std::string* bound);
+  // How many of mover_'s leaves, from its current one on, may move whole into the output:
+  // the run of leaves below `bound` that hold only live keyspaces' keys, no tombstone and no
+  // medium pointer. Their statistics go to *stats.
+  Status MovableRun(const std::string* bound, size_t* count, LevelDesc* stats);
   // Whether entries of keyspace `ks` survive (cached: entries come sorted by keyspace).
   bool KeyspaceLive(KeyspaceId ks);
   // Describes the finished output, the way it was built included.
@@ -130,6 +193,10 @@ class Compaction : private SegmentSink {
   TreeBuilder builder_;
   LevelDesc merged_{};               // statistics of the destination's leaves merged
   std::vector<DevPtr> kept_leaves_;  // and the leaves kept
+  TreeLeafSource* mover_ = nullptr;  // newer input whose leaves may move whole (MoveLeavesOf)
+  size_t no_move_before_ = 0;        // mover_'s leaves before this one start no movable run
+  LevelDesc moved_{};                // statistics of the leaves moved
+  uint64_t leaves_moved_ = 0;
   bool rebuilt_filter_ = false;
   LevelDesc output_{};
   std::vector<uint32_t> medium_segments_;

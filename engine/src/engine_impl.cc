@@ -342,6 +342,7 @@ Stats EngineImpl::GetStats() {
   st.compactions = c.compactions;
   st.compaction_bytes_written = c.compaction_bytes_written;
   st.compaction_leaves_kept = c.compaction_leaves_kept;
+  st.compaction_leaves_moved = c.compaction_leaves_moved;
   st.compaction_filters_rebuilt = c.compaction_filters_rebuilt;
   st.gc_runs = c.gc_runs;
   st.gc_bytes_relocated = c.gc_bytes_relocated;

@@ -169,6 +169,7 @@ class EngineImpl final : public Engine {
                         std::vector<uint32_t>* trees, std::vector<uint32_t>* segments);
   CompactionSpec SpecFor(const Version& v, uint32_t dest);
   bool MayKeepLeaves(const CompactionSpec& spec, const LevelDesc& dest) const;
+  bool MayMoveLeaves(const CompactionSpec& spec) const;
   Status ReclaimDroppedLocked(bool* rewrote);
   void RecordBackgroundError(const Status& s);
 

@@ -186,7 +186,7 @@ struct ReaderSlot {
 struct SharedCounters {
   std::atomic<uint64_t> user_bytes_written, device_bytes_written, device_bytes_read;
   std::atomic<uint64_t> compactions, compaction_bytes_written, compaction_leaves_kept,
-      compaction_filters_rebuilt;
+      compaction_leaves_moved, compaction_filters_rebuilt;
   std::atomic<uint64_t> gc_runs, gc_bytes_relocated, gc_reclaimed_bytes;
   std::atomic<uint64_t> stall_count, stall_micros, log_flushes, log_records_flushed,
       log_barrier_calls;

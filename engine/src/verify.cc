@@ -81,6 +81,13 @@ class TreeChecker {
     last_key_.assign(e.key);
     entries_++;
     if (!TreeMayContain(ctx_, desc_, HashKey(e.key))) return Fail("bloom filter misses a key");
+    // What the level was built to hold: a compaction keeps or moves leaves on this promise.
+    if ((desc_.build_flags & kTreeTombstonesDropped) && e.kind == ValueKind::kTombstone) {
+      return Fail("a tombstone in a level built without them");
+    }
+    if ((desc_.build_flags & kTreeMediumInPlace) && e.kind == ValueKind::kMediumPtr) {
+      return Fail("a medium-log pointer in a level built with medium values in place");
+    }
     if (e.kind == ValueKind::kMediumPtr || e.kind == ValueKind::kLargePtr) {
       std::string value;
       s = values_->ReadValue(e.key, e, &value);

@@ -272,5 +272,145 @@ TEST(KeepLeaves, AppendsUpdatesDeletesAndDropsReadAsTheModel) {
   check();
 }
 
+// The entries of `level` (0 if it is empty).
+uint64_t LevelEntries(TestEngine& t, uint32_t level) {
+  for (const LevelStats& l : t->GetStats().levels) {
+    if (l.level == level) return l.entries;
+  }
+  return 0;
+}
+
+// Appends rows in key order, a memtable's worth at a time with the background work between,
+// until `done` says so.
+template <typename Done>
+void AppendUntil(TestEngine& t, KeyspaceId ks, int* next, std::map<std::string, std::string>* model,
+                 size_t size, Done done) {
+  while (!done()) {
+    ASSERT_LT(*next, 400000) << "the levels never got where the test needs them";
+    for (int i = 0; i < 2000; i++, ++*next) {
+      std::string v = Value(size, *next);
+      ASSERT_TRUE(t->Put(ks, KeyOf(*next), v).ok());
+      (*model)[KeyOf(*next)] = v;
+    }
+    for (int turns = 0; t->DoBackgroundWork(); turns++) {
+      ASSERT_LT(turns, 1000) << "the background work never ends (a compaction keeps failing?)";
+    }
+  }
+}
+
+// When the only level overflows into an empty one below, its tree becomes the deeper level's
+// as it stands (a trivial move): every leaf moves, only the index above them is written.
+TEST(KeepLeaves, AMergeIntoAnEmptyDeepestLevelMovesEveryLeaf) {
+  TestEngine t(KeepingLeaves);
+  KeyspaceId ks;
+  ASSERT_TRUE(t->CreateKeyspace(1, &ks).ok());
+  std::map<std::string, std::string> model;
+  int next = 0;
+  uint64_t l1_entries = 0, l1_bytes = 0, written_before = 0;
+  // Stop right before the memtable flush that overflows L1 into L2.
+  const uint64_t l1_capacity = uint64_t(t.options.l0_size) * t.options.growth_factor;
+  AppendUntil(t, ks, &next, &model, 150, [&] {  // medium rows: in L1's leaves while deepest
+    for (const LevelStats& l : t->GetStats().levels) {
+      if (l.level == 1) l1_bytes = l.bytes;
+    }
+    return l1_bytes + t.options.l0_size > l1_capacity;
+  });
+  ASSERT_EQ(LevelEntries(t, 2), 0u);
+  AppendUntil(t, ks, &next, &model, 150, [&] {
+    if (LevelEntries(t, 2) == 0) {
+      l1_entries = LevelEntries(t, 1);
+      written_before = t->GetStats().compaction_bytes_written;
+      return false;
+    }
+    return true;
+  });
+  // The last round flushed a memtable into L1 and then moved L1 to L2 (whose entries are the
+  // ones L1 had after the flush, at least those before it).
+  const Stats st = t->GetStats();
+  EXPECT_GE(LevelEntries(t, 2), l1_entries);
+  EXPECT_GT(st.compaction_leaves_moved, 0u);
+  const uint64_t memtable_and_move = st.compaction_bytes_written - written_before;
+  EXPECT_LT(memtable_and_move, 3 * uint64_t(t.options.l0_size))
+      << "the move rewrote L1 (" << l1_bytes << " bytes)";
+  EXPECT_TRUE(Contents(t.engine.get(), ks) == model);
+  Status v = t->Verify();
+  ASSERT_TRUE(v.ok()) << v.ToString();
+  ASSERT_TRUE(t->Sync(t->GetStats().last_lsn).ok());
+  t.Reopen();
+  EXPECT_TRUE(Contents(t.engine.get(), ks) == model);
+  v = t->Verify();
+  ASSERT_TRUE(v.ok()) << v.ToString();
+}
+
+// A later merge of L1 into the deepest level moves the runs of L1's leaves that lie above
+// everything the deepest level holds, unless they hold what that level may not: a tombstone
+// (dropped there) or a medium-log pointer (medium values are in place there). Those leaves
+// are copied entry by entry; Verify checks the level's promises. (Leaves of a dropped table
+// are copied too, which drops their rows; were they moved, the reclaim of dropped tables
+// would rewrite the level later.)
+TEST(KeepLeaves, LeavesTheDeepestLevelMayNotHoldAreCopied) {
+  for (int variant = 0; variant < 3; variant++) {
+    SCOPED_TRACE(variant);
+    TestEngine t(KeepingLeaves);
+    KeyspaceId ks;
+    ASSERT_TRUE(t->CreateKeyspace(1, &ks).ok());
+    std::map<std::string, std::string> model;
+    int next = 0;
+    AppendUntil(t, ks, &next, &model, 40, [&] { return LevelEntries(t, 2) > 0; });
+    ASSERT_GT(t->GetStats().compaction_leaves_moved, 0u);
+    // Rows far above the load, in leaves of their own: what is appended next lies between
+    // L2's leaves, so the merge moves leaves into a gap below a key it holds.
+    ASSERT_TRUE(t->CompactAll().ok());
+    for (int k = 90000000; k < 90001000; k++) {
+      ASSERT_TRUE(t->Put(ks, KeyOf(k), Value(40, k)).ok());
+      model[KeyOf(k)] = Value(40, k);
+    }
+    ASSERT_TRUE(t->CompactAll().ok());  // what the memtable still holds goes to L2 as well
+    ASSERT_EQ(LevelEntries(t, 1), 0u);
+    const uint64_t moved_first = t->GetStats().compaction_leaves_moved;
+    // Rows appended until L1 moves into L2 again: small ones (inline at every level);
+    // in variant 1 every third deleted at once (a tombstone in every leaf of L1), in 2 medium
+    // ones (pointers in L1).
+    const uint64_t l2_before = LevelEntries(t, 2);
+    for (int round = 0; LevelEntries(t, 2) <= l2_before; round++) {
+      ASSERT_LT(round, 300) << "L1 never moved into L2 again";
+      for (int i = 0; i < 2000; i++, next++) {
+        std::string v = Value(variant == 2 ? 150 : 40, next);
+        ASSERT_TRUE(t->Put(ks, KeyOf(next), v).ok());
+        model[KeyOf(next)] = v;
+        if (variant == 1 && next % 3 == 0) {
+          ASSERT_TRUE(t->Delete(ks, KeyOf(next)).ok());
+          model.erase(KeyOf(next));
+        }
+      }
+      for (int k = 95000000 + round * 10; k < 95000000 + round * 10 + 10; k++) {
+        // A few rows above the far ones: an L1 leaf may hold keys on both sides of them.
+        ASSERT_TRUE(t->Put(ks, KeyOf(k), Value(40, k)).ok());
+        model[KeyOf(k)] = Value(40, k);
+      }
+      for (int turns = 0; t->DoBackgroundWork(); turns++) {
+        ASSERT_LT(turns, 1000) << "the background work never ends (a compaction keeps failing?)";
+      }
+    }
+    const uint64_t moved_second = t->GetStats().compaction_leaves_moved - moved_first;
+    if (variant == 0) {
+      EXPECT_GT(moved_second, 0u) << "leaves appended above L2 should move";
+    } else {
+      EXPECT_EQ(moved_second, 0u) << "every appended leaf holds a tombstone or a pointer";
+    }
+    for (const LevelStats& l : t->GetStats().levels) {
+      if (l.level == 2) EXPECT_EQ(l.tombstones, 0u);
+    }
+    EXPECT_TRUE(Contents(t.engine.get(), ks) == model);
+    Status v = t->Verify();
+    ASSERT_TRUE(v.ok()) << v.ToString();
+    ASSERT_TRUE(t->Sync(t->GetStats().last_lsn).ok());
+    t.Reopen();
+    EXPECT_TRUE(Contents(t.engine.get(), ks) == model);
+    v = t->Verify();
+    ASSERT_TRUE(v.ok()) << v.ToString();
+  }
+}
+
 }  // namespace
 }  // namespace slipstream::engine::test

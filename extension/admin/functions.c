@@ -251,6 +251,7 @@ slipstream_engine_stats(PG_FUNCTION_ARGS)
 	put_stat(st, d, "compactions", s.compactions);
 	put_stat(st, d, "compaction_bytes_written", s.compaction_bytes_written);
 	put_stat(st, d, "compaction_leaves_kept", s.compaction_leaves_kept);
+	put_stat(st, d, "compaction_leaves_moved", s.compaction_leaves_moved);
 	put_stat(st, d, "compaction_filters_rebuilt", s.compaction_filters_rebuilt);
 	put_stat(st, d, "gc_runs", s.gc_runs);
 	put_stat(st, d, "gc_bytes_relocated", s.gc_bytes_relocated);

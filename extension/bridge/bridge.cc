@@ -360,6 +360,7 @@ SsCode ss_stats(SsStats* out) {
     out->compactions = s.compactions;
     out->compaction_bytes_written = s.compaction_bytes_written;
     out->compaction_leaves_kept = s.compaction_leaves_kept;
+    out->compaction_leaves_moved = s.compaction_leaves_moved;
     out->compaction_filters_rebuilt = s.compaction_filters_rebuilt;
     out->gc_runs = s.gc_runs;
     out->gc_bytes_relocated = s.gc_bytes_relocated;

@@ -99,6 +99,7 @@ typedef struct SsStats {
 	uint64_t	compactions;
 	uint64_t	compaction_bytes_written;
 	uint64_t	compaction_leaves_kept;
+	uint64_t	compaction_leaves_moved;
 	uint64_t	compaction_filters_rebuilt;
 	uint64_t	gc_runs;
 	uint64_t	gc_bytes_relocated;

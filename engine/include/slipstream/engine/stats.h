@@ -31,6 +31,8 @@ struct Stats {
   uint64_t compactions = 0;
   uint64_t compaction_bytes_written = 0;
   uint64_t compaction_leaves_kept = 0;  // leaves compactions kept instead of rewriting them
+  // leaves of an upper level that merges into the deepest took whole instead of copying them
+  uint64_t compaction_leaves_moved = 0;
   // compactions that kept leaves but built the bloom filter again from every key, reading the
   // kept leaves, because the inherited filter would have grown too dense
   uint64_t compaction_filters_rebuilt = 0;
