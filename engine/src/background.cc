@@ -81,6 +81,13 @@ Status EngineImpl::CompactL0Locked() {
                         observer_);
   // The memtable adds its overwritten versions' pointers to the compaction's deltas.
   auto newer = NewMemtableSource(memtables_.Get(v.immutable_memtable), compaction.deltas());
+  // Appended medium values stay in the leaves only where those leaves can later move whole
+  // into the deepest level (MayMoveLeaves); elsewhere they would be copied at every merge.
+  if (options_.keep_leaves && !(observer_ != nullptr && observer_->WantsWholeTrees()) &&
+      options_.medium_inplace_level == 0) {
+    compaction.SetAppendsOnlyProbe(
+        [this, &v](KeyspaceId ks) { return MemtableAppendsOnly(v, ks); });
+  }
   // Compaction inputs have every node checked (here and below): a compaction writes what it
   // reads under a fresh checksum, so bytes damaged after this process first checked them would
   // be made permanent; and a compaction reads each input tree once, so a cache would save little.
@@ -90,6 +97,20 @@ Status EngineImpl::CompactL0Locked() {
   }
   return RunCompactionLocked(v, newer.get(), older.get(), &compaction, true, 0,
                              v.levels[1].segments);
+}
+
+// Whether every key of keyspace `ks` in v's immutable memtable lies above every key of ks in
+// v's levels: a seek for the memtable's first key of ks in each level finds no key of ks.
+bool EngineImpl::MemtableAppendsOnly(const Version& v, KeyspaceId ks) {
+  const MemNode* first = memtables_.Get(v.immutable_memtable).Seek(MakeInternalKey(ks, {}));
+  if (first == nullptr || KeyspaceOf(first->key()) != ks) return false;
+  for (uint32_t level = 1; level <= options_.max_levels; level++) {
+    if (v.levels[level].tree_id == 0) continue;
+    TreeIterator it(Trees(NodeChecks::kOncePerProcess), v.levels[level]);
+    it.Seek(first->key());
+    if (!it.status().ok() || (it.Valid() && KeyspaceOf(it.entry().key) == ks)) return false;
+  }
+  return true;
 }
 
 // Whether a compaction may keep leaves of the destination's tree: not while a replica imports

@@ -317,7 +317,8 @@ Status Compaction::RunKeepingLeaves(MergeSource* newer, const TreeContext& ctx,
     const std::string& first = leaves[i].first;
     // Newer keys below the leaf go between it and the run before it, which they end.
     if (newer->Valid() && newer->entry().key < first) s = end_run();
-    if (s.ok()) s = EmitGap(newer, &first);
+    const std::string_view below_first = first;
+    if (s.ok()) s = EmitGap(newer, &below_first);
     if (!s.ok()) break;
     const std::string* next = i + 1 < leaves.size() ? &leaves[i + 1].first : nullptr;
     if (next != nullptr && (!newer->Valid() || newer->entry().key >= *next) &&
@@ -392,7 +393,7 @@ Status Compaction::RunKeepingLeaves(MergeSource* newer, const TreeContext& ctx,
   return FinishOutput();
 }
 
-Status Compaction::EmitGap(MergeSource* newer, const std::string* bound) {
+Status Compaction::EmitGap(MergeSource* newer, const std::string_view* bound) {
   while (newer->Valid() && (bound == nullptr || newer->entry().key < *bound)) {
     if (mover_ != nullptr && mover_->AtLeafStart() && mover_->leaf_index() >= no_move_before_) {
       size_t n = 0;
@@ -424,7 +425,7 @@ Status Compaction::EmitGap(MergeSource* newer, const std::string* bound) {
   return Status::OK();
 }
 
-Status Compaction::MovableRun(const std::string* bound, size_t* count, LevelDesc* stats) {
+Status Compaction::MovableRun(const std::string_view* bound, size_t* count, LevelDesc* stats) {
   *count = 0;
   for (size_t i = mover_->leaf_index(); i < mover_->leaf_count(); i++) {
     NodeView leaf;
@@ -453,10 +454,10 @@ Status Compaction::MergeLeaf(MergeSource* newer, const NodeView& leaf) {
     LeafEntry e;
     Status s = leaf.Leaf(i, &e);
     if (s.ok()) AccountEntry(shape_, e, &merged_);
-    while (s.ok() && newer->Valid() && newer->entry().key < e.key) {
-      s = Emit(newer->entry());
-      newer->Next();
-    }
+    // (Runs of newer's leaves may fit between two of the leaf's keys: a leaf that ends one
+    // keyspace and starts the next has every later row of the first between them.)
+    const std::string_view below = e.key;
+    if (s.ok()) s = EmitGap(newer, &below);
     if (s.ok() && newer->Valid() && newer->entry().key == e.key) {
       Discard(e, &deltas_);
       s = Emit(newer->entry());
@@ -477,6 +478,16 @@ bool Compaction::KeyspaceLive(KeyspaceId ks) {
   return cached_live_;
 }
 
+bool Compaction::AppendsOnly(KeyspaceId ks) {
+  if (!appends_only_) return false;
+  if (!appends_cached_ || ks != appends_keyspace_) {
+    appends_cached_ = true;
+    appends_keyspace_ = ks;
+    appends_only_cached_ = appends_only_(ks);
+  }
+  return appends_only_cached_;
+}
+
 Status Compaction::Emit(const LeafEntry& e) {
   if (!KeyspaceLive(KeyspaceOf(e.key))) {  // a dropped keyspace: its data goes away here
     Discard(e, &deltas_);
@@ -485,7 +496,8 @@ Status Compaction::Emit(const LeafEntry& e) {
   if (e.kind == ValueKind::kTombstone && spec_.drop_tombstones) return Status::OK();
   size_t user_key = e.key.size() - kKeyspacePrefix;
   if (e.kind == ValueKind::kInline && !spec_.medium_in_place &&
-      user_key + e.inline_value.size() >= options_.small_threshold) {
+      user_key + e.inline_value.size() >= options_.small_threshold &&
+      !AppendsOnly(KeyspaceOf(e.key))) {
     LeafEntry out = e;
     out.kind = ValueKind::kMediumPtr;
     Status s = AppendMedium(e.key, e.inline_value, &out.ptr);

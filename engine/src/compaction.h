@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -141,6 +142,16 @@ class Compaction : private SegmentSink {
   }
   // Leaves of the newer input the output took whole.
   uint64_t leaves_moved() const { return leaves_moved_; }
+  // Tells the compaction of a memtable which keyspaces it only appends to: `appends_only(ks)`
+  // is true if every key of keyspace ks the memtable holds lies above every key of ks in the
+  // levels (a load, or inserts of fresh row ids, with no change to older rows). Their medium
+  // values stay in the leaves although the level is not the in-place one: those leaves are
+  // written once and then kept (no key will fall into them), so a value written to the medium
+  // log would only be read back and written again at the deepest level, where the leaves can
+  // now move whole (MoveLeavesOf). Any other keyspace's medium values go to the medium log.
+  void SetAppendsOnlyProbe(std::function<bool(KeyspaceId)> appends_only) {
+    appends_only_ = std::move(appends_only);
+  }
 
   // Index segments of the destination's tree whose leaves the output keeps (it takes them
   // over when it is installed), with how many of them each holds.
@@ -166,13 +177,15 @@ class Compaction : private SegmentSink {
   Status MergeLeaf(MergeSource* newer, const NodeView& leaf);
   // Emits newer's entries below `bound` (all that are left if null), among which no key of the
   // destination falls, moving runs of whole leaves of mover_ where it can.
-  Status EmitGap(MergeSource* newer, const std::string* bound);
+  Status EmitGap(MergeSource* newer, const std::string_view* bound);
   // How many of mover_'s leaves, from its current one on, may move whole into the output:
   // the run of leaves below `bound` that hold only live keyspaces' keys, no tombstone and no
   // medium pointer. Their statistics go to *stats.
-  Status MovableRun(const std::string* bound, size_t* count, LevelDesc* stats);
+  Status MovableRun(const std::string_view* bound, size_t* count, LevelDesc* stats);
   // Whether entries of keyspace `ks` survive (cached: entries come sorted by keyspace).
   bool KeyspaceLive(KeyspaceId ks);
+  // Whether the memtable being compacted only appends to keyspace `ks` (cached likewise).
+  bool AppendsOnly(KeyspaceId ks);
   // Describes the finished output, the way it was built included.
   Status FinishOutput();
   // Appends a medium value to this compaction's sorted run in the medium log.
@@ -205,6 +218,10 @@ class Compaction : private SegmentSink {
   uint64_t bytes_read_ = 0;
   KeyspaceId cached_keyspace_ = 0;
   bool cached_live_ = false;
+  std::function<bool(KeyspaceId)> appends_only_;
+  KeyspaceId appends_keyspace_ = 0;
+  bool appends_cached_ = false;
+  bool appends_only_cached_ = false;
   std::string scratch_;
   std::string medium_buf_;
   uint32_t medium_segment_ = 0;

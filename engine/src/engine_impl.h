@@ -170,6 +170,7 @@ class EngineImpl final : public Engine {
   CompactionSpec SpecFor(const Version& v, uint32_t dest);
   bool MayKeepLeaves(const CompactionSpec& spec, const LevelDesc& dest) const;
   bool MayMoveLeaves(const CompactionSpec& spec) const;
+  bool MemtableAppendsOnly(const Version& v, KeyspaceId ks);
   Status ReclaimDroppedLocked(bool* rewrote);
   void RecordBackgroundError(const Status& s);
 

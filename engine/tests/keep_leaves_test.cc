@@ -1,6 +1,7 @@
 // Compactions that keep the destination's leaves no new key falls into (Options::keep_leaves):
 // a load in key order writes each leaf about once, and every mix of appends, updates, deletes,
 // dropped keyspaces, open iterators and restarts reads the same as with whole rewrites.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <random>
@@ -342,59 +343,78 @@ TEST(KeepLeaves, AMergeIntoAnEmptyDeepestLevelMovesEveryLeaf) {
   ASSERT_TRUE(v.ok()) << v.ToString();
 }
 
-// A later merge of L1 into the deepest level moves the runs of L1's leaves that lie above
-// everything the deepest level holds, unless they hold what that level may not: a tombstone
+// A later merge of L1 into the deepest level moves the runs of L1's leaves that lie between
+// or above the deepest level's keys, unless they hold what that level may not: a tombstone
 // (dropped there) or a medium-log pointer (medium values are in place there). Those leaves
-// are copied entry by entry; Verify checks the level's promises. (Leaves of a dropped table
-// are copied too, which drops their rows; were they moved, the reclaim of dropped tables
-// would rewrite the level later.)
+// are copied entry by entry; Verify checks the level's promises. Medium values a memtable only
+// appends stay in L1's leaves (no pointer), so a load of medium rows moves too. (Leaves of a
+// dropped table are copied, which drops their rows; were they moved, the reclaim of dropped
+// tables would rewrite the level later.)
 TEST(KeepLeaves, LeavesTheDeepestLevelMayNotHoldAreCopied) {
-  for (int variant = 0; variant < 3; variant++) {
+  for (int variant = 0; variant < 5; variant++) {
     SCOPED_TRACE(variant);
     TestEngine t(KeepingLeaves);
-    KeyspaceId ks;
+    KeyspaceId ks, next_table;
     ASSERT_TRUE(t->CreateKeyspace(1, &ks).ok());
+    ASSERT_TRUE(t->CreateKeyspace(2, &next_table).ok());
     std::map<std::string, std::string> model;
     int next = 0;
     AppendUntil(t, ks, &next, &model, 40, [&] { return LevelEntries(t, 2) > 0; });
     ASSERT_GT(t->GetStats().compaction_leaves_moved, 0u);
     // Rows far above the load, in leaves of their own: what is appended next lies between
-    // L2's leaves, so the merge moves leaves into a gap below a key it holds.
+    // L2's leaves, so the merge moves leaves into a gap below a key it holds. (Not in variant
+    // 3: a memtable appends only when its keys lie above all the levels hold. In variant 4 a
+    // second table's rows follow instead, in L2's last leaf, after the first table's last rows.)
     ASSERT_TRUE(t->CompactAll().ok());
-    for (int k = 90000000; k < 90001000; k++) {
+    if (variant == 4) {
+      for (int k = 0; k < 20; k++) ASSERT_TRUE(t->Put(next_table, KeyOf(k), "row").ok());
+    }
+    for (int k = 90000000; k < (variant >= 3 ? 90000000 : 90001000); k++) {
       ASSERT_TRUE(t->Put(ks, KeyOf(k), Value(40, k)).ok());
       model[KeyOf(k)] = Value(40, k);
     }
     ASSERT_TRUE(t->CompactAll().ok());  // what the memtable still holds goes to L2 as well
     ASSERT_EQ(LevelEntries(t, 1), 0u);
     const uint64_t moved_first = t->GetStats().compaction_leaves_moved;
-    // Rows appended until L1 moves into L2 again: small ones (inline at every level);
-    // in variant 1 every third deleted at once (a tombstone in every leaf of L1), in 2 medium
-    // ones (pointers in L1).
+    // Rows appended until L1 moves into L2 again: small ones (inline at every level); in
+    // variant 1 every third deleted at once (a tombstone in every leaf of L1); in 2 medium ones
+    // with an older row updated in each memtable (so the memtable does not only append: the
+    // medium values go to the medium log, pointers in L1); in 3 and 4 medium ones alone.
     const uint64_t l2_before = LevelEntries(t, 2);
+    uint64_t medium_segments = 0;  // the most the medium log used
     for (int round = 0; LevelEntries(t, 2) <= l2_before; round++) {
       ASSERT_LT(round, 300) << "L1 never moved into L2 again";
       for (int i = 0; i < 2000; i++, next++) {
-        std::string v = Value(variant == 2 ? 150 : 40, next);
+        std::string v = Value(variant >= 2 ? 150 : 40, next);  // 4: between two tables
         ASSERT_TRUE(t->Put(ks, KeyOf(next), v).ok());
         model[KeyOf(next)] = v;
+        if (variant == 2 && i % 500 == 0) {
+          ASSERT_TRUE(t->Put(ks, KeyOf(i), Value(40, next)).ok());
+          model[KeyOf(i)] = Value(40, next);
+        }
         if (variant == 1 && next % 3 == 0) {
           ASSERT_TRUE(t->Delete(ks, KeyOf(next)).ok());
           model.erase(KeyOf(next));
         }
       }
-      for (int k = 95000000 + round * 10; k < 95000000 + round * 10 + 10; k++) {
+      for (int k = 95000000 + round * 10; variant < 3 && k < 95000000 + round * 10 + 10; k++) {
         // A few rows above the far ones: an L1 leaf may hold keys on both sides of them.
         ASSERT_TRUE(t->Put(ks, KeyOf(k), Value(40, k)).ok());
         model[KeyOf(k)] = Value(40, k);
+        if (variant == 1 && k % 3 == 0) {
+          ASSERT_TRUE(t->Delete(ks, KeyOf(k)).ok());
+          model.erase(KeyOf(k));
+        }
       }
       for (int turns = 0; t->DoBackgroundWork(); turns++) {
         ASSERT_LT(turns, 1000) << "the background work never ends (a compaction keeps failing?)";
       }
+      medium_segments = std::max(medium_segments, t->GetStats().medium_log_segments);
     }
+    EXPECT_EQ(medium_segments > 0, variant == 2);
     const uint64_t moved_second = t->GetStats().compaction_leaves_moved - moved_first;
-    if (variant == 0) {
-      EXPECT_GT(moved_second, 0u) << "leaves appended above L2 should move";
+    if (variant == 0 || variant >= 3) {
+      EXPECT_GT(moved_second, 0u) << "leaves appended between L2's keys should move";
     } else {
       EXPECT_EQ(moved_second, 0u) << "every appended leaf holds a tombstone or a pointer";
     }
