@@ -42,6 +42,9 @@ constexpr uint64_t kSalt = 0x6a09e667f3bcc908ull;
 // compactions keep the other leaves of their destination) instead of choosing them at random.
 // Set before the first fork; parent and children agree on it.
 bool g_keys_in_order = false;
+// How many times larger large values are (set likewise): a level's size counts the values its
+// pointers name, so larger ones make L1 overflow into deeper levels within one pass of keys.
+size_t g_large_scale = 1;
 
 uint64_t Mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -86,7 +89,7 @@ Unit UnitOf(uint64_t u) {
     } else if (cls < 8) {
       op.size = 300 + (hj >> 32) % 500;  // medium
     } else {
-      op.size = 1200 + (hj >> 40) % 3000;  // large
+      op.size = (1200 + (hj >> 40) % 3000) * g_large_scale;  // large
     }
     unit.ops.push_back(op);
   }
@@ -198,8 +201,9 @@ std::string ReadState(Engine* e, KeyspaceId ks, Model* out) {
 // The child
 
 struct Control {
-  std::atomic<uint64_t> issued;       // units whose write may have started: recovered k <= issued
-  std::atomic<uint64_t> leaves_kept;  // by this child's compactions so far
+  std::atomic<uint64_t> issued;        // units whose write may have started: recovered k <= issued
+  std::atomic<uint64_t> leaves_kept;   // by this child's compactions so far
+  std::atomic<uint64_t> leaves_moved;  // of them, leaves moved into the deepest level
   std::atomic<int> stage;
   char message[512];
 };
@@ -274,7 +278,9 @@ int ChildMain(const Options& options, const Arena& arena, uint64_t start, const 
   std::thread bg([&] {
     while (!stop.load()) {
       if (!e->DoBackgroundWork()) e->WaitForBackgroundWork(20);
-      ctl->leaves_kept.store(e->GetStats().compaction_leaves_kept);
+      Stats st = e->GetStats();
+      ctl->leaves_kept.store(st.compaction_leaves_kept);
+      ctl->leaves_moved.store(st.compaction_leaves_moved);
     }
   });
   std::mt19937 rng(seed);
@@ -343,6 +349,7 @@ class SharedControl {
   void Clear() {
     ctl_->issued.store(0);
     ctl_->leaves_kept.store(0);
+    ctl_->leaves_moved.store(0);
     ctl_->stage.store(0);
     std::memset(ctl_->message, 0, sizeof(ctl_->message));
   }
@@ -373,13 +380,17 @@ void Drain(int fd, std::string* buffer, bool* keyspace, uint64_t* acked) {
 }
 
 // Rounds of a child writing units until a SIGKILL at a random moment, each checked as the
-// file's head says; then one more recovery and a compaction of everything.
-void RunSigkillRounds(bool keys_in_order) {
+// file's head says; then one more recovery and a compaction of everything. `small_levels`
+// makes L1 overflow into deeper levels within the first pass over the keys, so that merges
+// into the deepest level move L1's leaves while the keys are still appended.
+void RunSigkillRounds(bool keys_in_order, bool small_levels = false) {
   g_keys_in_order = keys_in_order;
+  g_large_scale = small_levels ? 6 : 1;
   constexpr int kRounds = 30;
   TempDir dir;
   Options options = SmallOptions(dir.path());
   options.keep_leaves = keys_in_order;
+  if (small_levels) options.growth_factor = 2;  // L1 holds 2 MB, a third of the keys' data
   Arena arena(Engine::ArenaSize(options));
   ASSERT_NE(arena.base(), nullptr);
   SharedControl ctl;
@@ -389,8 +400,8 @@ void RunSigkillRounds(bool keys_in_order) {
   bool keyspace_acked = false;
   uint64_t total_acked_units = 0, total_lost_unacked = 0;
   int killed_in_stage[kStageDone + 1] = {};
-  uint64_t leaves_kept = 0;
-  int rounds_that_kept_leaves = 0;
+  uint64_t leaves_kept = 0, leaves_moved = 0;
+  int rounds_that_kept_leaves = 0, rounds_that_moved_leaves = 0;
 
   for (int round = 0; round < kRounds; round++) {
     SCOPED_TRACE("round " + std::to_string(round));
@@ -426,19 +437,23 @@ void RunSigkillRounds(bool keys_in_order) {
     // With keys in order, every third round starts its kill timer only once this child's
     // compactions kept leaves, so that such kills happen at any speed (a sanitizer build
     // writes some twenty times slower); the two minutes only bound an engine that never does.
-    bool awaiting_kept = keys_in_order && round % 3 == 0;
+    // With small levels, every third round of the first pass over the keys waits likewise
+    // for a merge that moved leaves (past it, merges into the deepest level rewrite).
+    bool awaiting_kept = keys_in_order && !small_levels && round % 3 == 0;
+    bool awaiting_moved = small_levels && round % 3 == 0 && start < uint64_t(kKeys) * 16;
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(2);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kill_after_ms);
     while (true) {
-      if (awaiting_kept &&
-          (ctl->leaves_kept.load() > 0 || std::chrono::steady_clock::now() >= give_up)) {
-        awaiting_kept = false;
+      if ((awaiting_kept || awaiting_moved) &&
+          ((awaiting_kept ? ctl->leaves_kept.load() : ctl->leaves_moved.load()) > 0 ||
+           std::chrono::steady_clock::now() >= give_up)) {
+        awaiting_kept = awaiting_moved = false;
         deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(rng() % 50);
       }
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                       deadline - std::chrono::steady_clock::now())
                       .count();
-      if (left <= 0 && !awaiting_kept) break;
+      if (left <= 0 && !awaiting_kept && !awaiting_moved) break;
       left = std::max<int64_t>(left, 1);
       pollfd p{fds[0], POLLIN, 0};
       poll(&p, 1, int(std::min<int64_t>(left, 5)));
@@ -457,6 +472,8 @@ void RunSigkillRounds(bool keys_in_order) {
     killed_in_stage[std::clamp(ctl->stage.load(), 0, int(kStageDone))]++;
     leaves_kept += ctl->leaves_kept.load();
     rounds_that_kept_leaves += ctl->leaves_kept.load() > 0;
+    leaves_moved += ctl->leaves_moved.load();
+    rounds_that_moved_leaves += ctl->leaves_moved.load() > 0;
     uint64_t issued = std::max(ctl->issued.load(), start);
     keyspace_acked = keyspace_acked || keyspace_reported;
 
@@ -528,9 +545,15 @@ void RunSigkillRounds(bool keys_in_order) {
   printf("killed while opening %d, at the keyspace %d, checking %d, writing %d, done %d times\n",
          killed_in_stage[kStageOpen], killed_in_stage[kStageKeyspace], killed_in_stage[kStageCheck],
          killed_in_stage[kStageWrite], killed_in_stage[kStageDone]);
-  printf("%llu leaves kept by compactions, in %d rounds\n", (unsigned long long)leaves_kept,
-         rounds_that_kept_leaves);
-  if (keys_in_order) {
+  printf("%llu leaves kept by compactions, in %d rounds; %llu moved, in %d rounds\n",
+         (unsigned long long)leaves_kept, rounds_that_kept_leaves, (unsigned long long)leaves_moved,
+         rounds_that_moved_leaves);
+  if (small_levels) {
+    // Kills landed among merges that moved leaves into the deepest level (between the output
+    // taking over their segments and the manifest naming it, among others).
+    EXPECT_GE(rounds_that_moved_leaves, 1);
+  }
+  if (keys_in_order && !small_levels) {
     // Kills landed among compactions that kept leaves, so also between an output taking over
     // the kept leaves' segments and its manifest (one image: recovery sees both or neither).
     // A third of the rounds waited for kept leaves: fewer means an engine that kept none.
@@ -569,6 +592,13 @@ TEST(Crash, SigkillKeepsEverySyncedWriteAndBatchesAtomic) {
 // leaves: a kill between an output taking over kept segments and its manifest loses nothing.
 TEST(Crash, SigkillDuringCompactionsThatKeepLeaves) {
   RunSigkillRounds(/*keys_in_order=*/true);
+}
+
+// With levels small enough that L1 overflows into the deepest level while the keys are still
+// first written in order, merges move L1's leaves whole: a kill between an output taking
+// over the moved leaves' segments and its manifest loses nothing either.
+TEST(Crash, SigkillDuringMergesThatMoveLeaves) {
+  RunSigkillRounds(/*keys_in_order=*/true, /*small_levels=*/true);
 }
 
 }  // namespace
