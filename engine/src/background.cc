@@ -100,10 +100,12 @@ Status EngineImpl::CompactL0Locked() {
 }
 
 // Whether every key of keyspace `ks` in v's immutable memtable lies above every key of ks in
-// v's levels: a seek for the memtable's first key of ks in each level finds no key of ks.
+// v's levels: a seek for the memtable's first key of ks in each level finds no key of ks. A
+// keyspace the memtable does not hold counts as one (its entries in L1's merged leaves then
+// keep their placement, rather than inline values going to the medium log).
 bool EngineImpl::MemtableAppendsOnly(const Version& v, KeyspaceId ks) {
   const MemNode* first = memtables_.Get(v.immutable_memtable).Seek(MakeInternalKey(ks, {}));
-  if (first == nullptr || KeyspaceOf(first->key()) != ks) return false;
+  if (first == nullptr || KeyspaceOf(first->key()) != ks) return true;
   for (uint32_t level = 1; level <= options_.max_levels; level++) {
     if (v.levels[level].tree_id == 0) continue;
     TreeIterator it(Trees(NodeChecks::kOncePerProcess), v.levels[level]);

@@ -415,8 +415,9 @@ Status Compaction::EmitGap(MergeSource* newer, const std::string_view* bound) {
         AddEntryCounts(stats, &moved_);
         continue;
       }
-      // The leaves up to the one that ended the run start no run long enough either.
-      no_move_before_ = start + n + 1;
+      // The leaves before the one that ended the run start no run long enough either; that
+      // one is looked at again at its start (it may lie above this gap's bound).
+      no_move_before_ = start + n;
     }
     Status s = Emit(newer->entry());
     if (!s.ok()) return s;
@@ -437,6 +438,9 @@ Status Compaction::MovableRun(const std::string_view* bound, size_t* count, Leve
       LeafEntry e;
       s = leaf.Leaf(j, &e);
       if (!s.ok()) return s;
+      if (j == 0 && e.key != mover_->leaf(i).first) {
+        return Status::Corruption("a leaf's first key differs from its parent's pivot");
+      }
       movable = e.kind != ValueKind::kTombstone && e.kind != ValueKind::kMediumPtr &&
                 KeyspaceLive(KeyspaceOf(e.key)) &&
                 (j + 1 < leaf.count() || bound == nullptr || e.key < *bound);

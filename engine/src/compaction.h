@@ -148,7 +148,9 @@ class Compaction : private SegmentSink {
   // values stay in the leaves although the level is not the in-place one: those leaves are
   // written once and then kept (no key will fall into them), so a value written to the medium
   // log would only be read back and written again at the deepest level, where the leaves can
-  // now move whole (MoveLeavesOf). Any other keyspace's medium values go to the medium log.
+  // now move whole (MoveLeavesOf). Any other keyspace's medium values go to the medium log. (A
+  // keyspace the memtable does not hold counts as appended to: its entries in the leaves the
+  // merge rewrites for other keyspaces' keys keep their placement.)
   void SetAppendsOnlyProbe(std::function<bool(KeyspaceId)> appends_only) {
     appends_only_ = std::move(appends_only);
   }
