@@ -32,6 +32,19 @@ std::string KeyOf(int i) {
   return key;
 }
 
+// Checks that keyspace ks reads as the model and passes Verify, before and after a restart.
+void ReadsTheModelAcrossARestart(TestEngine& t, KeyspaceId ks,
+                                 const std::map<std::string, std::string>& model) {
+  EXPECT_TRUE(Contents(t.engine.get(), ks) == model);
+  Status v = t->Verify();
+  ASSERT_TRUE(v.ok()) << v.ToString();
+  ASSERT_TRUE(t->Sync(t->GetStats().last_lsn).ok());
+  t.Reopen();
+  EXPECT_TRUE(Contents(t.engine.get(), ks) == model);
+  v = t->Verify();
+  ASSERT_TRUE(v.ok()) << v.ToString();
+}
+
 // Loads `n` rows in key order, running the background work after each memtable's worth; rows
 // of `size` bytes (0: 60-109, small rows as a table's).
 void LoadInOrder(TestEngine& t, KeyspaceId ks, int n, std::map<std::string, std::string>* model,
@@ -86,13 +99,7 @@ TEST(KeepLeaves, ALoadInKeyOrderWritesEachLeafAboutOnce) {
   };
   EXPECT_EQ(totals(keep->GetStats()), totals(rewrite->GetStats()));
   EXPECT_EQ(totals(keep->GetStats())[0], model.size());
-  Status v = keep->Verify();
-  ASSERT_TRUE(v.ok()) << v.ToString();
-  ASSERT_TRUE(keep->Sync(keep->GetStats().last_lsn).ok());
-  keep.Reopen();
-  EXPECT_TRUE(Contents(keep.engine.get(), ks_keep) == model);
-  v = keep->Verify();
-  ASSERT_TRUE(v.ok()) << v.ToString();
+  ReadsTheModelAcrossARestart(keep, ks_keep, model);
 }
 
 // A level above the deepest keeps leaves and extends its bloom filter as a load in key order
@@ -333,14 +340,7 @@ TEST(KeepLeaves, AMergeIntoAnEmptyDeepestLevelMovesEveryLeaf) {
   const uint64_t memtable_and_move = st.compaction_bytes_written - written_before;
   EXPECT_LT(memtable_and_move, 3 * uint64_t(t.options.l0_size))
       << "the move rewrote L1 (" << l1_bytes << " bytes)";
-  EXPECT_TRUE(Contents(t.engine.get(), ks) == model);
-  Status v = t->Verify();
-  ASSERT_TRUE(v.ok()) << v.ToString();
-  ASSERT_TRUE(t->Sync(t->GetStats().last_lsn).ok());
-  t.Reopen();
-  EXPECT_TRUE(Contents(t.engine.get(), ks) == model);
-  v = t->Verify();
-  ASSERT_TRUE(v.ok()) << v.ToString();
+  ReadsTheModelAcrossARestart(t, ks, model);
 }
 
 // A later merge of L1 into the deepest level moves the runs of L1's leaves that lie between
@@ -421,14 +421,7 @@ TEST(KeepLeaves, LeavesTheDeepestLevelMayNotHoldAreCopied) {
     for (const LevelStats& l : t->GetStats().levels) {
       if (l.level == 2) EXPECT_EQ(l.tombstones, 0u);
     }
-    EXPECT_TRUE(Contents(t.engine.get(), ks) == model);
-    Status v = t->Verify();
-    ASSERT_TRUE(v.ok()) << v.ToString();
-    ASSERT_TRUE(t->Sync(t->GetStats().last_lsn).ok());
-    t.Reopen();
-    EXPECT_TRUE(Contents(t.engine.get(), ks) == model);
-    v = t->Verify();
-    ASSERT_TRUE(v.ok()) << v.ToString();
+    ReadsTheModelAcrossARestart(t, ks, model);
   }
 }
 
