@@ -67,7 +67,7 @@ uint64_t EntryBytes(const LeafEntry& e) {
 
 // Appends the entry to the current leaf.
 Status TreeBuilder::Add(const LeafEntry& e) {
-  if (entries_ > 0 && e.key.compare(last_key_) <= 0) {
+  if ((entries_ > 0 || !kept_segments_.empty()) && e.key.compare(last_key_) <= 0) {
     return Status::InvalidArgument("tree builder input out of order");
   }
   size_t size = NodeBuilder::LeafEntrySize(e);
@@ -84,14 +84,15 @@ Status TreeBuilder::Add(const LeafEntry& e) {
 }
 
 // Ends the leaf being filled and points the tree at an older tree's leaf as it stands.
-Status TreeBuilder::AddExistingLeaf(std::string_view first_key, DevPtr where) {
+Status TreeBuilder::AddExistingLeaf(std::string_view first_key, DevPtr where,
+                                    std::string_view last_key) {
   if ((entries_ > 0 || !kept_segments_.empty()) && first_key.compare(last_key_) <= 0) {
     return Status::InvalidArgument("tree builder input out of order");
   }
   Status s = FlushLeaf();
   if (!s.ok()) return s;
   pivots_.push_back(Pivot{std::string(first_key), where});
-  last_key_.assign(first_key);
+  last_key_.assign(last_key.empty() ? first_key : last_key);
   kept_segments_[where.segment]++;
   return Status::OK();
 }

@@ -42,8 +42,9 @@ class TreeBuilder {
   // Makes the leaf of an older tree at `where`, whose first key is `first_key`, the tree's next
   // leaf as it stands (the leaf is not read): only the index above it and the bloom filter are
   // written. Its keys must follow every key added so far, and the caller's keys added after it
-  // must follow all of its keys; the leaf being filled ends before it.
-  Status AddExistingLeaf(std::string_view first_key, DevPtr where);
+  // must follow all of its keys; the leaf being filled ends before it. A caller that read the
+  // leaf passes its last key, which the keys added next are then checked against.
+  Status AddExistingLeaf(std::string_view first_key, DevPtr where, std::string_view last_key = {});
   // What the kept leaves hold, for the tree's description: their statistics (`kept`: entries
   // and the classes of entries, modulo 2^64: a class may be "negative" after the size
   // thresholds changed, and Finish floors the tree's sums at 0), the oldest tree of their lineage,

@@ -406,7 +406,8 @@ Status Compaction::EmitGap(MergeSource* newer, const std::string_view* bound) {
       const bool to_the_end = start + n == mover_->leaf_count() && !builder_.leaf_open();
       if (n >= kMinKeptLeaves || (n > 0 && to_the_end)) {
         for (size_t i = start; s.ok() && i < start + n; i++) {
-          s = builder_.AddExistingLeaf(mover_->leaf(i).first, mover_->leaf(i).where);
+          s = builder_.AddExistingLeaf(mover_->leaf(i).first, mover_->leaf(i).where,
+                                       run_last_keys_[i - start]);
         }
         if (!s.ok()) return s;
         mover_->SkipLeaves(n);
@@ -428,6 +429,7 @@ Status Compaction::EmitGap(MergeSource* newer, const std::string_view* bound) {
 
 Status Compaction::MovableRun(const std::string_view* bound, size_t* count, LevelDesc* stats) {
   *count = 0;
+  run_last_keys_.clear();
   for (size_t i = mover_->leaf_index(); i < mover_->leaf_count(); i++) {
     NodeView leaf;
     Status s = mover_->OpenLeaf(i, &leaf);
@@ -447,6 +449,10 @@ Status Compaction::MovableRun(const std::string_view* bound, size_t* count, Leve
       AccountEntry(shape_, e, &leaf_stats);
     }
     if (!movable) return Status::OK();
+    std::string_view last;
+    s = leaf.KeyAt(leaf.count() - 1, &last);
+    if (!s.ok()) return s;
+    run_last_keys_.emplace_back(last);
     AddEntryCounts(leaf_stats, stats);
     ++*count;
   }

@@ -211,6 +211,7 @@ class Compaction : private SegmentSink {
   TreeLeafSource* mover_ = nullptr;  // newer input whose leaves may move whole (MoveLeavesOf)
   size_t no_move_before_ = 0;        // mover_'s leaves before this one start no movable run
   LevelDesc moved_{};                // statistics of the leaves moved
+  std::vector<std::string> run_last_keys_;  // of the leaves of the run MovableRun found
   uint64_t leaves_moved_ = 0;
   bool rebuilt_filter_ = false;
   LevelDesc output_{};
