@@ -14,9 +14,18 @@ namespace {
 
 // Adds an entry's log record to the invalid bytes of its segment: the entry is being dropped.
 void Discard(const LeafEntry& e, SegmentDeltas* deltas) {
-  if (e.kind == ValueKind::kMediumPtr || e.kind == ValueKind::kLargePtr) {
-    deltas->invalid[e.ptr.where.segment] += e.ptr.record_bytes;
+  if (OwnsRecord(e)) deltas->invalid[e.ptr.where.segment] += e.ptr.record_bytes;
+}
+
+// Drops `older` for `newer`, a newer entry of the same key. If both name one record (newer is
+// a patch of it), newer takes over older's ownership of it; otherwise older's record, if it
+// owns one, is garbage now.
+void Supersede(const LeafEntry& older, LeafEntry* newer, SegmentDeltas* deltas) {
+  if (OwnsRecord(older) && SameRecord(older, *newer)) {
+    newer->owner = true;
+    return;
   }
+  Discard(older, deltas);
 }
 
 // The immutable memtable: newest version of each key; older versions are discarded.
@@ -25,19 +34,22 @@ class MemSource : public MergeSource {
   MemSource(MemTable mem, SegmentDeltas* deltas) : mem_(mem), deltas_(deltas) {
     node_ = mem_.First();
     Load();
+    if (node_ && entry_.kind == ValueKind::kLargePatch && !entry_.owner) TakeOverOwnership();
   }
   bool Valid() const override { return node_ != nullptr; }
   const LeafEntry& entry() const override { return entry_; }
   Status status() const override { return status_; }
   void Next() override {
     std::string_view key = node_->key();
+    LeafEntry newest = entry_;
     node_ = mem_.Next(node_);
     while (node_ && node_->key() == key) {
       Load();
-      Discard(entry_, deltas_);
+      Supersede(entry_, &newest, deltas_);  // (Load took over what newest could)
       node_ = mem_.Next(node_);
     }
     Load();
+    if (node_ && entry_.kind == ValueKind::kLargePatch && !entry_.owner) TakeOverOwnership();
   }
 
  private:
@@ -45,6 +57,19 @@ class MemSource : public MergeSource {
     if (!node_) return;
     status_ = MemNodeEntry(node_, &entry_);
     if (!status_.ok()) node_ = nullptr;
+  }
+
+  // The newest version of a key is emitted before its older ones are passed: a patch among
+  // them that does not own its record looks ahead for the version that does, to own it itself.
+  void TakeOverOwnership() {
+    for (const MemNode* n = mem_.Next(node_); n && n->key() == node_->key(); n = mem_.Next(n)) {
+      LeafEntry older;
+      if (!MemNodeEntry(n, &older).ok()) return;  // reported when Next reaches it
+      if (OwnsRecord(older) && SameRecord(older, entry_)) {
+        entry_.owner = true;
+        return;
+      }
+    }
   }
 
   MemTable mem_;
@@ -149,8 +174,9 @@ Status Compaction::Run(MergeSource* newer, MergeSource* older) {
       s = Emit(older->entry());
       older->Next();
     } else {
-      Discard(older->entry(), &deltas_);
-      s = Emit(newer->entry());
+      LeafEntry e = newer->entry();
+      Supersede(older->entry(), &e, &deltas_);
+      s = Emit(e);
       newer->Next();
       older->Next();
     }
@@ -469,8 +495,9 @@ Status Compaction::MergeLeaf(MergeSource* newer, const NodeView& leaf) {
     const std::string_view below = e.key;
     if (s.ok()) s = EmitGap(newer, &below);
     if (s.ok() && newer->Valid() && newer->entry().key == e.key) {
-      Discard(e, &deltas_);
-      s = Emit(newer->entry());
+      LeafEntry n = newer->entry();
+      Supersede(e, &n, &deltas_);
+      s = Emit(n);
       newer->Next();
     } else if (s.ok()) {
       s = Emit(e);

@@ -345,6 +345,7 @@ Stats EngineImpl::GetStats() {
   st.compaction_leaves_moved = c.compaction_leaves_moved;
   st.compaction_filters_rebuilt = c.compaction_filters_rebuilt;
   st.gc_runs = c.gc_runs;
+  st.large_patches = c.large_patches;
   st.gc_bytes_relocated = c.gc_bytes_relocated;
   st.gc_reclaimed_bytes = c.gc_reclaimed_bytes;
   st.stall_count = c.stall_count;

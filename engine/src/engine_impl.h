@@ -40,15 +40,21 @@ namespace slipstream::engine {
 
 // One write as the write path sees it (views into the caller's data).
 struct WriteOp {
-  enum Type : uint8_t { kPut, kDelete, kRelocate };
+  // kPatch: a put whose value differs from the stored one in its first `prefix` bytes alone
+  // (WriteBatch::PutChangedPrefix), written as a kLargePatch entry naming the stored record.
+  enum Type : uint8_t { kPut, kDelete, kRelocate, kPatch };
   Type type;
   KeyspaceId keyspace;
   std::string_view key;
   std::string_view value;  // kRelocate: the encoded payload of the large-log record to copy
-  ValuePtr relocate_from;  // kRelocate: only relocate if the key still points here
+  ValuePtr relocate_from;  // kRelocate: only relocate if the key still points here; kPatch:
+                           // the stored record, found under the write mutex
   std::string ikey;        // filled by the write path
   std::string encoded;     // large value record payload, filled by the write path
   uint32_t value_size = 0;
+  uint32_t prefix = 0;          // kPatch
+  bool relocate_patch = false;  // kRelocate: the key's entry is a patch, whose prefix stays
+  std::string patch_prefix;     // ... this one
 };
 
 // What a PointReader remembers between reads: the version it read (valid while the level set's
@@ -139,6 +145,10 @@ class EngineImpl final : public Engine {
   Status EnsureMemtableRoom(uint64_t mem_bytes, std::unique_lock<SharedMutex>* lock,
                             bool may_stall);
   Status ApplyOp(WriteOp* op, Lsn lsn, bool* large_touched);
+  Status AppendPatch(const WriteOp* op, Lsn lsn, const ValuePtr& ptr, bool owner,
+                     std::string_view prefix, MemTable* active);
+  bool ResolvePatches(const Version& v, std::vector<WriteOp>& ops, Status* status);
+  Status WriteOpsOnce(std::vector<WriteOp>& ops, Lsn* lsn, bool may_stall, bool* again);
   Status MakeL0LogRoom(std::unique_lock<SharedMutex>* lock);
   void AppendKeyspaceRecord(LogRecordType type, KeyspaceId id, uint64_t tag, Lsn* lsn);
   bool SwitchMemtable(bool force);

@@ -49,11 +49,53 @@ enum class ValueKind : uint8_t {
   kMediumPtr = 2,  // ValuePtr into the medium log
   kLargePtr = 3,   // ValuePtr into the large log
   kTombstone = 4,  // deleted
+  // A large value whose first bytes changed: a ValuePtr into the large log, whether this entry
+  // owns that record (see LargePatch), then the bytes that replace the value's first ones. A
+  // row's header change writes this instead of the whole value again.
+  kLargePatch = 5,
 };
 
 inline bool IsValidValueKind(uint8_t k) {
-  return k >= 1 && k <= 4;
+  return k >= 1 && k <= 5;
 }
+
+// Whether an entry of this kind names a large-log record.
+inline bool RefersToLargeLog(ValueKind k) {
+  return k == ValueKind::kLargePtr || k == ValueKind::kLargePatch;
+}
+
+// The bytes of a kLargePatch entry after its key, in memtables, L0 records and leaves alike:
+// the ValuePtr first (where Send-Index replicas rewrite segment numbers, as for kLargePtr), a
+// byte that says whether the entry owns the record, then the replacement prefix.
+//
+// Several entries of one key may name one record (the put, then a lock's and an update's header
+// changes). Exactly one of them owns it: its accounting (invalid bytes when it is dropped, live
+// bytes in Verify) is the owner's alone. A patch is written as a non-owner; when a merge drops
+// the owner for a newer entry naming the same record, that entry becomes the owner.
+struct LargePatch {
+  static constexpr size_t kFixedSize = ValuePtr::kEncodedSize + 1;
+  static constexpr size_t kMaxPrefix = 64;
+
+  static void EncodeTo(const ValuePtr& ptr, bool owner, std::string_view prefix, std::string* out) {
+    char buf[ValuePtr::kEncodedSize];
+    ptr.EncodeTo(buf);
+    out->assign(buf, sizeof(buf));
+    out->push_back(owner ? 1 : 0);
+    out->append(prefix);
+  }
+  // Decodes `bytes`; false if they cannot be a patch.
+  static bool DecodeFrom(std::string_view bytes, ValuePtr* ptr, bool* owner,
+                         std::string_view* prefix) {
+    if (bytes.size() < kFixedSize || bytes.size() > kFixedSize + kMaxPrefix ||
+        uint8_t(bytes[ValuePtr::kEncodedSize]) > 1) {
+      return false;
+    }
+    *ptr = ValuePtr::DecodeFrom(bytes.data());
+    *owner = bytes[ValuePtr::kEncodedSize] == 1;
+    *prefix = bytes.substr(kFixedSize);
+    return prefix->size() <= ptr->value_size;
+  }
+};
 
 // Size classes of hybrid placement (by key plus value bytes).
 enum class SizeClass : uint8_t { kSmall, kMedium, kLarge };

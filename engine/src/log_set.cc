@@ -311,7 +311,7 @@ Status LogSet::ReadValue(std::string_view ikey, const LeafEntry& entry, std::str
   if (entry.kind == ValueKind::kTombstone) return Status::NotFound();
   const ValuePtr& ptr = entry.ptr;
   SegmentKind expected =
-      entry.kind == ValueKind::kLargePtr ? SegmentKind::kLargeLog : SegmentKind::kMediumLog;
+      RefersToLargeLog(entry.kind) ? SegmentKind::kLargeLog : SegmentKind::kMediumLog;
   if (ptr.where.segment == 0 || ptr.where.segment >= segments_->count() ||
       segments_->info(ptr.where.segment).kind != uint8_t(expected) ||
       ptr.where.offset < kLogHeaderSize || ptr.record_bytes < kRecordHeaderSize ||
@@ -362,6 +362,11 @@ Status LogSet::ReadValue(std::string_view ikey, const LeafEntry& entry, std::str
   } else {
     if (uint32_t(limit - p) != raw_size) return Status::Corruption("value record size mismatch");
     value->assign(p, raw_size);
+  }
+  if (entry.kind == ValueKind::kLargePatch) {  // the value's first bytes as changed since
+    if (entry.inline_value.size() > value->size() || raw_size != ptr.value_size)
+      return Status::Corruption("large value patch longer than its value");
+    std::memcpy(value->data(), entry.inline_value.data(), entry.inline_value.size());
   }
   return Status::OK();
 }

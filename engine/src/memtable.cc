@@ -82,8 +82,12 @@ Status MemNodeEntry(const MemNode* node, LeafEntry* entry) {
   entry->key = node->key();
   entry->kind = node->value_kind();
   entry->inline_value = {};
+  entry->owner = true;
   if (entry->kind == ValueKind::kInline) {
     entry->inline_value = node->value();
+  } else if (entry->kind == ValueKind::kLargePatch) {
+    if (!LargePatch::DecodeFrom(node->value(), &entry->ptr, &entry->owner, &entry->inline_value))
+      return Status::Corruption("bad memtable patch");
   } else if (entry->kind != ValueKind::kTombstone) {
     if (node->value_size != ValuePtr::kEncodedSize)
       return Status::Corruption("bad memtable pointer");

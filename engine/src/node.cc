@@ -13,6 +13,9 @@ size_t NodeBuilder::LeafEntrySize(const LeafEntry& e) {
   size_t n = 1 + VarintLength(uint32_t(e.key.size())) + e.key.size();
   if (e.kind == ValueKind::kInline) {
     n += VarintLength(uint32_t(e.inline_value.size())) + e.inline_value.size();
+  } else if (e.kind == ValueKind::kLargePatch) {
+    n += VarintLength(uint32_t(e.inline_value.size())) + LargePatch::kFixedSize +
+         e.inline_value.size();
   } else if (e.kind != ValueKind::kTombstone) {
     n += ValuePtr::kEncodedSize;
   }
@@ -26,9 +29,16 @@ void NodeBuilder::AddLeaf(const LeafEntry& e) {
   data_.append(buf, EncodeVarint32(buf, uint32_t(e.key.size())) - buf);
   if (e.kind == ValueKind::kInline) {
     data_.append(buf, EncodeVarint32(buf, uint32_t(e.inline_value.size())) - buf);
+  } else if (e.kind == ValueKind::kLargePatch) {
+    data_.append(buf, EncodeVarint32(buf, uint32_t(e.inline_value.size())) - buf);
   }
   data_.append(e.key);
   if (e.kind == ValueKind::kInline) {
+    data_.append(e.inline_value);
+  } else if (e.kind == ValueKind::kLargePatch) {
+    e.ptr.EncodeTo(buf);
+    data_.append(buf, ValuePtr::kEncodedSize);
+    data_.push_back(e.owner ? 1 : 0);
     data_.append(e.inline_value);
   } else if (e.kind != ValueKind::kTombstone) {
     e.ptr.EncodeTo(buf);
@@ -94,14 +104,22 @@ Status NodeView::Leaf(int i, LeafEntry* e) const {
   e->kind = static_cast<ValueKind>(kind);
   uint32_t key_size, value_size = 0;
   p = DecodeVarint32(p, limit, &key_size);
-  if (p && e->kind == ValueKind::kInline) p = DecodeVarint32(p, limit, &value_size);
+  if (p && (e->kind == ValueKind::kInline || e->kind == ValueKind::kLargePatch))
+    p = DecodeVarint32(p, limit, &value_size);
   if (!p || uint64_t(limit - p) < uint64_t(key_size))
     return Status::Corruption("leaf key out of node");
   e->key = std::string_view(p, key_size);
   p += key_size;
+  e->owner = true;
   if (e->kind == ValueKind::kInline) {
     if (uint64_t(limit - p) < value_size) return Status::Corruption("leaf value out of node");
     e->inline_value = std::string_view(p, value_size);
+  } else if (e->kind == ValueKind::kLargePatch) {
+    if (uint64_t(limit - p) < LargePatch::kFixedSize + uint64_t(value_size) ||
+        !LargePatch::DecodeFrom(std::string_view(p, LargePatch::kFixedSize + value_size), &e->ptr,
+                                &e->owner, &e->inline_value)) {
+      return Status::Corruption("leaf patch out of node");
+    }
   } else if (e->kind != ValueKind::kTombstone) {
     if (limit - p < ptrdiff_t(ValuePtr::kEncodedSize))
       return Status::Corruption("leaf pointer out of node");
@@ -141,7 +159,8 @@ Status NodeView::KeyAt(int i, std::string_view* key) const {
     if (!IsValidValueKind(kind)) return Status::Corruption("bad value kind");
     p = DecodeVarint32(p, limit, &key_size);
     uint32_t value_size;
-    if (p && static_cast<ValueKind>(kind) == ValueKind::kInline)
+    if (p && (static_cast<ValueKind>(kind) == ValueKind::kInline ||
+              static_cast<ValueKind>(kind) == ValueKind::kLargePatch))
       p = DecodeVarint32(p, limit, &value_size);
   } else {
     p = DecodeVarint32(p, limit, &key_size);

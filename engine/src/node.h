@@ -37,9 +37,22 @@ static_assert(sizeof(NodeHeader) == kNodeHeaderSize);
 struct LeafEntry {
   std::string_view key;
   ValueKind kind;
-  std::string_view inline_value;  // kInline
-  ValuePtr ptr;                   // kMediumPtr, kLargePtr
+  std::string_view inline_value;  // kInline; kLargePatch: the replacement prefix
+  ValuePtr ptr;                   // kMediumPtr, kLargePtr, kLargePatch
+  bool owner = true;              // kLargePatch: whether it owns ptr's record (format.h)
 };
+
+// Whether the entry accounts for a log record's bytes: every pointer but a patch that is not
+// its record's owner.
+inline bool OwnsRecord(const LeafEntry& e) {
+  return e.kind == ValueKind::kMediumPtr || e.kind == ValueKind::kLargePtr ||
+         (e.kind == ValueKind::kLargePatch && e.owner);
+}
+
+// Whether two entries of one key name the same log record.
+inline bool SameRecord(const LeafEntry& a, const LeafEntry& b) {
+  return RefersToLargeLog(a.kind) && RefersToLargeLog(b.kind) && a.ptr.where == b.ptr.where;
+}
 
 // Accumulates entries of one node and serialises it.
 class NodeBuilder {

@@ -226,6 +226,14 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
               // segment reused): only records still to be applied need theirs.
               if (!apply && rec.lsn > manifest_compacted_lsn)
                 valid = large_pointer_valid(op.relocate_from);
+            } else if (kind == ValueKind::kLargePatch) {
+              bool owner;
+              std::string_view prefix;
+              if (!LargePatch::DecodeFrom(op.value, &op.relocate_from, &owner, &prefix))
+                return Status::Corruption("bad large value patch");
+              op.type = WriteOp::kPatch;  // marks "value is a patch" during replay
+              if (!apply && rec.lsn > manifest_compacted_lsn)
+                valid = large_pointer_valid(op.relocate_from);
             }
           }
           op.keyspace = rec.lsn > manifest_compacted_lsn ? 1 : 0;  // 1: must be applied
@@ -240,7 +248,7 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
         i = j;
         if (!apply) {
           for (const WriteOp& op : batch) {
-            if (op.keyspace == 1 && op.type == WriteOp::kRelocate) {
+            if (op.keyspace == 1 && (op.type == WriteOp::kRelocate || op.type == WriteOp::kPatch)) {
               referenced.insert((uint64_t(op.relocate_from.where.segment) << 32) |
                                 op.relocate_from.where.offset);
             }
@@ -275,6 +283,7 @@ Status EngineImpl::ReplayLogs(const std::string& image) {
           if (op.keyspace == 0) continue;  // already in the levels
           ValueKind kind = op.type == WriteOp::kDelete     ? ValueKind::kTombstone
                            : op.type == WriteOp::kRelocate ? ValueKind::kLargePtr
+                           : op.type == WriteOp::kPatch    ? ValueKind::kLargePatch
                                                            : ValueKind::kInline;
           uint64_t need = MemTable::EntrySpace(op.ikey.size(), op.value.size());
           while (true) {

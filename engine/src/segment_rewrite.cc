@@ -100,9 +100,9 @@ Status Planner::PlanLeaf(size_t node, const NodeView& view) {
     LeafEntry e;
     Status s = view.Leaf(i, &e);
     if (!s.ok()) return s;
-    if (e.kind != ValueKind::kMediumPtr && e.kind != ValueKind::kLargePtr) continue;
+    if (e.kind != ValueKind::kMediumPtr && !RefersToLargeLog(e.kind)) continue;
     s = AddPatch(node, e.key.data() + e.key.size(),
-                 e.kind == ValueKind::kLargePtr ? map_large_ : map_log_);
+                 RefersToLargeLog(e.kind) ? map_large_ : map_log_);
     if (!s.ok()) return s;
     stats_.value_pointers++;
   }

@@ -188,6 +188,7 @@ struct SharedCounters {
   std::atomic<uint64_t> compactions, compaction_bytes_written, compaction_leaves_kept,
       compaction_leaves_moved, compaction_filters_rebuilt;
   std::atomic<uint64_t> gc_runs, gc_bytes_relocated, gc_reclaimed_bytes;
+  std::atomic<uint64_t> large_patches;
   std::atomic<uint64_t> stall_count, stall_micros, log_flushes, log_records_flushed,
       log_barrier_calls;
   std::atomic<uint64_t> unflushed_records;

@@ -88,11 +88,11 @@ class TreeChecker {
     if ((desc_.build_flags & kTreeMediumInPlace) && e.kind == ValueKind::kMediumPtr) {
       return Fail("a medium-log pointer in a level built with medium values in place");
     }
-    if (e.kind == ValueKind::kMediumPtr || e.kind == ValueKind::kLargePtr) {
+    if (e.kind == ValueKind::kMediumPtr || RefersToLargeLog(e.kind)) {
       std::string value;
       s = values_->ReadValue(e.key, e, &value);
       if (!s.ok()) return Fail(s.message());
-      (*referenced_)[e.ptr.where.segment] += e.ptr.record_bytes;
+      if (OwnsRecord(e)) (*referenced_)[e.ptr.where.segment] += e.ptr.record_bytes;
     }
     return Status::OK();
   }
@@ -131,15 +131,15 @@ Status EngineImpl::Verify() {
     for (const MemNode* n = mem.First(); n; n = mem.Next(n)) {
       if (!prev.empty() && n->key() < prev) return Status::Corruption("memtable out of order");
       prev.assign(n->key());
-      if (n->value_kind() == ValueKind::kLargePtr) {
-        if (n->value_size != ValuePtr::kEncodedSize)
-          return Status::Corruption("bad memtable pointer");
-        ValuePtr p = ValuePtr::DecodeFrom(n->value().data());
-        LeafEntry e{n->key(), ValueKind::kLargePtr, {}, p};
-        std::string value;
-        Status s = logs_.ReadValue(n->key(), e, &value);
+      if (RefersToLargeLog(n->value_kind())) {
+        LeafEntry e;
+        Status s = MemNodeEntry(n, &e);
+        if (s.ok()) {
+          std::string value;
+          s = logs_.ReadValue(n->key(), e, &value);
+        }
         if (!s.ok()) return Status::Corruption("memtable: " + s.message());
-        referenced[p.where.segment] += p.record_bytes;
+        if (OwnsRecord(e)) referenced[e.ptr.where.segment] += e.ptr.record_bytes;
       }
     }
   }

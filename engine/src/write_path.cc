@@ -134,7 +134,11 @@ Status EngineImpl::Write(const WriteBatch& batch, Lsn* lsn) {
   for (size_t i = 0; i < ops.size(); i++) {
     WriteBatch::Op op = batch.op(i);
     WriteOp& w = ops[i];
-    w.type = op.is_delete ? WriteOp::kDelete : WriteOp::kPut;
+    w.type = op.is_delete            ? WriteOp::kDelete
+             : op.changed_prefix > 0 ? WriteOp::kPatch
+                                     : WriteOp::kPut;
+    w.prefix = op.changed_prefix;
+    w.relocate_patch = false;
     w.keyspace = op.keyspace;
     w.key = op.key;
     w.value = op.value;
@@ -165,9 +169,19 @@ Status EngineImpl::PrepareOp(WriteOp* op, size_t* l0_bytes, size_t* large_bytes,
     return Status::InvalidArgument("key of " + std::to_string(op->key.size()) +
                                    " bytes exceeds max_key_size");
   }
-  if (op->type == WriteOp::kPut && op->value.size() > options_.max_value_size) {
+  if ((op->type == WriteOp::kPut || op->type == WriteOp::kPatch) &&
+      op->value.size() > options_.max_value_size) {
     return Status::InvalidArgument("value of " + std::to_string(op->value.size()) +
                                    " bytes exceeds max_value_size");
+  }
+  if (op->type == WriteOp::kPatch) {
+    if (op->prefix > LargePatch::kMaxPrefix || op->prefix > op->value.size()) {
+      return Status::InvalidArgument("a changed prefix of " + std::to_string(op->prefix) +
+                                     " bytes: at most " + std::to_string(LargePatch::kMaxPrefix) +
+                                     " and the value's size");
+    }
+    // Only a large value is stored apart from its entry; anything smaller is written whole.
+    if (op->key.size() + op->value.size() < options_.large_threshold) op->type = WriteOp::kPut;
   }
   op->ikey = MakeInternalKey(op->keyspace, op->key);
   size_t key_part = VarintLength(uint32_t(op->ikey.size())) + op->ikey.size();
@@ -203,7 +217,10 @@ Status EngineImpl::PrepareOp(WriteOp* op, size_t* l0_bytes, size_t* large_bytes,
     }
     op->encoded.resize(size_t(p - op->encoded.data()) + size_t(n));
   }
-  if (large) {
+  if (op->type == WriteOp::kPatch) {  // (the prefix may grow to an older patch's: the most)
+    *l0_bytes += RecordSpace(key_part + 1 + LargePatch::kFixedSize + LargePatch::kMaxPrefix);
+    mem_value = LargePatch::kFixedSize + LargePatch::kMaxPrefix;
+  } else if (large) {
     *large_bytes += RecordSpace(op->encoded.size()) + kChecksumEntrySize;
     *l0_bytes += RecordSpace(key_part + 1 + ValuePtr::kEncodedSize);
     mem_value = ValuePtr::kEncodedSize;
@@ -314,15 +331,23 @@ Status EngineImpl::ApplyOp(WriteOp* op, Lsn lsn, bool* large_touched) {
     ValuePtr ptr{{at.segment, at.offset}, RecordSpace(op->encoded.size()), op->value_size};
     if (op->type == WriteOp::kRelocate) ptr.value_size = op->relocate_from.value_size;
     segments_.info(at.segment).bytes_written += ptr.record_bytes;
+    active.AddLargeBytes(ptr.record_bytes);
+    *large_touched = true;
+    if (op->relocate_patch) {  // a relocated patch keeps its prefix and owns the new record
+      return AppendPatch(op, lsn, ptr, /*owner=*/true, op->patch_prefix, &active);
+    }
     ptr.EncodeTo(ptr_buf);
     kind_byte = char(ValueKind::kLargePtr);
     std::string_view ptr_view(ptr_buf, ValuePtr::kEncodedSize);
     logs_.Append(LogKind::kL0, LogRecordType::kPut, lsn,
                  {key_len, op->ikey, std::string_view(&kind_byte, 1), ptr_view});
     active.Insert(op->ikey, lsn, ValueKind::kLargePtr, ptr_view);
-    active.AddLargeBytes(ptr.record_bytes);
-    *large_touched = true;
     return Status::OK();
+  }
+  if (op->type == WriteOp::kPatch) {
+    shared_->counters.large_patches++;
+    return AppendPatch(op, lsn, op->relocate_from, /*owner=*/false, op->value.substr(0, op->prefix),
+                       &active);
   }
   if (op->type == WriteOp::kPut) {
     kind_byte = char(ValueKind::kInline);
@@ -336,9 +361,61 @@ Status EngineImpl::ApplyOp(WriteOp* op, Lsn lsn, bool* large_touched) {
   return Status::OK();
 }
 
+// Logs and inserts a kLargePatch entry naming `ptr`'s record with `prefix` (format.h).
+Status EngineImpl::AppendPatch(const WriteOp* op, Lsn lsn, const ValuePtr& ptr, bool owner,
+                               std::string_view prefix, MemTable* active) {
+  char bytes[LargePatch::kFixedSize + LargePatch::kMaxPrefix];
+  char varint[5];
+  std::string_view key_len(varint,
+                           size_t(EncodeVarint32(varint, uint32_t(op->ikey.size())) - varint));
+  if (prefix.size() > LargePatch::kMaxPrefix) return Status::Corruption("patch prefix too long");
+  ptr.EncodeTo(bytes);
+  bytes[ValuePtr::kEncodedSize] = owner ? 1 : 0;
+  std::memcpy(bytes + LargePatch::kFixedSize, prefix.data(), prefix.size());
+  std::string_view value(bytes, LargePatch::kFixedSize + prefix.size());
+  char kind_byte = char(ValueKind::kLargePatch);
+  logs_.Append(LogKind::kL0, LogRecordType::kPut, lsn,
+               {key_len, op->ikey, std::string_view(&kind_byte, 1), value});
+  active->Insert(op->ikey, lsn, ValueKind::kLargePatch, value);
+  return Status::OK();
+}
+
+// Finds, for each kPatch operation, the large-log record its key's entry names. An operation
+// whose key names none (a value stored small, or a key deleted) becomes a plain put; false if
+// any did, so that the batch is prepared again. The caller holds the write mutex.
+bool EngineImpl::ResolvePatches(const Version& v, std::vector<WriteOp>& ops, Status* status) {
+  bool all = true;
+  for (WriteOp& op : ops) {
+    if (op.type != WriteOp::kPatch) continue;
+    bool found = false;
+    LeafEntry e;
+    *status = FindEntry(v, op.ikey, UINT64_MAX, &found, &e);
+    if (!status->ok()) return false;
+    if (found && RefersToLargeLog(e.kind) && e.ptr.value_size == op.value.size()) {
+      op.relocate_from = e.ptr;
+      // A read applies the newest patch alone, so it carries what an older one changed too.
+      if (e.kind == ValueKind::kLargePatch && e.inline_value.size() > op.prefix)
+        op.prefix = uint32_t(e.inline_value.size());
+    } else {
+      op.type = WriteOp::kPut;
+      all = false;
+    }
+  }
+  return all;
+}
+
 // The write path: one critical section per batch; the batch lands in one L0 log segment and
 // is followed by one checksum, so it is atomic across crashes.
 Status EngineImpl::WriteOps(std::vector<WriteOp>& ops, Lsn* lsn, bool may_stall) {
+  while (true) {
+    bool again = false;
+    Status s = WriteOpsOnce(ops, lsn, may_stall, &again);
+    if (!again) return s;  // (a batch goes again at most once: its patches became puts)
+  }
+}
+
+// One attempt of WriteOps; sets *again, having written nothing, if a patch became a put.
+Status EngineImpl::WriteOpsOnce(std::vector<WriteOp>& ops, Lsn* lsn, bool may_stall, bool* again) {
   size_t l0_bytes = kChecksumEntrySize, large_bytes = 0;
   uint64_t mem_bytes = 0;
   for (WriteOp& op : ops) {
@@ -385,6 +462,12 @@ Status EngineImpl::WriteOps(std::vector<WriteOp>& ops, Lsn* lsn, bool may_stall)
     if (!s.ok()) return s;
   }
   Version v = levels_.Latest();
+  Status resolved;
+  if (!ResolvePatches(v, ops, &resolved)) {
+    if (!resolved.ok()) return resolved;
+    *again = true;
+    return Status::OK();
+  }
   bool large_touched = false;
   Lsn last = logs_.last_lsn();
   uint64_t user_bytes = 0, applied = 0;
@@ -394,9 +477,11 @@ Status EngineImpl::WriteOps(std::vector<WriteOp>& ops, Lsn* lsn, bool may_stall)
       LeafEntry e;
       Status s = FindEntry(v, op.ikey, UINT64_MAX, &found, &e);
       if (!s.ok()) return s;
-      if (!found || e.kind != ValueKind::kLargePtr || !(e.ptr.where == op.relocate_from.where)) {
+      if (!found || !RefersToLargeLog(e.kind) || !(e.ptr.where == op.relocate_from.where)) {
         continue;  // overwritten or deleted since GC looked: nothing to relocate
       }
+      op.relocate_patch = e.kind == ValueKind::kLargePatch;
+      if (op.relocate_patch) op.patch_prefix.assign(e.inline_value);
     } else {
       user_bytes += op.key.size() + op.value.size();
     }

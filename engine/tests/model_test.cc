@@ -1,5 +1,6 @@
 // The model test: random puts, overwrites and deletes across the three size classes, with
 // compactions and GC forced between phases, compared against std::map after every phase.
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <random>
@@ -21,7 +22,23 @@ class Model {
       if (dice < 10) {
         ASSERT_TRUE((*t_)->Delete(ks_, key).ok());
         map_.erase(key);
-      } else if (dice < 15) {
+      } else if (dice < 25 && map_.count(key)) {
+        // A header change: the first bytes of the stored value, alone or beside a put of
+        // another key in one batch (an UPDATE's old and new versions).
+        std::string v = map_[key];
+        uint32_t prefix = uint32_t(std::min<size_t>(v.size(), 1 + rng_() % 24));
+        for (uint32_t j = 0; j < prefix; j++) v[j] = char(rng_());
+        WriteBatch batch;
+        batch.PutChangedPrefix(ks_, key, v, prefix);
+        std::string other = "key" + std::to_string(rng_() % keys);
+        if (other != key && rng_() % 2) {
+          std::string w = RandomValue();
+          batch.Put(ks_, other, w);
+          map_[other] = w;
+        }
+        ASSERT_TRUE((*t_)->Write(batch).ok());
+        map_[key] = v;
+      } else if (dice < 30) {
         WriteBatch batch;
         for (int j = 0; j < 4; j++) {
           std::string k = "key" + std::to_string(rng_() % keys);
@@ -153,6 +170,7 @@ TEST_P(ModelTest, MatchesStdMap) {
   }
   Stats st = t->GetStats();
   EXPECT_GT(st.compactions, 0u);
+  EXPECT_GT(st.large_patches, 0u);
   EXPECT_GT(st.gc_runs, 0u);
   EXPECT_GT(st.gc_reclaimed_bytes, 0u);
 }

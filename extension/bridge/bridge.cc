@@ -206,6 +206,17 @@ SsCode ss_put(uint32_t keyspace, const void* key, size_t key_len, const void* va
   });
 }
 
+SsCode ss_put_changed_prefix(uint32_t keyspace, const void* key, size_t key_len, const void* value,
+                             size_t value_len, uint32_t prefix) {
+  return Guard([&] {
+    thread_local WriteBatch batch;
+    batch.Clear();
+    batch.PutChangedPrefix(keyspace, std::string_view(static_cast<const char*>(key), key_len),
+                           std::string_view(static_cast<const char*>(value), value_len), prefix);
+    return Code(g_engine->Write(batch));
+  });
+}
+
 SsCode ss_delete(uint32_t keyspace, const void* key, size_t key_len) {
   return Guard([&] {
     return Code(
@@ -288,6 +299,17 @@ void ss_batch_put(SsBatch* batch, uint32_t keyspace, const void* key, size_t key
   });
 }
 
+void ss_batch_put_changed_prefix(SsBatch* batch, uint32_t keyspace, const void* key, size_t key_len,
+                                 const void* value, size_t value_len, uint32_t prefix) {
+  if (batch->failed != SS_OK) return;
+  batch->failed = Guard([&] {
+    batch->batch.PutChangedPrefix(
+        keyspace, std::string_view(static_cast<const char*>(key), key_len),
+        std::string_view(static_cast<const char*>(value), value_len), prefix);
+    return SS_OK;
+  });
+}
+
 void ss_batch_delete(SsBatch* batch, uint32_t keyspace, const void* key, size_t key_len) {
   if (batch->failed != SS_OK) return;
   batch->failed = Guard([&] {
@@ -363,6 +385,7 @@ SsCode ss_stats(SsStats* out) {
     out->compaction_leaves_moved = s.compaction_leaves_moved;
     out->compaction_filters_rebuilt = s.compaction_filters_rebuilt;
     out->gc_runs = s.gc_runs;
+    out->large_patches = s.large_patches;
     out->gc_bytes_relocated = s.gc_bytes_relocated;
     out->gc_reclaimed_bytes = s.gc_reclaimed_bytes;
     out->stall_count = s.stall_count;

@@ -102,6 +102,7 @@ typedef struct SsStats {
 	uint64_t	compaction_leaves_moved;
 	uint64_t	compaction_filters_rebuilt;
 	uint64_t	gc_runs;
+	uint64_t	large_patches;
 	uint64_t	gc_bytes_relocated;
 	uint64_t	gc_reclaimed_bytes;
 	uint64_t	stall_count;
@@ -142,6 +143,13 @@ extern SsCode ss_keyspace_list(void (*fn) (uint64_t tag, uint32_t keyspace, void
 
 extern SsCode ss_put(uint32_t keyspace, const void *key, size_t key_len, const void *value,
 					 size_t value_len);
+/*
+ * A put of a value that differs from the key's stored value in its first `prefix` bytes alone
+ * (at most 64: a row's header change). A large stored value is not written again; the engine
+ * keeps the new prefix beside a pointer to it. The caller holds the key against other writers.
+ */
+extern SsCode ss_put_changed_prefix(uint32_t keyspace, const void *key, size_t key_len,
+									const void *value, size_t value_len, uint32_t prefix);
 extern SsCode ss_delete(uint32_t keyspace, const void *key, size_t key_len);
 /* On SS_OK, *value points at a copy owned by the bridge, valid until the next ss_get. */
 extern SsCode ss_get(uint32_t keyspace, const void *key, size_t key_len, const char **value,
@@ -166,6 +174,10 @@ extern SsBatch *ss_batch_new(void);
 extern void ss_batch_reserve(SsBatch *batch, size_t ops, size_t bytes);
 extern void ss_batch_put(SsBatch *batch, uint32_t keyspace, const void *key, size_t key_len,
 						 const void *value, size_t value_len);
+/* ss_put_changed_prefix in a batch (which writes the key nowhere else). */
+extern void ss_batch_put_changed_prefix(SsBatch *batch, uint32_t keyspace, const void *key,
+										size_t key_len, const void *value, size_t value_len,
+										uint32_t prefix);
 extern void ss_batch_delete(SsBatch *batch, uint32_t keyspace, const void *key, size_t key_len);
 extern SsCode ss_batch_write(SsBatch *batch);
 extern void ss_batch_free(SsBatch *batch);

@@ -379,7 +379,7 @@ apply_header(uint32 keyspace, uint64 rowid, const char *header, SsBatch *batch)
 	copy = palloc(len);
 	memcpy(copy, value, len);
 	memcpy(copy, header, SS_HEADER_SIZE);
-	ss_batch_put(batch, keyspace, key, SS_KEY_SIZE, copy, len);
+	ss_batch_put_changed_prefix(batch, keyspace, key, SS_KEY_SIZE, copy, len, SS_HEADER_SIZE);
 	pfree(copy);
 }
 

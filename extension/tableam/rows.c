@@ -72,7 +72,9 @@ ss_fetch_row_past_memtables(Relation rel, uint32 keyspace, uint64 rowid)
 /*
  * Stores the tuple as row `rowid`: a new row (SS_ROW_PUT), or an existing row whose header
  * changed (the other kinds, which log the header only; a delete also logs the old key when
- * logical decoding needs it).
+ * logical decoding needs it). A header change tells the engine that only the header differs
+ * from the stored row, so a large row is not written again (the engine keeps the new header
+ * beside a pointer to it).
  */
 void
 ss_write_row(Relation rel, uint32 keyspace, uint64 rowid, HeapTuple tuple, SsRowChange change)
@@ -94,7 +96,9 @@ ss_write_row(Relation rel, uint32 keyspace, uint64 rowid, HeapTuple tuple, SsRow
 		if (old_key != NULL)
 			heap_freetuple(old_key);
 	}
-	code = ss_put(keyspace, key, SS_KEY_SIZE, tuple->t_data, tuple->t_len);
+	code = change == SS_ROW_PUT ? ss_put(keyspace, key, SS_KEY_SIZE, tuple->t_data, tuple->t_len)
+		: ss_put_changed_prefix(keyspace, key, SS_KEY_SIZE, tuple->t_data, tuple->t_len,
+								SS_HEADER_SIZE);
 	ss_change_done();
 	if (code != SS_OK)
 		ss_report(code, "writing a row");
@@ -118,7 +122,8 @@ ss_write_update(Relation rel, uint32 keyspace, HeapTuple old_tuple, uint64 new_r
 		ss_report(SS_NO_MEMORY, "updating a row");
 	ss_encode_key(old_rowid, old_key);
 	ss_encode_key(new_rowid, new_key);
-	ss_batch_put(batch, keyspace, old_key, SS_KEY_SIZE, old_tuple->t_data, old_tuple->t_len);
+	ss_batch_put_changed_prefix(batch, keyspace, old_key, SS_KEY_SIZE, old_tuple->t_data,
+								old_tuple->t_len, SS_HEADER_SIZE);
 	ss_batch_put(batch, keyspace, new_key, SS_KEY_SIZE, new_tuple->t_data, new_tuple->t_len);
 	if (ss_rel_needs_wal(rel))
 	{

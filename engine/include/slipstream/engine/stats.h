@@ -36,6 +36,8 @@ struct Stats {
   // compactions that kept leaves but built the bloom filter again from every key, reading the
   // kept leaves, because the inherited filter would have grown too dense
   uint64_t compaction_filters_rebuilt = 0;
+  // header changes of large values written as patches naming the stored record
+  uint64_t large_patches = 0;
   uint64_t gc_runs = 0;
   uint64_t gc_bytes_relocated = 0;
   uint64_t gc_reclaimed_bytes = 0;

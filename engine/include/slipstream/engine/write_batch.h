@@ -24,10 +24,20 @@ class WriteBatch {
     KeyspaceId keyspace;
     std::string_view key;
     std::string_view value;
+    uint32_t changed_prefix;  // PutChangedPrefix's `prefix`; 0 for a plain put
   };
 
   void Put(KeyspaceId keyspace, std::string_view key, std::string_view value) {
     Add(false, keyspace, key, value);
+  }
+  // A put of a value that differs from the key's stored value only in its first `prefix`
+  // bytes (at most 64; a row's header change). The caller guarantees that the rest is equal
+  // and that the key is not written meanwhile. A large stored value is then not written
+  // again: the entry names its record and keeps the new prefix. Otherwise, a plain put.
+  void PutChangedPrefix(KeyspaceId keyspace, std::string_view key, std::string_view value,
+                        uint32_t prefix) {
+    Add(false, keyspace, key, value);
+    entries_.back().changed_prefix = prefix;
   }
   void Delete(KeyspaceId keyspace, std::string_view key) { Add(true, keyspace, key, {}); }
   // Empties the batch; its memory stays for the next one.
@@ -48,7 +58,7 @@ class WriteBatch {
     const Entry& e = entries_[i];
     std::string_view data(data_);
     return Op{e.is_delete, e.keyspace, data.substr(e.offset, e.key_size),
-              data.substr(e.offset + e.key_size, e.value_size)};
+              data.substr(e.offset + e.key_size, e.value_size), e.changed_prefix};
   }
 
  private:
@@ -58,10 +68,11 @@ class WriteBatch {
     size_t value_size;
     KeyspaceId keyspace;
     bool is_delete;
+    uint32_t changed_prefix;
   };
 
   void Add(bool is_delete, KeyspaceId keyspace, std::string_view key, std::string_view value) {
-    entries_.push_back(Entry{data_.size(), key.size(), value.size(), keyspace, is_delete});
+    entries_.push_back(Entry{data_.size(), key.size(), value.size(), keyspace, is_delete, 0});
     data_.append(key);
     data_.append(value);
   }
