@@ -128,3 +128,22 @@ SELECT count(*) FROM ret_sys;
 SELECT pg_stat_force_next_flush();
 SELECT seq_scan > 0 AS seq_scan_counted FROM pg_stat_user_tables WHERE relname = 'ret_sys';
 DROP TABLE ret_sys;
+
+-- Wide rows (1,000 bytes and more, below TOAST's threshold) are large values in the engine: a
+-- header change (a lock, an update's old version, a delete, even one rolled back) is written
+-- as a patch naming the stored row, which reads back whole with its new header.
+CREATE TABLE wide (id int PRIMARY KEY, n int, pad text) USING slipstream;
+INSERT INTO wide SELECT g, 0, repeat(chr(64 + g), 1500) FROM generate_series(1, 4) g;
+SELECT value AS patches_before FROM slipstream.engine_stats() WHERE name = 'large_patches' \gset
+BEGIN;
+SELECT id FROM wide WHERE id IN (1, 2) ORDER BY id FOR UPDATE;
+UPDATE wide SET n = n + 1 WHERE id = 1;
+DELETE FROM wide WHERE id = 3;
+COMMIT;
+BEGIN;
+UPDATE wide SET n = 100 WHERE id = 4;
+ROLLBACK;
+SELECT id, n, length(pad), pad = repeat(chr(64 + id), 1500) AS pad_intact FROM wide ORDER BY id;
+SELECT value - :patches_before AS patches FROM slipstream.engine_stats() WHERE name = 'large_patches';
+SELECT count(*) AS verify_failures FROM slipstream.verify('wide') WHERE NOT ok;
+DROP TABLE wide;
