@@ -121,6 +121,29 @@ TEST_F(LargePatchTest, GarbageCollectionKeepsThePrefix) {
   EXPECT_GT(t_->GetStats().gc_reclaimed_bytes, 0u);
 }
 
+// A GC batch of nothing but patched rows' records (the other half of their segments belonged
+// to a dropped table, which GC passes over): every relocation writes a patch, whose L0 record
+// is bigger than a pointer's, and the batch must have reserved the room for it.
+TEST_F(LargePatchTest, RelocatedPatchesFitTheirReservation) {
+  KeyspaceId dropped;
+  ASSERT_TRUE(t_->CreateKeyspace(8, &dropped).ok());
+  for (int i = 0; i < kKeys; i++) {
+    model_[KeyOf(i)] = RandomBytes(&rng_, kValueSize);
+    ASSERT_TRUE(t_->Put(ks_, KeyOf(i), model_[KeyOf(i)]).ok());
+    ASSERT_TRUE(t_->Put(dropped, KeyOf(i), RandomBytes(&rng_, kValueSize)).ok());
+  }
+  for (int i = 0; i < kKeys; i++) Patch(i, 23);
+  ASSERT_TRUE(t_->DropKeyspace(dropped).ok());
+  ASSERT_TRUE(t_->CompactAll().ok());  // the dropped table's values become garbage
+  uint64_t relocated = t_->GetStats().gc_bytes_relocated;
+  Status s = t_->RunGC();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_GT(t_->GetStats().gc_bytes_relocated, relocated);
+  Check();
+  ASSERT_TRUE(t_->CompactAll().ok());
+  Check();
+}
+
 // The owner of a record is dropped in a merge that keeps a newer patch of it; deleting the key
 // then frees the record once. Verify after each step checks that no byte is counted twice.
 TEST_F(LargePatchTest, OwnershipMovesToThePatch) {
@@ -143,6 +166,24 @@ TEST_F(LargePatchTest, OwnershipMovesToThePatch) {
   Check();
   ASSERT_TRUE(t_->RunGC().ok());
   ASSERT_TRUE(t_->CompactAll().ok());
+  Check();
+}
+
+// A patch of a key the same batch wrote before it is written whole: naming the record from
+// before the batch would put the new prefix on the old value (or revive a deleted key).
+TEST_F(LargePatchTest, APatchAfterAWriteOfItsKeyInOneBatchIsAPut) {
+  PutAll();
+  std::string fresh = RandomBytes(&rng_, kValueSize);
+  std::string patched = fresh;
+  patched[0] = char(patched[0] + 1);
+  WriteBatch batch;
+  batch.Put(ks_, KeyOf(1), fresh);
+  batch.PutChangedPrefix(ks_, KeyOf(1), patched, 1);
+  batch.Delete(ks_, KeyOf(2));
+  batch.PutChangedPrefix(ks_, KeyOf(2), model_[KeyOf(2)], 1);
+  ASSERT_TRUE(t_->Write(batch).ok());
+  model_[KeyOf(1)] = patched;
+  EXPECT_EQ(t_->GetStats().large_patches, 0u);
   Check();
 }
 
