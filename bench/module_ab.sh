@@ -6,19 +6,23 @@
 # transactions per second and the server's CPU per transaction (utime + stime of every process
 # of the cluster, from /proc); the last line is B's ratio to A over all rounds.
 #
-#   bench/module_ab.sh --a=OLD.so --b=NEW.so [--workload=update|read|scan] [--records=100000]
-#       [--seconds=10] [--rounds=3] [--clients=1] [--scratch=DIR] [--port=55490]
+#   bench/module_ab.sh --a=OLD.so --b=NEW.so [--workload=update|read|scan|rmw] [--mix=SD|L]
+#       [--records=100000] [--seconds=10] [--rounds=3] [--clients=1] [--separate]
+#       [--scratch=DIR] [--port=55490]
 #
 # Workloads over a YCSB-like table of `records` rows (values of 20, 300 and 1500 bytes in
-# YCSB's SD mix, zipfian keys, as bench/ycsb_pg.sh), with synchronous_commit = off so that a
-# commit's fsync does not hide CPU: `update` (a single-row UPDATE of field0), `read` (a point
-# SELECT), `scan` (YCSB E's SELECT of 1-100 rows in key order).
+# YCSB's SD mix, or all of 1500 bytes in the L mix; zipfian keys, as bench/ycsb_pg.sh), with
+# synchronous_commit = off so that a commit's fsync does not hide CPU: `update` (a single-row
+# UPDATE of field0), `read` (a point SELECT), `scan` (YCSB E's SELECT of 1-100 rows in key
+# order), `rmw` (YCSB F's write: SELECT ... FOR UPDATE, then the UPDATE, in one transaction).
+# --separate gives each build a cluster of its own, loaded by it, for builds whose engine
+# formats differ (a build cannot open what a newer one wrote); otherwise both share one.
 # Build the two modules first (e.g. `make install` on each commit, copying
 # /usr/lib/postgresql/15/lib/slipstream.so aside). B stays installed afterwards. Run as root
 # (it installs the modules); the cluster runs as the postgres user.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-a="" b="" workload=update records=100000 seconds=10 rounds=3 clients=1
+a="" b="" workload=update records=100000 seconds=10 rounds=3 clients=1 mix=SD separate=0
 scratch=${SLIPSTREAM_SCRATCH:-/tmp/slipstream-module-ab}
 port=55490
 for arg in "$@"; do
@@ -26,6 +30,8 @@ for arg in "$@"; do
     --a=*) a=${arg#*=} ;;
     --b=*) b=${arg#*=} ;;
     --workload=*) workload=${arg#*=} ;;
+    --mix=*) mix=${arg#*=} ;;
+    --separate) separate=1 ;;
     --records=*) records=${arg#*=} ;;
     --seconds=*) seconds=${arg#*=} ;;
     --rounds=*) rounds=${arg#*=} ;;
@@ -39,38 +45,63 @@ done
 pg="$root/scripts/pg_cluster.sh"
 pgbench=/usr/lib/postgresql/15/bin/pgbench
 libdir=$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir 2>/dev/null || echo /usr/lib/postgresql/15/lib)
-cluster="$scratch/cluster"
+case "$mix" in
+  SD) small=60 medium=20 ;;
+  L) small=0 medium=0 ;;
+  *) echo "unknown mix $mix (SD, L)" >&2; exit 2 ;;
+esac
+# A value of key expression $1's class (classes by key % 100), fresh if $2 is random().
+value_sql() {
+  echo "CASE WHEN ($1) % 100 < $small THEN left(md5($2::text), 20)
+        WHEN ($1) % 100 < $((small + medium)) THEN left(repeat(md5($2::text), 10), 300)
+        ELSE left(repeat(md5($2::text), 47), 1500) END"
+}
+declare -A cluster_of=([A]="$scratch/cluster" [B]="$scratch/cluster")
+if [ "$separate" = 1 ]; then
+  cluster_of=([A]="$scratch/cluster-a" [B]="$scratch/cluster-b")
+fi
+cluster=${cluster_of[A]}
 
-# Installs module $1 with the cluster stopped (overwriting a mapped library in place would
-# crash the processes that map it; install(1) replaces the file).
+# Installs the module of side $1 with every cluster stopped (overwriting a mapped library in
+# place would crash the processes that map it; install(1) replaces the file), and starts the
+# side's cluster.
 use_module() {
-  "$pg" stop "$cluster" >/dev/null 2>&1 || true
-  install -m 755 "$1" "$libdir/slipstream.so"
+  local module=$a
+  [ "$1" = B ] && module=$b
+  for c in "${cluster_of[@]}"; do "$pg" stop "$c" >/dev/null 2>&1 || true; done
+  install -m 755 "$module" "$libdir/slipstream.so"
+  cluster=${cluster_of[$1]}
   "$pg" start "$cluster"
 }
-trap '"$pg" stop "$cluster" >/dev/null 2>&1 || true; install -m 755 "$b" "$libdir/slipstream.so"' EXIT
+trap 'for c in "${cluster_of[@]}"; do "$pg" stop "$c" >/dev/null 2>&1 || true; done
+  install -m 755 "$b" "$libdir/slipstream.so"' EXIT
 
 mkdir -p "$scratch"
 [ "$(id -u)" = 0 ] && chown postgres: "$scratch"
-"$pg" init "$cluster" "$port" "shared_buffers = 256MB" "max_wal_size = 4GB" >/dev/null
-use_module "$a"
-"$pg" psql "$cluster" -qAt -c "CREATE EXTENSION slipstream" \
-  -c "CREATE TABLE usertable (ycsb_key int PRIMARY KEY, field0 text) USING slipstream" \
-  -c "INSERT INTO usertable SELECT k, CASE WHEN k % 100 < 60 THEN left(md5(k::text), 20)
-        WHEN k % 100 < 80 THEN left(repeat(md5(k::text), 10), 300)
-        ELSE left(repeat(md5(k::text), 47), 1500) END FROM generate_series(1, $records) k" \
-  -c "VACUUM ANALYZE usertable"
+sides=A
+[ "$separate" = 1 ] && sides="A B"
+for side in $sides; do
+  "$pg" init "${cluster_of[$side]}" "$port" "shared_buffers = 256MB" "max_wal_size = 4GB" >/dev/null
+  use_module "$side"
+  "$pg" psql "$cluster" -qAt -c "CREATE EXTENSION slipstream" \
+    -c "CREATE TABLE usertable (ycsb_key int PRIMARY KEY, field0 text) USING slipstream" \
+    -c "INSERT INTO usertable SELECT k, $(value_sql k k) FROM generate_series(1, $records) k" \
+    -c "VACUUM ANALYZE usertable"
+done
 
 zipf="\\set z random_zipfian(1, $records, 1.01)
 \\set key (:z * 2654435761) % $records + 1"
+update="UPDATE usertable SET field0 = $(value_sql :key 'random()') WHERE ycsb_key = :key;"
 case "$workload" in
-  update) body="UPDATE usertable SET field0 = CASE WHEN (:key) % 100 < 60 THEN left(md5(random()::text), 20)
-  WHEN (:key) % 100 < 80 THEN left(repeat(md5(random()::text), 10), 300)
-  ELSE left(repeat(md5(random()::text), 47), 1500) END WHERE ycsb_key = :key;" ;;
+  update) body=$update ;;
   read) body="SELECT field0 FROM usertable WHERE ycsb_key = :key;" ;;
   scan) body="\\set len random(1, 100)
 SELECT ycsb_key, field0 FROM usertable WHERE ycsb_key >= :key ORDER BY ycsb_key LIMIT :len;" ;;
-  *) echo "unknown workload $workload (update, read, scan)" >&2; exit 2 ;;
+  rmw) body="BEGIN;
+SELECT field0 FROM usertable WHERE ycsb_key = :key FOR UPDATE;
+$update
+COMMIT;" ;;
+  *) echo "unknown workload $workload (update, read, scan, rmw)" >&2; exit 2 ;;
 esac
 printf '%s\n%s\n' "$zipf" "$body" >"$scratch/script.sql"
 chmod 644 "$scratch/script.sql"
@@ -86,23 +117,24 @@ cluster_ticks() {
   echo "$t"
 }
 
-# A warm-up run, not counted: the first run after the load was always A's, and it found a
-# table no update had aged yet (an A/A comparison came out 0.93x without it).
-PGOPTIONS="-c synchronous_commit=off" "$pgbench" -h "$cluster/sock" -p "$port" -U postgres -n \
-  -c "$clients" -j "$clients" -T "$seconds" -M prepared -f "$scratch/script.sql" postgres >/dev/null 2>&1
+# A warm-up run per cluster, not counted: the first run after the load was always A's, and it
+# found a table no update had aged yet (an A/A comparison came out 0.93x without it).
+for side in $sides; do
+  use_module "$side"
+  PGOPTIONS="-c synchronous_commit=off" "$pgbench" -h "$cluster/sock" -p "$port" -U postgres -n \
+    -c "$clients" -j "$clients" -T "$seconds" -M prepared -f "$scratch/script.sql" postgres >/dev/null 2>&1
+done
 
 declare -A tx_sum=([A]=0 [B]=0) ticks_sum=([A]=0 [B]=0)
 hz=$(getconf CLK_TCK)
-echo "== $workload, $records records, $clients client(s), ${seconds}s x $rounds rounds; A=$a B=$b"
+echo "== $workload, $mix mix, $records records, $clients client(s), ${seconds}s x $rounds rounds; A=$a B=$b (clusters: $([ "$separate" = 1 ] && echo one each || echo one shared))"
 for round in $(seq 1 "$rounds"); do
   # A goes first in odd rounds and B in even ones: whichever runs first in a round was
   # measured 7-12% faster (it finds the table as the previous round's compactions left it).
   order="A B"
   [ $((round % 2)) = 0 ] && order="B A"
   for side in $order; do
-    module=$a
-    [ "$side" = B ] && module=$b
-    use_module "$module"
+    use_module "$side"
     "$pg" psql "$cluster" -qAt -c "CHECKPOINT"
     before=$(cluster_ticks)
     out=$(PGOPTIONS="-c synchronous_commit=off" "$pgbench" -h "$cluster/sock" -p "$port" -U postgres \
