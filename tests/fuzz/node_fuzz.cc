@@ -63,11 +63,16 @@ bool CheckEntries(const char* node, const NodeView& view, uint32_t used,
         if (!k.ok() || key.data() != e.key.data() || key.size() != e.key.size()) {
           Fail("Leaf decoded a key KeyAt does not");
         }
-        if (uint8_t(e.kind) < 1 || uint8_t(e.kind) > 4) Fail("Leaf returned a bad value kind");
-        if (e.kind == ValueKind::kInline && !Within(e.inline_value, data_start, limit)) {
+        if (!IsValidValueKind(uint8_t(e.kind))) Fail("Leaf returned a bad value kind");
+        if ((e.kind == ValueKind::kInline || e.kind == ValueKind::kLargePatch) &&
+            !Within(e.inline_value, data_start, limit)) {
           Fail("Leaf returned a value outside the node");
         }
-        if ((e.kind == ValueKind::kMediumPtr || e.kind == ValueKind::kLargePtr) &&
+        if (e.kind == ValueKind::kLargePatch && (e.inline_value.size() > LargePatch::kMaxPrefix ||
+                                                 e.inline_value.size() > e.ptr.value_size)) {
+          Fail("Leaf returned a patch longer than the limit or its value");
+        }
+        if ((e.kind == ValueKind::kMediumPtr || RefersToLargeLog(e.kind)) &&
             !Within(std::string_view(e.key.data() + e.key.size(), ValuePtr::kEncodedSize),
                     data_start, limit)) {
           Fail("Leaf read a value pointer outside the node");

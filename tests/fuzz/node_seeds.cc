@@ -1,5 +1,6 @@
 // Seeds for node_fuzz: leaves and index nodes written by NodeBuilder, cut after their used
 // bytes (the fuzz target pads a node with zeroes to a power-of-two size, as Finish pads).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -31,14 +32,17 @@ std::string Finish(NodeBuilder* b, uint16_t height, uint32_t tree_id) {
   return node;
 }
 
-// A leaf of `count` entries cycling through every value kind, values of `value_size` bytes.
+// A leaf of `count` entries cycling through every value kind (patches with a header's prefix),
+// values of `value_size` bytes.
 std::string Leaf(int count, size_t value_size) {
   NodeBuilder b(kNodeSize, /*leaf=*/true);
   for (int i = 0; i < count; i++) {
     std::string key = RowKey(1, 2 * i);
     std::string value(value_size + size_t(i % 3), char('a' + i % 26));
-    LeafEntry e{key, ValueKind(1 + i % 4), value,
-                ValuePtr{{uint32_t(10 + i), uint32_t(64 + 100 * i)}, 1200, 4000}};
+    ValueKind kind = ValueKind(1 + i % 5);
+    if (kind == ValueKind::kLargePatch) value.resize(std::min<size_t>(value.size(), 23));
+    LeafEntry e{key, kind, value, ValuePtr{{uint32_t(10 + i), uint32_t(64 + 100 * i)}, 1200, 4000},
+                i % 2 == 0};
     if (!b.Fits(NodeBuilder::LeafEntrySize(e))) break;
     b.AddLeaf(e);
   }
