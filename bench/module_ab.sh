@@ -45,17 +45,7 @@ done
 pg="$root/scripts/pg_cluster.sh"
 pgbench=/usr/lib/postgresql/15/bin/pgbench
 libdir=$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir 2>/dev/null || echo /usr/lib/postgresql/15/lib)
-case "$mix" in
-  SD) small=60 medium=20 ;;
-  L) small=0 medium=0 ;;
-  *) echo "unknown mix $mix (SD, L)" >&2; exit 2 ;;
-esac
-# A value of key expression $1's class (classes by key % 100), fresh if $2 is random().
-value_sql() {
-  echo "CASE WHEN ($1) % 100 < $small THEN left(md5($2::text), 20)
-        WHEN ($1) % 100 < $((small + medium)) THEN left(repeat(md5($2::text), 10), 300)
-        ELSE left(repeat(md5($2::text), 47), 1500) END"
-}
+. "$root/bench/ycsb_table.sh"
 declare -A cluster_of=([A]="$scratch/cluster" [B]="$scratch/cluster")
 if [ "$separate" = 1 ]; then
   cluster_of=([A]="$scratch/cluster-a" [B]="$scratch/cluster-b")
@@ -83,28 +73,9 @@ sides=A
 for side in $sides; do
   "$pg" init "${cluster_of[$side]}" "$port" "shared_buffers = 256MB" "max_wal_size = 4GB" >/dev/null
   use_module "$side"
-  "$pg" psql "$cluster" -qAt -c "CREATE EXTENSION slipstream" \
-    -c "CREATE TABLE usertable (ycsb_key int PRIMARY KEY, field0 text) USING slipstream" \
-    -c "INSERT INTO usertable SELECT k, $(value_sql k k) FROM generate_series(1, $records) k" \
-    -c "VACUUM ANALYZE usertable"
+  load_usertable "$cluster"
 done
-
-zipf="\\set z random_zipfian(1, $records, 1.01)
-\\set key (:z * 2654435761) % $records + 1"
-update="UPDATE usertable SET field0 = $(value_sql :key 'random()') WHERE ycsb_key = :key;"
-case "$workload" in
-  update) body=$update ;;
-  read) body="SELECT field0 FROM usertable WHERE ycsb_key = :key;" ;;
-  scan) body="\\set len random(1, 100)
-SELECT ycsb_key, field0 FROM usertable WHERE ycsb_key >= :key ORDER BY ycsb_key LIMIT :len;" ;;
-  rmw) body="BEGIN;
-SELECT field0 FROM usertable WHERE ycsb_key = :key FOR UPDATE;
-$update
-COMMIT;" ;;
-  *) echo "unknown workload $workload (update, read, scan, rmw)" >&2; exit 2 ;;
-esac
-printf '%s\n%s\n' "$zipf" "$body" >"$scratch/script.sql"
-chmod 644 "$scratch/script.sql"
+write_workload_script "$workload" "$scratch/script.sql"
 
 # CPU ticks of the postmaster, its children and their reaped children.
 cluster_ticks() {

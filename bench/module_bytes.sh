@@ -32,12 +32,8 @@ for arg in "$@"; do
   esac
 done
 [ -f "$a" ] && [ -f "$b" ] || { echo "give two built modules: --a=OLD.so --b=NEW.so" >&2; exit 2; }
-case "$mix" in
-  SD) small=60 medium=20 ;;
-  L) small=0 medium=0 ;;
-  *) echo "unknown mix $mix (SD, L)" >&2; exit 2 ;;
-esac
 pg="$root/scripts/pg_cluster.sh"
+. "$root/bench/ycsb_table.sh"
 pgbench=/usr/lib/postgresql/15/bin/pgbench
 libdir=$(/usr/lib/postgresql/15/bin/pg_config --pkglibdir 2>/dev/null || echo /usr/lib/postgresql/15/lib)
 cluster="$scratch/cluster"
@@ -45,21 +41,6 @@ trap '"$pg" stop "$cluster" >/dev/null 2>&1 || true; install -m 755 "$b" "$libdi
 mkdir -p "$scratch"
 [ "$(id -u)" = 0 ] && chown postgres: "$scratch"
 
-# A value of key expression $1's class (classes by key % 100), fresh if $2 is random().
-value_sql() {
-  echo "CASE WHEN ($1) % 100 < $small THEN left(md5($2::text), 20)
-        WHEN ($1) % 100 < $((small + medium)) THEN left(repeat(md5($2::text), 10), 300)
-        ELSE left(repeat(md5($2::text), 47), 1500) END"
-}
-update="UPDATE usertable SET field0 = $(value_sql :key 'random()') WHERE ycsb_key = :key;"
-case "$workload" in
-  update) body=$update ;;
-  rmw) body="BEGIN;
-SELECT field0 FROM usertable WHERE ycsb_key = :key FOR UPDATE;
-$update
-COMMIT;" ;;
-  *) echo "unknown workload $workload (update, rmw)" >&2; exit 2 ;;
-esac
 counters="'device_bytes_written', 'compaction_bytes_written', 'gc_bytes_relocated', 'gc_runs',
   'large_patches'"
 
@@ -69,6 +50,10 @@ stats() {
     WHERE name = n), 0)::bigint FROM unnest(ARRAY[$counters]) n ORDER BY n"
 }
 
+case "$workload" in
+  update | rmw) write_workload_script "$workload" "$scratch/script.sql" ;;
+  *) echo "unknown workload $workload (update, rmw)" >&2; exit 2 ;;
+esac
 echo "== $workload, $mix mix, $records records, $transactions transactions; A=$a B=$b"
 declare -A device
 for side in A B; do
@@ -78,13 +63,7 @@ for side in A B; do
   install -m 755 "$module" "$libdir/slipstream.so"
   "$pg" init "$cluster" "$port" "shared_buffers = 256MB" "max_wal_size = 4GB" >/dev/null
   "$pg" start "$cluster" >/dev/null
-  "$pg" psql "$cluster" -qAt -c "CREATE EXTENSION slipstream" \
-    -c "CREATE TABLE usertable (ycsb_key int PRIMARY KEY, field0 text) USING slipstream" \
-    -c "INSERT INTO usertable SELECT k, $(value_sql k k) FROM generate_series(1, $records) k" \
-    -c "VACUUM ANALYZE usertable"
-  printf '\\set z random_zipfian(1, %d, 1.01)\n\\set key (:z * 2654435761) %% %d + 1\n%s\n' \
-    "$records" "$records" "$body" >"$scratch/script.sql"
-  chmod 644 "$scratch/script.sql"
+  load_usertable "$cluster"
   declare -A before=()
   while read -r name value; do before[$name]=$value; done < <(stats)
   out=$(PGOPTIONS="-c synchronous_commit=off" "$pgbench" -h "$cluster/sock" -p "$port" -U postgres \
