@@ -5,9 +5,13 @@
 // buffer and the device must give the same answer; and every value record the log scan finds
 // must read back as an independent decoding of the record says it should.
 //
+// A large pointer is also read as a patch (a kLargePatch entry, format.h): it reads what the
+// pointer reads with its first bytes replaced by the patch's, or Corruption.
+//
 // Input: a mode byte (bit 0: a large pointer, else medium; bit 1: the large segment is also in
-// a shared log buffer), 16 bytes of ValuePtr, a key length byte and the key, then the image of
-// the segment the pointer's kind lives in (zero-padded to the segment size).
+// a shared log buffer; bits 2-7: the length of the patch's prefix, taken from the image), 16
+// bytes of ValuePtr, a key length byte and the key, then the image of the segment the
+// pointer's kind lives in (zero-padded to the segment size).
 #include <lz4.h>
 
 #include <algorithm>
@@ -210,6 +214,32 @@ void CheckRead(Store* store, std::string_view padded, ValueKind kind, const Valu
   if (!d.ok || d.key != ikey || d.value != value) Fail("read another value than the record holds");
 }
 
+// Reads `ptr` as a patch with `prefix`: the pointer's value with its first bytes replaced, or
+// Corruption, which only a prefix longer than the value or a size the record lacks explain.
+void CheckPatchRead(Store* store, const ValuePtr& ptr, std::string_view ikey,
+                    std::string_view prefix, bool buffered) {
+  LeafEntry plain{};
+  plain.key = ikey;
+  plain.kind = ValueKind::kLargePtr;
+  plain.ptr = ptr;
+  LeafEntry patch = plain;
+  patch.kind = ValueKind::kLargePatch;
+  patch.inline_value = prefix;
+  patch.owner = false;
+  std::string whole, patched;
+  Status read = store->Read(ikey, plain, &whole, buffered);
+  Status s = store->Read(ikey, patch, &patched, buffered);
+  if (!s.ok() && !s.IsCorruption())
+    Fail("a patch read failed with something other than Corruption", s);
+  if (s.ok()) {
+    if (!read.ok()) Fail("a patch read a record its pointer cannot", read);
+    whole.replace(0, prefix.size(), prefix);
+    if (patched != whole) Fail("a patch read otherwise than its record with the new prefix");
+  } else if (read.ok() && prefix.size() <= whole.size() && whole.size() == ptr.value_size) {
+    Fail("a patch failed where its record reads", s);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -234,6 +264,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   CheckRead(store, padded, large ? ValueKind::kLargePtr : ValueKind::kMediumPtr, ptr, ikey,
             buffered);
+  if (large) CheckPatchRead(store, ptr, ikey, image.substr(0, mode >> 2), buffered);
 
   // Every value record the scan finds, read through an exact pointer with its own key: it
   // reads back iff it decodes here, and as what it decodes to.
