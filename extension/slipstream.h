@@ -291,6 +291,33 @@ ss_is_redirect(HeapTupleHeader header)
 	return (header->t_infomask2 & SS_HEAP_REDIRECT) != 0;
 }
 
+/*
+ * t_infomask2 bit (the other one heap leaves free) of a heap-only version that names its
+ * chain's root: its last 8 bytes, past its columns and counted in t_len, hold the root's row
+ * id. A change to such a version clears the visibility map bit of its root's block, where
+ * index-only scans look, so VACUUM may mark a block of redirects all-visible (tableam/vismap.c).
+ * Heap needs no such link: its chains stay in their root's page. Columns are read by the
+ * attribute count, so the bytes past them are never taken for a column.
+ */
+#define SS_HEAP_ROOT_LINK 0x1000
+#define SS_ROOT_LINK_SIZE ((uint32) sizeof(uint64))
+
+/* The row id of the root of `tuple`'s chain, if the tuple is a member that names it. */
+static inline bool
+ss_member_root(HeapTuple tuple, uint64 *root)
+{
+	HeapTupleHeader header = tuple->t_data;
+
+	if ((header->t_infomask2 & SS_HEAP_ROOT_LINK) == 0 || !HeapTupleHeaderIsHeapOnly(header) ||
+		tuple->t_len < (uint32) header->t_hoff + SS_ROOT_LINK_SIZE)
+		return false;
+	memcpy(root, (char *) header + tuple->t_len - SS_ROOT_LINK_SIZE, SS_ROOT_LINK_SIZE);
+	return true;
+}
+
+extern HeapTuple ss_with_root_link(HeapTuple tuple, uint64 root);
+extern HeapTuple ss_without_root_link(HeapTuple tuple);
+
 /* A walk along a chain from its root, as an index entry names it. */
 typedef struct SsChainWalk
 {

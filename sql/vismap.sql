@@ -65,15 +65,57 @@ INSERT INTO vm_t VALUES (1, 1);
 SELECT count(*) FROM vm_t WHERE id < 100;
 RESET enable_seqscan;
 
--- A HOT update's chain keeps its root's block from all-visible, even once pruned (the root is
--- then a redirect): an index-only scan must reach the chain's version, which lives elsewhere.
+-- A pruned HOT chain (its root a redirect to one version every transaction sees) leaves its
+-- root's block all-visible, as heap's pruned chains leave their page: the version names its
+-- root (infomask2 bit 4096, 8 bytes past its columns), and every change to it clears the
+-- root's block too, where index-only scans look.
 RESET slipstream.hot_updates;
 TRUNCATE vm_t;
 INSERT INTO vm_t SELECT g, g % 10 FROM generate_series(1, 600) g;
-UPDATE vm_t SET v = -1 WHERE id = 5;
+UPDATE vm_t SET v = -1 WHERE id IN (5, 6, 7);
+UPDATE vm_t SET v = -2 WHERE id = 6;
 VACUUM vm_t;
 SELECT blkno, all_visible FROM pg_visibility_map('vm_t') ORDER BY 1;
+SELECT count(*) FILTER (WHERE infomask2 & 4096 <> 0) AS linked,
+       count(*) FILTER (WHERE infomask2 & 2048 <> 0) AS redirects
+  FROM slipstream.row_versions('vm_t');
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT count(*) FROM vm_t WHERE id < 100;
 SELECT count(*), sum(v) FROM vm_t WHERE id < 100;
+-- Deleting a chain's version clears its root's block (0) and its own (2): the index-only
+-- count sees the delete.
+DELETE FROM vm_t WHERE id = 5;
+SELECT blkno, all_visible FROM pg_visibility_map('vm_t') ORDER BY 1;
+SELECT count(*) FROM vm_t WHERE id < 100;
+-- So does an update of one, whether it changes the key (a new root) or not (a HOT update).
+VACUUM vm_t;
+SELECT blkno, all_visible FROM pg_visibility_map('vm_t') ORDER BY 1;
+UPDATE vm_t SET id = 1000 WHERE id = 6;
+SELECT blkno, all_visible FROM pg_visibility_map('vm_t') ORDER BY 1;
+SELECT count(*) FROM vm_t WHERE id < 100;
+VACUUM vm_t;
+UPDATE vm_t SET v = -3 WHERE id = 7;
+SELECT blkno, all_visible FROM pg_visibility_map('vm_t') ORDER BY 1;
+SELECT count(*), sum(v) FROM vm_t WHERE id < 100;
+VACUUM vm_t;
+SELECT blkno, all_visible FROM pg_visibility_map('vm_t') ORDER BY 1;
+EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT count(*) FROM vm_t WHERE id < 100;
+SELECT count(*), sum(v) FROM vm_t WHERE id < 100;
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+-- A row copied out of a chain is a row of its own: no link in another table, nor after a
+-- rewrite.
+CREATE TABLE vm_copy (id int PRIMARY KEY, v int) USING slipstream;
+INSERT INTO vm_copy SELECT * FROM vm_t;
+SELECT count(*) FILTER (WHERE infomask2 & 4096 <> 0) AS linked, count(*)
+  FROM slipstream.row_versions('vm_copy');
+SELECT sum(v) FROM vm_copy;
+VACUUM FULL vm_t;
+SELECT count(*) FILTER (WHERE infomask2 & 4096 <> 0) AS linked, count(*)
+  FROM slipstream.row_versions('vm_t');
+SELECT count(*), sum(v) FROM vm_t;
+DROP TABLE vm_copy;
 DROP TABLE vm_t;
 
 -- VACUUM leaves out all-visible blocks, as heap's does (VERBOSE says how many): a change

@@ -102,11 +102,13 @@ class EngineIterator : public Iterator {
     Advance();
     FindVisible();
   }
-  uint64_t SkipTo(std::string_view key) override {
+  using Iterator::SkipTo;
+  uint64_t SkipTo(std::string_view key, const SkipMark& mark, uint64_t* marked) override {
     std::string target = prefix_ + std::string(key);
     uint64_t passed = 0;
     while (valid_ && key_ < target) {
       passed++;
+      if (marked != nullptr && MarkedInPlace(mark)) ++*marked;
       Advance();
       FindVisible(target);
     }
@@ -120,6 +122,14 @@ class EngineIterator : public Iterator {
   Status status() const override { return status_; }
 
  private:
+  // Whether the current entry, passed over unread, is one `mark` counts: only a value stored in
+  // place can be (a value in a log is longer than kMaxMarkSize), and its bytes are at hand.
+  bool MarkedInPlace(const SkipMark& mark) const {
+    if (!value_.empty() || current_ == nullptr) return Marked(mark, value_);
+    const LeafEntry& e = current_->entry();
+    return e.kind == ValueKind::kInline && Marked(mark, e.inline_value);
+  }
+
   // Moves every source past the current smallest key.
   void Advance() {
     for (auto& s : sources_) {
@@ -144,6 +154,7 @@ class EngineIterator : public Iterator {
       if (!best || best->entry().key.substr(0, kKeyspacePrefix) != prefix_) return;
       if (!bound_.empty() && best->entry().key >= bound_) return;
       key_.assign(best->entry().key);
+      current_ = best;
       if (best->entry().kind != ValueKind::kTombstone) {
         if (key_ < read_from) {
           value_.clear();  // passed over: never read
@@ -168,6 +179,7 @@ class EngineIterator : public Iterator {
   std::string bound_;  // internal key past the end; empty: the keyspace's end
   Version version_;
   std::vector<std::unique_ptr<Source>> sources_;
+  Source* current_ = nullptr;  // the source whose entry is key_'s (while valid_)
   std::string key_;
   std::string value_;
   bool valid_ = false;

@@ -96,5 +96,85 @@ TEST(IteratorSkip, NeverMovesBackwardsAndStopsAtTheUpperBound) {
   EXPECT_TRUE(it->status().ok()) << it->status().ToString();
 }
 
+// A 24-byte value whose byte 19 has bit 0x08 set or not (a marker, as the table AM's
+// redirects), the rest of the bytes from `seed`.
+std::string MarkerValue(bool marked, int seed) {
+  std::string v = test::Value(24, seed);
+  v[19] = char(marked ? (uint8_t(v[19]) | 0x08) : (uint8_t(v[19]) & ~0x08));
+  return v;
+}
+
+TEST(IteratorSkip, CountsMarkedEntriesApartWhereverTheyAreStored) {
+  test::TestEngine t;
+  KeyspaceId ks;
+  ASSERT_TRUE(t->CreateKeyspace(1, &ks).ok());
+  // Markers, unmarked values of the marker's length, and longer values with the bit set
+  // (inline, medium and large), overwritten across levels and the memtable, some deleted.
+  std::map<std::string, std::string> model;
+  std::mt19937 rng(11);
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < 3000; i++) {
+      uint32_t r = rng();
+      if (r % 4 == 0) continue;
+      if (round > 0 && r % 7 == 1) {
+        ASSERT_TRUE(t->Delete(ks, Key(i)).ok());
+        model.erase(Key(i));
+        continue;
+      }
+      std::string v;
+      switch ((r >> 4) % 4) {
+        case 0:
+          v = MarkerValue(true, i + round);
+          break;
+        case 1:
+          v = MarkerValue(false, i + round);
+          break;
+        default: {
+          static const size_t kSizes[] = {25, 400, 3000};
+          v = test::Value(kSizes[(r >> 8) % 3], i);
+          v[19] = char(0xff);
+        }
+      }
+      ASSERT_TRUE(t->Put(ks, Key(i), v).ok());
+      model[Key(i)] = v;
+    }
+    if (round < 2) ASSERT_TRUE(t->CompactAll().ok());
+  }
+  Iterator::SkipMark mark;
+  mark.size = 24;
+  mark.offset = 19;
+  mark.mask = 0x08;
+  auto is_marked = [](const std::string& v) {
+    return v.size() == 24 && (uint8_t(v[19]) & 0x08) != 0;
+  };
+
+  auto it = t->NewIterator(ks);
+  it->SeekToFirst();
+  auto at = model.begin();
+  uint64_t marked_total = 0;
+  int target = 0;
+  while (it->Valid()) {
+    target += int(rng() % 150);
+    auto want = model.lower_bound(Key(target));
+    uint64_t expected_marked = 0;
+    for (auto m = at; m != want; ++m) expected_marked += is_marked(m->second) ? 1 : 0;
+    uint64_t marked = 0;
+    ASSERT_EQ(it->SkipTo(Key(target), mark, &marked), uint64_t(std::distance(at, want)));
+    ASSERT_EQ(marked, expected_marked) << "to " << Key(target);
+    marked_total += marked;
+    if (want == model.end()) break;
+    ASSERT_EQ(it->key(), want->first);
+    ASSERT_EQ(it->value(), want->second);
+    at = want;
+  }
+  EXPECT_TRUE(it->status().ok()) << it->status().ToString();
+  EXPECT_GT(marked_total, 300u);
+  // The plain SkipTo counts nothing apart, and neither does an empty mark.
+  it->SeekToFirst();
+  uint64_t marked = 0;
+  EXPECT_EQ(it->SkipTo(Key(5000), Iterator::SkipMark(), &marked), model.size());
+  EXPECT_EQ(marked, 0u);
+}
+
 }  // namespace
 }  // namespace slipstream::engine

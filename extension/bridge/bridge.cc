@@ -438,11 +438,16 @@ void ss_iter_next(SsIterator* it) {
   });
 }
 
-uint64_t ss_iter_skip_to(SsIterator* it, const void* key, size_t key_len) {
+uint64_t ss_iter_skip_to(SsIterator* it, const void* key, size_t key_len, size_t mark_size,
+                         size_t mark_offset, uint8_t mark_mask, uint64_t* marked) {
   uint64_t passed = 0;
   if (it->failed != SS_OK) return 0;
   it->failed = Guard([&] {
-    passed = it->it->SkipTo(std::string_view(static_cast<const char*>(key), key_len));
+    Iterator::SkipMark mark;
+    mark.size = mark_size;
+    mark.offset = mark_offset;
+    mark.mask = mark_mask;
+    passed = it->it->SkipTo(std::string_view(static_cast<const char*>(key), key_len), mark, marked);
     return SS_OK;
   });
   return passed;

@@ -198,8 +198,13 @@ extern void ss_iter_seek(SsIterator *it, const void *key, size_t key_len);
 /* Keys >= `key` end the iteration from now on (key_len 0: no limit); see Iterator. */
 extern void ss_iter_set_upper_bound(SsIterator *it, const void *key, size_t key_len);
 extern void ss_iter_next(SsIterator *it);
-/* Moves on to the first key >= `key`, counting the entries passed without reading their values. */
-extern uint64_t ss_iter_skip_to(SsIterator *it, const void *key, size_t key_len);
+/*
+ * Moves on to the first key >= `key`, counting the entries passed without reading their values;
+ * *marked (if not NULL) also gets those whose value is `mark_size` bytes with a bit of
+ * `mark_mask` set in its byte at `mark_offset` (see Iterator::SkipMark).
+ */
+extern uint64_t ss_iter_skip_to(SsIterator *it, const void *key, size_t key_len, size_t mark_size,
+								size_t mark_offset, uint8_t mark_mask, uint64_t *marked);
 extern bool ss_iter_valid(SsIterator *it);
 extern void ss_iter_key(SsIterator *it, const char **key, size_t *key_len);
 extern void ss_iter_value(SsIterator *it, const char **value, size_t *value_len);

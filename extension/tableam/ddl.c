@@ -314,6 +314,7 @@ rewrite_emit(Rewrite *rw, HeapTuple tuple, uint64 new_rowid)
 {
 	freeze_copied_row(tuple->t_data, rw->xid_cutoff, rw->multi_cutoff);
 	/* Every copy is indexed on its own: no chains survive a rewrite, as with heap. */
+	tuple = ss_without_root_link(tuple);
 	tuple->t_data->t_infomask2 &= ~(HEAP_HOT_UPDATED | HEAP_ONLY_TUPLE);
 	tuple->t_tableOid = RelationGetRelid(rw->new_rel);
 	ss_rowid_to_tid(new_rowid, &tuple->t_self);

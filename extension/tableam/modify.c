@@ -47,6 +47,16 @@ tuple_to_store(Relation rel, TupleTableSlot *slot, HeapTuple old_tuple)
 	HeapTuple	tuple = ExecFetchSlotHeapTuple(slot, true, &should_free);
 	HeapTuple	copy;
 
+	/* A row read from a slipstream table names its chain's root, which means nothing here. */
+	if (tuple->t_data->t_infomask2 & SS_HEAP_ROOT_LINK)
+	{
+		copy = ss_without_root_link(heap_copytuple(tuple));
+		if (should_free)
+			heap_freetuple(tuple);
+		tuple = copy;
+		should_free = true;
+	}
+
 	if (rel->rd_rel->relkind != RELKIND_TOASTVALUE &&
 		(HeapTupleHasExternal(tuple) || tuple->t_len > TOAST_TUPLE_THRESHOLD ||
 		 (old_tuple != NULL && HeapTupleHasExternal(old_tuple))))
@@ -331,8 +341,16 @@ ss_tuple_update(Relation rel, ItemPointer otid, TupleTableSlot *slot, CommandId 
 		hot = false;
 	if (hot)
 	{
+		uint64		root = acq.rowid;
+
 		HeapTupleHeaderSetHotUpdated(old_tuple->t_data);
 		HeapTupleHeaderSetHeapOnly(new_tuple->t_data);
+		/*
+		 * The new member names its root (unless the old one, stored before members did, does
+		 * not say), so that changing it clears the root's block in the visibility map.
+		 */
+		if (!HeapTupleHeaderIsHeapOnly(old_tuple->t_data) || ss_member_root(old_tuple, &root))
+			new_tuple = ss_with_root_link(new_tuple, root);
 	}
 	else
 		HeapTupleHeaderClearHotUpdated(old_tuple->t_data);

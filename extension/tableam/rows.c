@@ -33,6 +33,43 @@ ss_tuple_from_value(Relation rel, uint64 rowid, const char *value, size_t len)
 	return tuple;
 }
 
+/*
+ * Makes `tuple` (handed over) a chain member that names its root, `root` (SS_HEAP_ROOT_LINK):
+ * a copy with the root's row id past its columns.
+ */
+HeapTuple
+ss_with_root_link(HeapTuple tuple, uint64 root)
+{
+	HeapTuple	linked;
+
+	tuple = ss_without_root_link(tuple);
+	linked = (HeapTuple) palloc(HEAPTUPLESIZE + tuple->t_len + SS_ROOT_LINK_SIZE);
+	*linked = *tuple;
+	linked->t_data = (HeapTupleHeader) ((char *) linked + HEAPTUPLESIZE);
+	memcpy(linked->t_data, tuple->t_data, tuple->t_len);
+	memcpy((char *) linked->t_data + tuple->t_len, &root, SS_ROOT_LINK_SIZE);
+	linked->t_len = tuple->t_len + SS_ROOT_LINK_SIZE;
+	linked->t_data->t_infomask2 |= SS_HEAP_ROOT_LINK;
+	heap_freetuple(tuple);
+	return linked;
+}
+
+/*
+ * Drops a root link from a private tuple, in place, before it is stored as a row of its own
+ * (an insert of a row read from a slipstream table, a rewrite's copy): another chain's root
+ * means nothing there, and TOAST would keep the header's bit but not the bytes.
+ */
+HeapTuple
+ss_without_root_link(HeapTuple tuple)
+{
+	if ((tuple->t_data->t_infomask2 & SS_HEAP_ROOT_LINK) == 0)
+		return tuple;
+	tuple->t_data->t_infomask2 &= ~SS_HEAP_ROOT_LINK;
+	if (tuple->t_len >= (uint32) tuple->t_data->t_hoff + SS_ROOT_LINK_SIZE)
+		tuple->t_len -= SS_ROOT_LINK_SIZE;
+	return tuple;
+}
+
 /* Reads row `rowid`, from the levels alone if `past_memtables`; NULL if there is none. */
 static HeapTuple
 read_row(Relation rel, uint32 keyspace, uint64 rowid, bool past_memtables)
@@ -102,9 +139,20 @@ ss_write_row(Relation rel, uint32 keyspace, uint64 rowid, HeapTuple tuple, SsRow
 	ss_change_done();
 	if (code != SS_OK)
 		ss_report(code, "writing a row");
-	/* A lock or a freeze changes what no snapshot sees; anything else may end all-visible. */
+	/*
+	 * A lock or a freeze changes what no snapshot sees; anything else may end all-visible, for
+	 * the row's block and for its chain's root's, where index-only scans look.
+	 */
 	if (change != SS_ROW_HEADER)
-		ss_vm_clear_rows(rel, &rowid, 1);
+	{
+		uint64		rowids[2];
+		int			n = 0;
+
+		if (ss_member_root(tuple, &rowids[0]) && rowids[0] < rowid)
+			n++;
+		rowids[n++] = rowid;
+		ss_vm_clear_rows(rel, rowids, n);
+	}
 }
 
 /* Stores an update atomically: the old row's new header and the new version. */
@@ -141,9 +189,15 @@ ss_write_update(Relation rel, uint32 keyspace, HeapTuple old_tuple, uint64 new_r
 	if (code != SS_OK)
 		ss_report(code, "updating a row");
 	{
-		uint64		rowids[2] = {old_rowid, new_rowid};
+		/* The old version's chain's root too: its block is where index-only scans look. */
+		uint64		rowids[3];
+		int			n = 0;
 
-		ss_vm_clear_rows(rel, rowids, 2);
+		if (ss_member_root(old_tuple, &rowids[0]) && rowids[0] < old_rowid)
+			n++;
+		rowids[n++] = old_rowid;
+		rowids[n++] = new_rowid;
+		ss_vm_clear_rows(rel, rowids, n);
 	}
 }
 
@@ -217,8 +271,9 @@ ss_remove_rows(Relation rel, uint32 keyspace, uint64 *rowids, int nrowids)
 
 /*
  * Prunes a chain in one atomic change: the root's redirect (a header-only row) replaces it and
- * the dead members go (tableam/chains.c). No visibility map bit changes: a block holding a
- * redirect is never all-visible, and removing a row makes no block less visible.
+ * the dead members go (tableam/chains.c). No visibility map bit changes: the root's block is
+ * not all-visible while the chain has a version to prune (the update that ended the version
+ * the old redirect named cleared it), and removing a row makes no block less visible.
  */
 void
 ss_write_prune(Relation rel, uint32 keyspace, uint64 root, HeapTupleHeader redirect,

@@ -203,11 +203,30 @@ ss_scan_every_row(TableScanDesc sscan)
 	((SsScanDesc) sscan)->every_row = true;
 }
 
+/* Where a stored redirect's SS_HEAP_REDIRECT bit lies: the byte of t_infomask2 that holds it. */
+static inline size_t
+redirect_mark_offset(void)
+{
+	uint16		bit = SS_HEAP_REDIRECT;
+
+	return offsetof(HeapTupleHeaderData, t_infomask2) + (((uint8 *) &bit)[0] != 0 ? 0 : 1);
+}
+
+/* The bit within that byte. */
+static inline uint8
+redirect_mark_mask(void)
+{
+	uint16		bit = SS_HEAP_REDIRECT;
+
+	return ((uint8 *) &bit)[0] != 0 ? ((uint8 *) &bit)[0] : ((uint8 *) &bit)[1];
+}
+
 /*
  * Moves a forward scan that has returned a row on to the first row id >= `rowid`, and returns
  * how many rows it passed over, counted by their keys without reading their values: VACUUM
  * leaves out blocks the visibility map says hold nothing to do, but counts their rows for
- * pg_class.reltuples (tableam/vacuum.c).
+ * pg_class.reltuples (tableam/vacuum.c). Redirects are not rows; the engine tells them apart
+ * by their length and flag, which are in place beside their keys.
  */
 uint64
 ss_scan_skip_to(TableScanDesc sscan, uint64 rowid)
@@ -215,15 +234,17 @@ ss_scan_skip_to(TableScanDesc sscan, uint64 rowid)
 	SsScanDesc	scan = (SsScanDesc) sscan;
 	char		key[SS_KEY_SIZE];
 	uint64		passed;
+	uint64		redirects = 0;
 	uint64		at;
 
 	Assert(scan->positioned && !scan->backward && scan->base.rs_parallel == NULL);
 	CHECK_FOR_INTERRUPTS();
 	ss_encode_key(rowid, key);
-	passed = ss_iter_skip_to(scan->holder->it, key, SS_KEY_SIZE);
+	passed = ss_iter_skip_to(scan->holder->it, key, SS_KEY_SIZE, SS_REDIRECT_SIZE,
+							 redirect_mark_offset(), redirect_mark_mask(), &redirects);
 	/* Reports a failed move or read; a row left at the iterator is the caller's next one. */
 	(void) iterator_row(scan->holder->it, &at);
-	return passed;
+	return passed - Min(redirects, passed);
 }
 
 /* The snapshot a scan's rows are checked against. */

@@ -16,7 +16,8 @@
  * relfrozenxid older than vacuum_freeze_table_age) reads every block, and a VACUUM that skipped
  * blocks leaves relfrozenxid and relminmxid where they were. It still counts the skipped blocks'
  * rows, by their keys alone, so that reltuples stays exact: an estimate from the scanned blocks'
- * density would drift, since all-visible blocks hold no redirects and are denser than the others.
+ * density would drift, since all-visible blocks are denser than the others; the count leaves
+ * out the redirects of pruned chains (ss_scan_skip_to).
  */
 #include "slipstream.h"
 
@@ -818,10 +819,10 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 					next++;
 				skipped += next - (BlockNumber) block;
 				/*
-				 * This row and those passed over: all live, as the bits say. A block at a time,
-				 * leaving if the postmaster died (see charge_block).
+				 * This row and those passed over: all live, as the bits say, but for redirects. A
+				 * block at a time, leaving if the postmaster died (see charge_block).
 				 */
-				live += 1;
+				live += ss_is_redirect(tuple->t_data) ? 0 : 1;
 				for (uint64 b = block + 1; b <= next; b++)
 				{
 					if (IsUnderPostmaster && !PostmasterIsAlive())
@@ -843,8 +844,11 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 			 */
 			uint64		target = ss_redirect_target(rel, tuple);
 
-			if (block < map_blocks)
-				candidate[block] = false;
+			/*
+			 * The block stays a candidate for all-visible: a redirect whose version every
+			 * transaction sees, and whose changes clear this block, does not keep it from
+			 * being one (ss_vm_update reads that version again).
+			 */
 			if (target == SS_NO_ROWID)
 				dead_rows_add(&dead, rowid);
 			else if (!redirects_add(&redirects, rowid, target) &&
@@ -871,8 +875,7 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 			}
 			else
 			{
-				if (block < map_blocks)
-					candidate[block] = false;
+				/* Its chain's prune removes it: the block stays a candidate for all-visible. */
 				track_oldest_xids(tuple->t_data, &new_frozen_xid, &new_min_multi);
 				dead_members_add(&members, tuple);
 			}
@@ -880,9 +883,10 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 		}
 		if (state == HEAPTUPLE_DEAD && HeapTupleHeaderIsHotUpdated(tuple->t_data))
 		{
-			/* A dead chain root: it becomes a redirect past the dead versions it leads to. */
-			if (block < map_blocks)
-				candidate[block] = false;
+			/*
+			 * A dead chain root: it becomes a redirect past the dead versions it leads to, which
+			 * may leave its block all-visible (see the redirects above).
+			 */
 			if (ss_prune_chain(rel, keyspace, rowid, NULL, oldest_xmin, &report.prunes) ==
 				SS_PRUNE_DEAD_ROOT)
 				dead_rows_add(&dead, rowid);
@@ -891,10 +895,16 @@ ss_relation_vacuum(Relation rel, struct VacuumParams *params, BufferAccessStrate
 		if (HeapTupleHeaderIsHeapOnly(tuple->t_data))
 			redirects_note_needed(&redirects, rowid);
 		/* A dead row does not keep its block from all-visible if it is about to be removed. */
-		if (block < map_blocks &&
-			(state == HEAPTUPLE_DEAD ? dead_stay :
-			 !ss_vm_row_all_visible(tuple, state, oldest_xmin)))
-			candidate[block] = false;
+		if (state == HEAPTUPLE_DEAD ? dead_stay : !ss_vm_row_all_visible(tuple, state, oldest_xmin))
+		{
+			uint64		root;
+
+			if (block < map_blocks)
+				candidate[block] = false;
+			/* Nor can its root's block, whose index entries lead here (met earlier). */
+			if (ss_member_root(tuple, &root) && root / SS_ROWS_PER_BLOCK < map_blocks)
+				candidate[root / SS_ROWS_PER_BLOCK] = false;
+		}
 		switch (state)
 		{
 			case HEAPTUPLE_DEAD:

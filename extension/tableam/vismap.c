@@ -179,9 +179,53 @@ ss_vm_row_all_visible(HeapTuple tuple, HTSV_Result state, TransactionId oldest_x
 		 TransactionIdPrecedes(HeapTupleHeaderGetXmin(tuple->t_data), oldest_xmin));
 }
 
+/* Moves `cutoff` to `tuple`'s xmin if that is newer and not frozen. */
+static void
+advance_cutoff(HeapTuple tuple, TransactionId *cutoff)
+{
+	TransactionId xmin;
+
+	if (HeapTupleHeaderXminFrozen(tuple->t_data))
+		return;
+	xmin = HeapTupleHeaderGetXmin(tuple->t_data);
+	if (!TransactionIdIsValid(*cutoff) || TransactionIdFollows(xmin, *cutoff))
+		*cutoff = xmin;
+}
+
+/*
+ * Whether the chain of redirect `redirect` (root `root`) holds one version, visible to every
+ * transaction, that names the root: every change to that version then clears the root's
+ * block first (tableam/rows.c), so an index-only scan may trust the root's block for it.
+ * A version stored before members named their roots keeps the block off the map, as before.
+ */
+static bool
+redirect_all_visible(Relation rel, uint32 keyspace, uint64 root, HeapTuple redirect,
+					 TransactionId oldest_xmin, TransactionId *cutoff)
+{
+	uint64		target = ss_redirect_target(rel, redirect);
+	uint64		named_root;
+	HeapTuple	member;
+	TransactionId dead_after;
+	bool		visible;
+
+	if (target == SS_NO_ROWID)
+		return false;
+	member = ss_fetch_row(rel, keyspace, target);
+	if (member == NULL)
+		return false;
+	visible = ss_member_root(member, &named_root) && named_root == root &&
+		ss_vm_row_all_visible(member, ss_tuple_vacuum_state(member, oldest_xmin, &dead_after),
+							  oldest_xmin);
+	if (visible)
+		advance_cutoff(member, cutoff);
+	pfree(member);
+	return visible;
+}
+
 /*
  * Whether every row of `block` is visible to every transaction, now and to come
- * (ss_vm_row_all_visible). `cutoff` gets the newest xmin among them that is not frozen.
+ * (ss_vm_row_all_visible), a redirect counting by the version it names. `cutoff` gets the
+ * newest xmin among them that is not frozen.
  */
 static bool
 block_all_visible(Relation rel, uint32 keyspace, BlockNumber block, TransactionId oldest_xmin,
@@ -220,17 +264,14 @@ block_all_visible(Relation rel, uint32 keyspace, BlockNumber block, TransactionI
 				break;
 			ss_iter_value(it, &value, &vlen);
 			tuple = ss_tuple_from_value(rel, rowid, value, vlen);
-			if (!ss_vm_row_all_visible(tuple, ss_tuple_vacuum_state(tuple, oldest_xmin,
-																	 &dead_after),
-									   oldest_xmin))
+			if (ss_is_redirect(tuple->t_data))
+				visible = redirect_all_visible(rel, keyspace, rowid, tuple, oldest_xmin, cutoff);
+			else if (!ss_vm_row_all_visible(tuple, ss_tuple_vacuum_state(tuple, oldest_xmin,
+																		  &dead_after),
+											oldest_xmin))
 				visible = false;
-			else if (!HeapTupleHeaderXminFrozen(tuple->t_data))
-			{
-				TransactionId xmin = HeapTupleHeaderGetXmin(tuple->t_data);
-
-				if (!TransactionIdIsValid(*cutoff) || TransactionIdFollows(xmin, *cutoff))
-					*cutoff = xmin;
-			}
+			else
+				advance_cutoff(tuple, cutoff);
 			pfree(tuple);
 		}
 		if (visible && ss_iter_status(it) != SS_OK)

@@ -42,10 +42,34 @@ class Iterator {
   // Moves on to the first key >= `key` (never backwards) and returns how many entries it
   // passed. The passed entries' values are not read (a value in a log costs a copy and a
   // checksum), so counting keys costs only the merge of the sources.
-  virtual uint64_t SkipTo(std::string_view key) {
+  uint64_t SkipTo(std::string_view key) { return SkipTo(key, SkipMark(), nullptr); }
+
+  // Entries SkipTo counts apart: a value of exactly `size` bytes, at most kMaxMarkSize, whose
+  // byte at `offset` has a bit of `mask` set. A value that short is always stored in place, so
+  // looking at it reads no log. A caller that stores markers beside its rows (the table AM's
+  // chain redirects) counts its rows this way.
+  struct SkipMark {
+    size_t size = 0;  // 0: count nothing apart
+    size_t offset = 0;
+    uint8_t mask = 0;
+  };
+  static constexpr size_t kMaxMarkSize = 64;
+
+  // SkipTo that also adds the passed entries `mark` matches to *marked (if not null).
+  virtual uint64_t SkipTo(std::string_view key, const SkipMark& mark, uint64_t* marked) {
     uint64_t passed = 0;
-    for (; Valid() && this->key() < key; Next()) passed++;
+    for (; Valid() && this->key() < key; Next()) {
+      passed++;
+      if (marked != nullptr && Marked(mark, value())) ++*marked;
+    }
     return passed;
+  }
+
+  // Whether a value of `value`'s bytes is one `mark` counts.
+  static bool Marked(const SkipMark& mark, std::string_view value) {
+    return mark.size != 0 && mark.size <= kMaxMarkSize && value.size() == mark.size &&
+           mark.offset < value.size() &&
+           (static_cast<uint8_t>(value[mark.offset]) & mark.mask) != 0;
   }
 };
 
