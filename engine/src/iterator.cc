@@ -122,12 +122,25 @@ class EngineIterator : public Iterator {
   Status status() const override { return status_; }
 
  private:
-  // Whether the current entry, passed over unread, is one `mark` counts: only a value stored in
-  // place can be (a value in a log is longer than kMaxMarkSize), and its bytes are at hand.
-  bool MarkedInPlace(const SkipMark& mark) const {
+  // Whether the current entry, passed over unread, is one `mark` counts. Its bytes are at hand
+  // when stored in place, as a value that short is unless the small-value threshold was set
+  // below it; then it is read from its log, which only a value of exactly the mark's length
+  // costs.
+  bool MarkedInPlace(const SkipMark& mark) {
     if (!value_.empty() || current_ == nullptr) return Marked(mark, value_);
     const LeafEntry& e = current_->entry();
-    return e.kind == ValueKind::kInline && Marked(mark, e.inline_value);
+    if (e.kind == ValueKind::kInline) return Marked(mark, e.inline_value);
+    if (mark.size == 0 || e.kind == ValueKind::kTombstone || e.ptr.value_size != mark.size) {
+      return false;
+    }
+    std::string value;
+    Status s = values_->ReadValue(key_, e, &value);
+    if (!s.ok()) {
+      status_ = s;
+      valid_ = false;  // the skip stops here, as a failed read of a landing entry stops it
+      return false;
+    }
+    return Marked(mark, value);
   }
 
   // Moves every source past the current smallest key.

@@ -104,8 +104,8 @@ std::string MarkerValue(bool marked, int seed) {
   return v;
 }
 
-TEST(IteratorSkip, CountsMarkedEntriesApartWhereverTheyAreStored) {
-  test::TestEngine t;
+// Checks SkipTo's marked counts against a model over a history of markers and other values.
+void CheckMarkedCounts(test::TestEngine& t) {
   KeyspaceId ks;
   ASSERT_TRUE(t->CreateKeyspace(1, &ks).ok());
   // Markers, unmarked values of the marker's length, and longer values with the bit set
@@ -174,6 +174,25 @@ TEST(IteratorSkip, CountsMarkedEntriesApartWhereverTheyAreStored) {
   uint64_t marked = 0;
   EXPECT_EQ(it->SkipTo(Key(5000), Iterator::SkipMark(), &marked), model.size());
   EXPECT_EQ(marked, 0u);
+}
+
+TEST(IteratorSkip, CountsMarkedEntriesApartWhereverTheyAreStored) {
+  test::TestEngine t;
+  CheckMarkedCounts(t);
+}
+
+// With a small-value threshold below a marker's size, markers go to the medium log when
+// compacted (and stay there: medium values in place only from a level never reached).
+Options MarkersInTheMediumLog(const std::string& dir) {
+  Options o = test::SmallOptions(dir);
+  o.small_threshold = 16;
+  o.medium_inplace_level = o.max_levels;
+  return o;
+}
+
+TEST(IteratorSkip, CountsMarkedEntriesApartInTheMediumLog) {
+  test::TestEngine t(MarkersInTheMediumLog);
+  CheckMarkedCounts(t);
 }
 
 }  // namespace

@@ -738,7 +738,7 @@ ss_index_build_range_scan(Relation table_rel, Relation index_rel, IndexInfo *ind
 		ss_chain_start(&walk, table_rel, keyspace, ss_tid_to_rowid(&root_tid), build.snapshot);
 		while ((version = ss_chain_next_visible(&walk, build.snapshot, NULL, NULL)) != NULL)
 		{
-			ExecStoreHeapTuple(version, build.slot, true);
+			ExecStoreHeapTuple(ss_without_root_link(version), build.slot, true);
 			build_index_version(&build, version, &root_tid);
 		}
 		ss_chain_end(&walk);
@@ -799,7 +799,7 @@ ss_index_validate_scan(Relation table_rel, Relation index_rel, IndexInfo *index_
 		ss_chain_end(&walk);
 		if (version == NULL)
 			continue;
-		ExecStoreHeapTuple(version, slot, true);
+		ExecStoreHeapTuple(ss_without_root_link(version), slot, true);
 		state->htups += 1;
 		/* Advance through the index's TIDs up to this root's. */
 		while (!index_done && (!have_indexed || ItemPointerCompare(&indexed, &root_tid) < 0))

@@ -419,7 +419,7 @@ store_in_slot(TupleTableSlot *slot, HeapTuple tuple, Relation rel)
 	HeapTuple	copy = heap_copytuple(tuple);
 
 	MemoryContextSwitchTo(old);
-	ExecStoreHeapTuple(copy, slot, true);
+	ExecStoreHeapTuple(ss_without_root_link(copy), slot, true);
 	slot->tts_tableOid = RelationGetRelid(rel);
 }
 

@@ -55,18 +55,23 @@ ss_with_root_link(HeapTuple tuple, uint64 root)
 }
 
 /*
- * Drops a root link from a private tuple, in place, before it is stored as a row of its own
- * (an insert of a row read from a slipstream table, a rewrite's copy): another chain's root
- * means nothing there, and TOAST would keep the header's bit but not the bytes.
+ * Drops a root link from a private tuple, in place: before a stored row leaves the table AM in
+ * a slot (where PostgreSQL could copy it elsewhere, and TOAST would keep the header's bit but
+ * not the bytes, or compare its length), and before a row is stored as one of its own (a
+ * rewrite's copy). Only a heap-only version has link bytes to cut: a tuple that kept the bit
+ * but lost its chain flags elsewhere loses the bit alone.
  */
 HeapTuple
 ss_without_root_link(HeapTuple tuple)
 {
-	if ((tuple->t_data->t_infomask2 & SS_HEAP_ROOT_LINK) == 0)
+	HeapTupleHeader header = tuple->t_data;
+
+	if ((header->t_infomask2 & SS_HEAP_ROOT_LINK) == 0)
 		return tuple;
-	tuple->t_data->t_infomask2 &= ~SS_HEAP_ROOT_LINK;
-	if (tuple->t_len >= (uint32) tuple->t_data->t_hoff + SS_ROOT_LINK_SIZE)
+	if (HeapTupleHeaderIsHeapOnly(header) &&
+		tuple->t_len >= (uint32) header->t_hoff + SS_ROOT_LINK_SIZE)
 		tuple->t_len -= SS_ROOT_LINK_SIZE;
+	header->t_infomask2 &= ~SS_HEAP_ROOT_LINK;
 	return tuple;
 }
 

@@ -318,10 +318,12 @@ ss_conflict_out(Relation rel, HeapTuple tuple, bool visible, Snapshot snapshot)
 
 /*
  * Stores `tuple` (palloc'd, handed over) in `slot` if `snapshot` sees it, and tells SSI what
- * was read either way; an invisible tuple is freed and false returned.
+ * was read either way; an invisible tuple is freed and false returned. A chain member's root
+ * link stays only for `keep_link` (VACUUM's scan of every row, which writes rows back).
  */
 static bool
-store_if_visible(Relation rel, HeapTuple tuple, Snapshot snapshot, TupleTableSlot *slot)
+store_if_visible(Relation rel, HeapTuple tuple, Snapshot snapshot, TupleTableSlot *slot,
+				 bool keep_link)
 {
 	bool		visible = ss_tuple_visible(tuple, snapshot);
 
@@ -331,6 +333,8 @@ store_if_visible(Relation rel, HeapTuple tuple, Snapshot snapshot, TupleTableSlo
 		pfree(tuple);
 		return false;
 	}
+	if (!keep_link)
+		ss_without_root_link(tuple);
 	ExecStoreHeapTuple(tuple, slot, true);
 	slot->tts_tableOid = RelationGetRelid(rel);
 	return true;
@@ -457,7 +461,7 @@ next_forward(SsScanDesc scan, TupleTableSlot *slot)
 			pfree(tuple);
 			continue;
 		}
-		if (!store_if_visible(rel, tuple, scan_snapshot(scan), slot))
+		if (!store_if_visible(rel, tuple, scan_snapshot(scan), slot, scan->every_row))
 			continue;
 		pgstat_count_heap_getnext(rel);
 		return true;
@@ -530,7 +534,7 @@ next_backward(SsScanDesc scan, TupleTableSlot *slot)
 			scan->block_rows[scan->block_next++] = NULL;
 			CHECK_FOR_INTERRUPTS();
 			scan->current = ss_tid_to_rowid(&tuple->t_self);
-			if (!store_if_visible(rel, tuple, scan_snapshot(scan), slot))
+			if (!store_if_visible(rel, tuple, scan_snapshot(scan), slot, scan->every_row))
 				continue;
 			pgstat_count_heap_getnext(rel);
 			return true;
@@ -717,7 +721,7 @@ ss_index_fetch_tuple(IndexFetchTableData *sscan, ItemPointer tid, Snapshot snaps
 	pgstat_count_heap_fetch(rel);
 	*tid = tuple->t_self;
 	*call_again = !IsMVCCSnapshot(snapshot);
-	ExecStoreHeapTuple(tuple, slot, true);
+	ExecStoreHeapTuple(ss_without_root_link(tuple), slot, true);
 	slot->tts_tableOid = RelationGetRelid(rel);
 	return true;
 }
@@ -732,7 +736,7 @@ ss_tuple_fetch_row_version(Relation rel, ItemPointer tid, Snapshot snapshot,
 	if (!ss_tid_valid(tid))
 		return false;
 	tuple = fetch_for_slot(rel, ss_rel_keyspace(rel), ss_tid_to_rowid(tid), slot);
-	if (tuple == NULL || !store_if_visible(rel, tuple, snapshot, slot))
+	if (tuple == NULL || !store_if_visible(rel, tuple, snapshot, slot, false))
 		return false;
 	/* A TID scan's read counts for SSI: a tuple-level predicate lock, as heap_fetch's. */
 	PredicateLockTID(rel, &tuple->t_self, snapshot, HeapTupleHeaderGetXmin(tuple->t_data));
@@ -899,7 +903,7 @@ ss_scan_analyze_next_tuple(TableScanDesc sscan, TransactionId oldest_xmin, doubl
 		}
 		if (sample)
 		{
-			ExecStoreHeapTuple(tuple, slot, true);
+			ExecStoreHeapTuple(ss_without_root_link(tuple), slot, true);
 			slot->tts_tableOid = RelationGetRelid(scan->base.rs_rd);
 			return true;
 		}
@@ -1008,6 +1012,8 @@ ss_scan_bitmap_next_tuple(TableScanDesc sscan, struct TBMIterateResult *tbmres,
 
 		scan->block_rows[scan->block_next++] = NULL;
 		CHECK_FOR_INTERRUPTS();
+		if (!scan->every_row)
+			ss_without_root_link(tuple);
 		ExecStoreHeapTuple(tuple, slot, true);
 		slot->tts_tableOid = RelationGetRelid(rel);
 		pgstat_count_heap_fetch(rel);
@@ -1077,7 +1083,7 @@ ss_scan_sample_next_tuple(TableScanDesc sscan, struct SampleScanState *scanstate
 			HeapTuple	copy = heap_copytuple(found);
 
 			MemoryContextSwitchTo(old);
-			ExecStoreHeapTuple(copy, slot, true);
+			ExecStoreHeapTuple(ss_without_root_link(copy), slot, true);
 			slot->tts_tableOid = RelationGetRelid(scan->base.rs_rd);
 			return true;
 		}
