@@ -103,7 +103,10 @@ ss_logical_old_key(Relation rel, HeapTuple old_tuple, HeapTuple new_tuple)
 	return key;
 }
 
-/* A reorder-buffer copy of `len` logged tuple bytes (a whole HeapTupleHeader and data). */
+/*
+ * A reorder-buffer copy of `len` logged tuple bytes (a whole HeapTupleHeader and data), without
+ * a chain member's root link, which output plugins have no use for.
+ */
 static ReorderBufferTupleBuf *
 tuple_buf(LogicalDecodingContext *ctx, const char *data, uint32 len)
 {
@@ -113,6 +116,7 @@ tuple_buf(LogicalDecodingContext *ctx, const char *data, uint32 len)
 	ItemPointerSetInvalid(&buf->tuple.t_self);
 	buf->tuple.t_tableOid = InvalidOid;
 	memcpy(buf->tuple.t_data, data, len);
+	ss_without_root_link(&buf->tuple);
 	return buf;
 }
 
