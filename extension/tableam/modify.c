@@ -47,7 +47,10 @@ tuple_to_store(Relation rel, TupleTableSlot *slot, HeapTuple old_tuple)
 	HeapTuple	tuple = ExecFetchSlotHeapTuple(slot, true, &should_free);
 	HeapTuple	copy;
 
-	/* A row read from a slipstream table names its chain's root, which means nothing here. */
+	/*
+	 * Rows leave slipstream tables without their root link (scan.c), but one copied out by a
+	 * build from before that (say into heap) may still carry the bit: it means nothing here.
+	 */
 	if (tuple->t_data->t_infomask2 & SS_HEAP_ROOT_LINK)
 	{
 		copy = ss_without_root_link(heap_copytuple(tuple));
