@@ -8,8 +8,8 @@
 # the running ones finish, and the script fails.
 #
 # What runs: pg_regress and the isolation specs; the preload, maintenance-report, big-table,
-# contention, SIGKILL crash and pinned-stall tests; a restart whose durable horizon lies past the
-# WAL that survived the kill; the replication kill tests (a primary and
+# contention, visibility-map churn, SIGKILL crash and pinned-stall tests; a restart whose
+# durable horizon lies past the WAL that survived the kill; the replication kill tests (a primary and
 # a backup, tcp and shm, 6 rounds each; a backup killed under load; a seeded streaming
 # standby); logical decoding (test_decoding against heap's output, a pgoutput subscriber);
 # tablespaces (SIGKILL while tables move between them, a seeded standby with a mapped
@@ -69,6 +69,7 @@ tests=(
   "promote-catch-up|tests/pg_promote_catch_up_test.sh /tmp/slipstream-promote-catch-up 55920"
   "replication-backup|tests/pg_replication_backup_test.sh /tmp/slipstream-replication-backup 55640 tcp"
   "ycsb-smoke|bench/ycsb_pg.sh --records=2000 --seconds=1 --mixes=SD --load-chunks=2 --port=55471 --scratch=/tmp/slipstream-ycsb-smoke"
+  "vismap-churn|tests/pg_vismap_churn_test.sh"
   "contention|tests/pg_contention_test.sh"
   "send-index|tests/pg_send_index_test.sh /tmp/slipstream-send-index 55820 tcp"
   "logical|tests/pg_logical_test.sh /tmp/slipstream-logical 55680"
