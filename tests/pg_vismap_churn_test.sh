@@ -10,7 +10,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 scratch=${1:-${SLIPSTREAM_SCRATCH:-/tmp/slipstream-vismap-churn}}
-port=${2:-55465}
+port=${2:-55462}
 seconds=${3:-30}
 cluster="$scratch/cluster"
 pg="$root/scripts/pg_cluster.sh"
