@@ -17,8 +17,11 @@
 //  * two shortcuts take a thread hand-off off the round trip of a small signaled WRITE (the
 //    commit path of replication): a posting thread sends small requests itself, in order,
 //    when no other thread is writing to the socket and no reply waits; and the agent sends an
-//    ACK itself when the socket is idle and takes it without blocking (MSG_DONTWAIT), handing
-//    whatever did not fit to the sender. One thread writes to the socket at a time (sending_).
+//    ACK itself when the socket is idle. Neither ever blocks on the socket (MSG_DONTWAIT):
+//    what the socket does not take is handed to the sender, which finishes the frame before
+//    anything else. A posting thread that blocked there would wait as long as the peer reads
+//    nothing: a backup whose process is stopped held the shipper, and every commit with it,
+//    until the process resumed. One thread writes to the socket at a time (sending_).
 //    The sender sleeps on send_cv_, which is signalled only when it has work: a thread woken
 //    by every frame costs a futex hand-off on the round trip it does nothing for.
 //
@@ -274,6 +277,15 @@ class TcpConnection : public Connection, public FaultInjectable {
   // (sendmsg when io_uring is missing), with plain sendmsg from any other thread.
   bool SendVector(std::vector<iovec>& iov, bool use_ring);
 
+  // Sends the frame of `request` (its header, then `payload_limit` bytes) without blocking:
+  // what the socket did not take is left in *rest for the sender. False on a send error.
+  bool SendFrameWithoutBlocking(const TcpFrameHeader& header, const PreparedRequest& request,
+                                uint64_t payload_limit, std::vector<char>* rest);
+
+  // The sender finishes the frame a posting thread began (handoff_), mu_ held on entry and
+  // exit; sending_ is cleared once it is out.
+  void FinishHandoff(std::unique_lock<std::mutex>& lock);
+
   // Sends one frame: header (from byte `header_sent` on), then `payload_limit` bytes of the
   // gather list.
   bool SendFrame(const TcpFrameHeader& header, const std::vector<Sge>& sges, uint64_t payload_limit,
@@ -302,9 +314,11 @@ class TcpConnection : public Connection, public FaultInjectable {
   bool ReadInFlightBefore(uint64_t sequence) const;
 
   // Sends one request (mu_ held on entry and exit, released while sending, with sending_
-  // set), applying the injected faults to WRITEs.
+  // set), applying the injected faults to WRITEs: from the sender, blocking, through its ring;
+  // from a posting thread, without blocking (what does not fit goes to handoff_, and sending_
+  // stays set for the sender).
   void SendRequest(std::unique_lock<std::mutex>& lock,
-                   const std::shared_ptr<PendingRequest>& pending, bool use_ring);
+                   const std::shared_ptr<PendingRequest>& pending, bool from_sender);
 
   // Finds the remote-accessible region for an incoming access and keeps it mapped; a WRITE is
   // counted as storing into it until EndStore.
@@ -383,6 +397,7 @@ class TcpConnection : public Connection, public FaultInjectable {
   uint64_t next_to_send_ = 0;
   bool sending_ = false;            // a thread is writing a frame to the socket (one at a time)
   std::vector<char> gather_chunk_;  // strided gathers' bytes on their way out (sending_ only)
+  std::vector<char> handoff_;       // the rest of a frame a posting thread began, for the sender
   bool receiving_ = false;  // receive_in_poll: a thread in Poll reads the socket (one at a time)
   std::deque<Reply> replies_;
   DelayedCompletions completions_{&faults_};
@@ -570,7 +585,9 @@ void TcpConnection::SendInlineLocked(std::unique_lock<std::mutex>& lock) {
     uint64_t payload = pending->wr.opcode == Opcode::kRead ? 0 : pending->length;
     if (payload > kInlineSendBytes) return;
     if (pending->wr.fence && ReadInFlightBefore(pending->sequence)) return;
-    SendRequest(lock, pending, false);
+    // An injected fault fails the connection after its frame: the sender sends it whole.
+    if (faults_.drop_on_next_write || faults_.tear_next_write_after >= 0) return;
+    SendRequest(lock, pending, /*from_sender=*/false);
   }
 }
 
@@ -688,7 +705,8 @@ void TcpConnection::NotifyLocked() {
 }
 
 void TcpConnection::WakeSenderLocked() {
-  if (stopping_ || !replies_.empty() || (state_.ok() && next_to_send_ < next_sequence_)) {
+  if (stopping_ || !handoff_.empty() || !replies_.empty() ||
+      (state_.ok() && next_to_send_ < next_sequence_)) {
     send_cv_.notify_one();
   }
 }
@@ -810,6 +828,70 @@ bool TcpConnection::SendFrame(const TcpFrameHeader& header, const std::vector<Sg
   return SendVector(iov, use_ring);
 }
 
+bool TcpConnection::SendFrameWithoutBlocking(const TcpFrameHeader& header,
+                                             const PreparedRequest& request, uint64_t payload_limit,
+                                             std::vector<char>* rest) {
+  std::vector<iovec> iov;
+  iov.reserve(request.sges.size() + 1);
+  iov.push_back(iovec{const_cast<TcpFrameHeader*>(&header), sizeof(header)});
+  if (request.wr.repeat > 1) {
+    // A small strided gather is packed whole (a posting thread sends at most kInlineSendBytes).
+    gather_chunk_.resize(payload_limit);
+    GatherPrefix(request.sges.data(), request.sges.size(), request.wr.repeat_stride, payload_limit,
+                 gather_chunk_.data());
+    if (payload_limit > 0) iov.push_back(iovec{gather_chunk_.data(), payload_limit});
+  } else {
+    for (const Sge& sge : request.sges) {
+      if (payload_limit == 0) break;
+      size_t piece = static_cast<size_t>(std::min<uint64_t>(sge.length, payload_limit));
+      if (piece > 0) iov.push_back(iovec{const_cast<void*>(sge.addr), piece});
+      payload_limit -= piece;
+    }
+  }
+  size_t first = 0;
+  while (first < iov.size()) {
+    msghdr message{};
+    message.msg_iov = iov.data() + first;
+    message.msg_iovlen = iov.size() - first;
+    ssize_t sent = ::sendmsg(fd_, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      return false;
+    }
+    size_t left = static_cast<size_t>(sent);
+    while (first < iov.size() && left >= iov[first].iov_len) {
+      left -= iov[first].iov_len;
+      first++;
+    }
+    if (left > 0) {
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
+      iov[first].iov_len -= left;
+    }
+  }
+  rest->clear();
+  for (; first < iov.size(); first++) {
+    const char* base = static_cast<const char*>(iov[first].iov_base);
+    rest->insert(rest->end(), base, base + iov[first].iov_len);
+  }
+  return true;
+}
+
+void TcpConnection::FinishHandoff(std::unique_lock<std::mutex>& lock) {
+  std::vector<char> frame = std::move(handoff_);
+  handoff_.clear();
+  bool ok = false;
+  if (state_.ok()) {
+    lock.unlock();
+    std::vector<iovec> iov{iovec{frame.data(), frame.size()}};
+    ok = SendVector(iov, true);
+    lock.lock();
+  }
+  sending_ = false;
+  NotifyLocked();
+  if (!ok) FailLocked(Status::Disconnected("the peer stopped receiving"), nullptr);
+}
+
 bool TcpConnection::SendRepeatedFrame(const TcpFrameHeader& header, const PreparedRequest& request,
                                       uint64_t payload_limit, bool use_ring) {
   const WorkRequest& wr = request.wr;
@@ -864,7 +946,11 @@ void TcpConnection::SendUntilStopped() {
   for (;;) {
     if (stopping_) return;
     if (sending_) {  // a posting thread or the agent is writing a frame
-      send_cv_.wait(lock);
+      if (!handoff_.empty()) {
+        FinishHandoff(lock);
+      } else {
+        send_cv_.wait(lock);
+      }
       continue;
     }
     if (!replies_.empty()) {
@@ -891,7 +977,7 @@ void TcpConnection::SendUntilStopped() {
         send_cv_.wait(lock);
         continue;
       }
-      SendRequest(lock, pending, true);
+      SendRequest(lock, pending, /*from_sender=*/true);
       continue;
     }
     send_cv_.wait(lock);
@@ -907,7 +993,7 @@ bool TcpConnection::ReadInFlightBefore(uint64_t sequence) const {
 }
 
 void TcpConnection::SendRequest(std::unique_lock<std::mutex>& lock,
-                                const std::shared_ptr<PendingRequest>& pending, bool use_ring) {
+                                const std::shared_ptr<PendingRequest>& pending, bool from_sender) {
   const WorkRequest& wr = pending->wr;
   TcpFrameHeader header;
   header.sequence = pending->sequence;
@@ -949,9 +1035,23 @@ void TcpConnection::SendRequest(std::unique_lock<std::mutex>& lock,
   next_to_send_++;
   sending_ = true;
   lock.unlock();
-  bool ok = wr.repeat > 1 ? SendRepeatedFrame(header, *pending, payload, use_ring)
-                          : SendFrame(header, pending->sges, payload, use_ring);
+  std::vector<char> rest;
+  bool ok;
+  if (!from_sender) {
+    ok = SendFrameWithoutBlocking(header, *pending, payload, &rest);
+  } else if (wr.repeat > 1) {
+    ok = SendRepeatedFrame(header, *pending, payload, true);
+  } else {
+    ok = SendFrame(header, pending->sges, payload, true);
+  }
   lock.lock();
+  if (ok && !rest.empty()) {
+    // The socket is full (the peer reads slowly, or not at all): the sender finishes the frame
+    // before anything else goes out, and sending_ stays set until it has.
+    handoff_ = std::move(rest);
+    WakeSenderLocked();
+    return;
+  }
   sending_ = false;
   WakeSenderLocked();
   if (tear) {

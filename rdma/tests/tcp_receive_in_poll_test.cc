@@ -282,6 +282,81 @@ TEST(TcpReceiveInPoll, DestroyingAConnectionWhosePeerStoppedReadingReturns) {
   ::close(raw);
 }
 
+// A thread that posts small WRITEs to a peer that reads nothing is never held by the socket:
+// Post returns once the socket's buffers are full, and the frames wait for the sender. (A
+// posting thread used to send them itself with a blocking send: a backup whose process was
+// stopped held the shipper, and every commit, until it resumed.)
+TEST(TcpReceiveInPoll, PostNeverBlocksOnAPeerThatStoppedReading) {
+  std::unique_ptr<Connection> server;
+  int raw = -1;
+  ConnectRawPeer(/*receive_in_poll=*/false, &server, &raw);
+  ASSERT_FALSE(HasFatalFailure());
+  constexpr size_t kWrite = 60u << 10;  // small enough for the posting thread to send
+  LocalRegion local;
+  ASSERT_TRUE(server->AllocateRegion(kWrite, kLocalOnly, &local).ok());
+  auto posting = std::async(std::launch::async, [&] {
+    // max_outstanding (256) of them: 15 MiB, far more than the sockets hold.
+    int accepted = 0;
+    for (int i = 0; i < 1000; i++) {
+      Sge sge{local.addr, uint32_t(kWrite), local.lkey};
+      WorkRequest wr;
+      wr.wr_id = uint64_t(i);
+      wr.opcode = Opcode::kWrite;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.rkey = 77;
+      wr.remote_addr = 0;
+      Status s = server->Post(&wr, 1);
+      if (s.code() == Status::Code::kWouldBlock) break;
+      if (!s.ok()) return -1;
+      accepted++;
+    }
+    return accepted;
+  });
+  // A liveness bound, not a speed one: the posts take milliseconds; without the fix they never
+  // return until the peer goes away.
+  bool returned = posting.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  ::shutdown(raw, SHUT_RDWR);  // lets a blocked send fail, so that the test ends either way
+  EXPECT_TRUE(returned) << "Post blocked on a full socket";
+  EXPECT_EQ(posting.get(), 256);
+  server.reset();
+  ::close(raw);
+}
+
+// Frames the posting thread could not send whole are finished by the sender, in order: a
+// receiver that reads nothing for a while (it polls later) gets every WRITE intact.
+TEST_F(TcpReceiveInPollTest, FramesLeftByAFullSocketArriveWholeAndInOrder) {
+  constexpr size_t kWrite = 60u << 10;
+  constexpr int kWrites = 200;  // 12 MB: the sockets fill long before the last one
+  LocalRegion target = Allocate(client_.get(), kWrite * kWrites, kRemoteWrite);
+  LocalRegion local = Allocate(server_.get(), kWrite * kWrites, kLocalOnly);
+  RemoteRegion remote = client_->Describe(target);
+  for (int i = 0; i < kWrites; i++) FillPattern(local.addr + i * kWrite, kWrite, uint32_t(i + 1));
+  for (int i = 0; i < kWrites; i++) {
+    Sge sge{local.addr + i * kWrite, uint32_t(kWrite), local.lkey};
+    WorkRequest wr = Request(Opcode::kWrite, uint64_t(i), &sge, remote, i * kWrite);
+    ASSERT_TRUE(server_->Post(&wr, 1).ok()) << i;
+  }
+  // Only now does the client read (its Poll handles the frames and ACKs them).
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    while (!done.load()) {
+      Completion wc[4];
+      size_t n = 0;
+      if (!client_->Poll(wc, 4, 5, &n).ok()) return;
+    }
+  });
+  std::vector<Completion> completions = PollN(server_.get(), kWrites, 12 * kTimeoutMs);
+  done = true;
+  reader.join();
+  ASSERT_EQ(completions.size(), size_t(kWrites));
+  for (int i = 0; i < kWrites; i++) {
+    EXPECT_EQ(completions[i].wr_id, uint64_t(i));
+    EXPECT_EQ(completions[i].status, WcStatus::kSuccess);
+    EXPECT_TRUE(HasPattern(target.addr + i * kWrite, kWrite, uint32_t(i + 1))) << i;
+  }
+}
+
 // Two threads polling one connection share its completions: each arrives exactly once.
 TEST_F(TcpReceiveInPollTest, TwoPollingThreadsShareTheCompletions) {
   constexpr int kWrites = 400;
