@@ -105,6 +105,17 @@ for c in 1 2; do
   pids+=($!)
 done
 acks() { cat "$scratch"/client*.out | grep -c '^ACK$' || true; }
+# What the primary was doing when commits stopped: the backups' view, the sessions' wait
+# events, and (where gdb is installed) the stacks of its processes.
+dump_primary() {
+  p_sql -c "SELECT name, state, sent_lsn, placed_lsn, error FROM slipstream.replication" || true
+  p_sql -c "SELECT pid, backend_type, wait_event_type, wait_event, state FROM pg_stat_activity" || true
+  command -v gdb >/dev/null || return 0
+  for pid in $(pgrep -P "$(head -1 "$primary/data/postmaster.pid")" || true); do
+    echo "== $(tr '\0' ' ' </proc/"$pid"/cmdline)"
+    timeout 20 gdb -batch -p "$pid" -ex 'thread apply all bt' 2>/dev/null | grep -E '^(#|Thread)' || true
+  done
+}
 sleep 1
 "$pg" kill "$b2"
 before=$(acks)
@@ -131,35 +142,48 @@ caught_up() {
   echo "b2 $1 and caught up to $target"
 }
 caught_up "reconnected"
-# A backup that stalls (its backup server stopped: alive, answering nothing) must not stop the
-# commits either. Over tcp the committing backends place through links of their own: the one
-# waiting on b2 gives it up after a second (the links' timeout), marks its placement broken,
-# the shipper drops b2, and b1 places the commits. Resumed, b2 reconnects and catches up.
+# A backup that stalls (its backup server stopped: alive, answering nothing, reading nothing)
+# must not stop the commits either. Over tcp the committing backends place through links of
+# their own: the one waiting on b2 gives it up after a second (the links' timeout), marks its
+# placement broken, the shipper drops b2, and b1 places the commits. Resumed, b2 reconnects
+# and catches up. A second round has the shipper place every commit
+# (slipstream.backend_placement = off): it fills b2's socket before its buffer's rotation
+# gives b2 up, and no send may block it there (one did, under place_lock: no commit went
+# through until b2 resumed).
 # Not over shm yet: there the shipper's OPEN and CLOSE to the stalled backup wait for their
 # answer under place_lock, so its first rotation stops every commit for the RPC timeout
 # (docs/replication.md, "Where we are").
-if [ "$transport" = tcp ]; then
+stall_b2() {
+  local server before after
   server=$(pgrep -P "$(head -1 "$b2/data/postmaster.pid")" -f 'slipstream backup server' || true)
   [ -n "$server" ] || { echo "no backup server process on b2" >&2; exit 1; }
   kill -STOP "$server"
   sleep 2
   before=$(acks)
-  # The link's timeout is a second; on a loaded machine (the suite runs two tests at a time
-  # beside a build) the drop can take longer, so commits get up to 30 s to resume.
+  # The link's timeout is a second, a rotation's five; on a loaded machine (the suite runs two
+  # tests at a time beside a build) the drop can take longer, so commits get up to 30 s.
   after=$before
   for tick in $(seq 1 150); do
     sleep 0.2
     after=$(acks)
     [ "$tick" -ge 10 ] && [ "$after" -gt "$before" ] && break
   done
+  if [ "$after" -le "$before" ]; then dump_primary >&2; fi
   kill -CONT "$server"
-  echo "commits while b2 is stalled: $((after - before))"
+  echo "commits while b2 is stalled ($1): $((after - before))"
   if [ "$after" -le "$before" ]; then
-    echo "commits stopped when one of two backups stalled (min_sync_backups = 1)" >&2
+    echo "commits stopped when one of two backups stalled (min_sync_backups = 1, $1)" >&2
     exit 1
   fi
   wait_state b2 streaming
-  caught_up "resumed after a stall"
+  caught_up "resumed after a stall ($1)"
+}
+if [ "$transport" = tcp ]; then
+  stall_b2 "backends place"
+  p_sql -c "ALTER SYSTEM SET slipstream.backend_placement = off" -c "SELECT pg_reload_conf()" >/dev/null
+  sleep 1
+  stall_b2 "the shipper places"
+  p_sql -c "ALTER SYSTEM RESET slipstream.backend_placement" -c "SELECT pg_reload_conf()" >/dev/null
 fi
 # The clients' psql runs below pg_cluster.sh (and runuser): stop every process of each client.
 kill_tree() {

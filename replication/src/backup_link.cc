@@ -2,6 +2,7 @@
 #include "slipstream/replication/backup_link.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "control_port.h"
@@ -167,8 +168,17 @@ Status BackupLink::Append(uint32_t buffer, const char* image, uint32_t from, uin
   wr[n].rkey = b.remote.rkey;
   wr[n].fence = !one_write;
   n++;
+  // Too many in flight: let some complete, for the RPC timeout at most. A backup that is
+  // alive and acknowledges nothing (its process stopped) would otherwise hold the caller for
+  // as long as it stays so: the shipper, under the lock every commit's placement takes.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.rpc_timeout_ms);
   Status s = connection_->Post(wr, n);
-  while (s.code() == Status::Code::kWouldBlock) {  // too many in flight: let some complete
+  while (s.code() == Status::Code::kWouldBlock) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      failed_ = Status::Timeout("the backup acknowledged none of the WRITEs in flight");
+      return failed_;
+    }
     Status p = Poll(1);
     if (!p.ok()) return p;
     s = connection_->Post(wr, n);

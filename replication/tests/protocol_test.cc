@@ -2,15 +2,19 @@
 // append, close and flush; buffer exhaustion and reuse; versions; fencing; a primary that
 // dies or tears its last write; a backup that dies under a shipper; the resume position a
 // backup gives in its hello, a primary that resumes there after the backup restarted, and a
-// prune while a primary ships.
+// prune while a primary ships; a backup whose process stops (tcp).
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <random>
 #include <thread>
 
@@ -573,6 +577,79 @@ TEST_P(Protocol, APruneSparesOpenBuffersAndThePrimaryGoesOn) {
   ASSERT_FALSE(records.empty());
   EXPECT_EQ(records.front().position, open[0].start);
   EXPECT_EQ(ContiguousEnd(records, 0), start + stream.size());
+}
+
+// A backup whose process stops (SIGSTOP: alive, its sockets open, acknowledging nothing) is
+// given up by a shipper that goes on appending: once the transport's queue is full, Append
+// waits for completions rpc_timeout_ms at most and the link fails. It used to wait for as long
+// as the process stayed stopped, and the shipper in PostgreSQL with it, under the lock every
+// commit's placement takes. Over tcp only: over shm a WRITE needs nothing of the backup.
+TEST(ProtocolTcp, AShipperGivesUpABackupWhoseProcessStopped) {
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  pid_t child = ::fork();  // before this process starts any thread
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    Backup b("tcp");
+    std::string said = b.server->address() + "\n" + b.dir.path() + "\n";
+    if (::write(pipe_fds[1], said.data(), said.size()) != ssize_t(said.size())) _exit(1);
+    for (;;) ::pause();
+  }
+  ::close(pipe_fds[1]);
+  std::string said;
+  char c;
+  while (::read(pipe_fds[0], &c, 1) == 1) {
+    said += c;
+    if (std::count(said.begin(), said.end(), '\n') == 2) break;
+  }
+  ::close(pipe_fds[0]);
+  const std::string address = said.substr(0, said.find('\n'));
+  const std::string dir = said.substr(said.find('\n') + 1, said.rfind('\n') - said.find('\n') - 1);
+  auto end_child = [&] {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    if (!dir.empty()) std::filesystem::remove_all(dir);
+  };
+  ASSERT_FALSE(address.empty()) << "the backup process did not start";
+
+  LinkOptions o;
+  o.address = address;
+  o.transport = Transport("tcp");
+  o.version = 1;
+  o.primary = "p1";
+  o.rpc_timeout_ms = 500;
+  std::unique_ptr<BackupLink> link;
+  Status connected = BackupLink::Connect(o, &link);
+  if (!connected.ok()) end_child();
+  ASSERT_TRUE(connected.ok()) << connected.ToString();
+  StreamShipper shipper(kWal, 1, 0, {link.get()});
+  std::string chunk(16, 'w');  // small appends: the queue fills long before the buffer
+  uint64_t position = 0;
+  for (int i = 0; i < 10; i++, position += chunk.size()) {
+    ASSERT_TRUE(shipper.Append(position, chunk).ok());
+  }
+  ASSERT_TRUE(shipper.WaitPlaced(position, 1, 5000).ok());
+  ::kill(child, SIGSTOP);
+  auto appending = std::async(std::launch::async, [&] {
+    for (int i = 0; i < 100000; i++, position += chunk.size()) {
+      Status s = shipper.Append(position, chunk);
+      if (!s.ok()) return s;
+    }
+    return Status::OK();
+  });
+  // A liveness bound, not a speed one: the link fails after rpc_timeout_ms (half a second).
+  bool returned = appending.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  ::kill(child, SIGCONT);
+  end_child();  // lets a blocked Append fail, so that the test ends either way
+  ASSERT_TRUE(returned) << "Append waited on a stopped backup";
+  Status s = appending.get();
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(shipper.live(), 0);
+  ASSERT_EQ(shipper.failures().size(), 1u);
+  EXPECT_NE(shipper.failures()[0].find("acknowledged none of the WRITEs in flight"),
+            std::string::npos)
+      << shipper.failures()[0];
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Protocol, ::testing::Values("shm", "tcp"),

@@ -58,6 +58,8 @@ class BackupLink {
   // Writes image[from, checksum_at) and then, fenced, the checksum entry at
   // image[checksum_at, to) into the buffer at the same offsets. `image` is the primary's copy
   // of the whole buffer. Placement of [0, to) is reported by placed() once it completes.
+  // With the transport's queue full it waits for completions, rpc_timeout_ms at most: a
+  // backup that acknowledges nothing for that long fails the link (Timeout).
   Status Append(uint32_t buffer, const char* image, uint32_t from, uint32_t checksum_at,
                 uint32_t to);
 
