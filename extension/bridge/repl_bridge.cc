@@ -108,6 +108,11 @@ constexpr uint32_t kStandbyPersistIntervalMs = 100;
 // network answers in milliseconds.
 constexpr int kShipperConnectTimeoutMs = 1000;
 
+// How long the shipper's append waits for a backup that acknowledges none of the WRITEs in
+// flight before it gives the backup up: the second a committing backend's placer link waits
+// (commit_wait.c), since the shipper holds place_lock meanwhile and every commit waits too.
+constexpr int kShipperAppendTimeoutMs = 1000;
+
 // Copies a message into a caller's error buffer (SS_REPL_ERROR_SIZE bytes).
 void SetError(char* error, const std::string& message) {
   if (error != nullptr) std::snprintf(error, SS_REPL_ERROR_SIZE, "%s", message.c_str());
@@ -310,6 +315,7 @@ bool ss_backup_connect(const char* address, const char* transport, const char* s
     // The shipper connects on its own thread: a backup that stalls (its TCP port still accepts,
     // its server never answers) holds every other backup's rotations for this long per attempt.
     o.transport.connect_timeout_ms = kShipperConnectTimeoutMs;
+    o.append_timeout_ms = kShipperAppendTimeoutMs;
     o.system_id = system_id;
     o.timeline = timeline;
     o.version = version;

@@ -880,13 +880,13 @@ bool TcpConnection::SendFrameWithoutBlocking(const TcpFrameHeader& header,
 void TcpConnection::FinishHandoff(std::unique_lock<std::mutex>& lock) {
   std::vector<char> frame = std::move(handoff_);
   handoff_.clear();
-  bool ok = false;
-  if (state_.ok()) {
-    lock.unlock();
-    std::vector<iovec> iov{iovec{frame.data(), frame.size()}};
-    ok = SendVector(iov, true);
-    lock.lock();
-  }
+  // Finished even on a failed connection: a refusal queues its NAK behind it, and the peer
+  // must read the NAK as a frame of its own (a failure without one shut the socket down, so
+  // the send fails at once).
+  lock.unlock();
+  std::vector<iovec> iov{iovec{frame.data(), frame.size()}};
+  bool ok = SendVector(iov, true);
+  lock.lock();
   sending_ = false;
   NotifyLocked();
   if (!ok) FailLocked(Status::Disconnected("the peer stopped receiving"), nullptr);

@@ -316,15 +316,15 @@ TEST(TcpReceiveInPoll, PostNeverBlocksOnAPeerThatStoppedReading) {
   // A liveness bound, not a speed one: the posts take milliseconds; without the fix they never
   // return until the peer goes away.
   bool returned = posting.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
-  ::shutdown(raw, SHUT_RDWR);  // lets a blocked send fail, so that the test ends either way
+  ::close(raw);  // unread bytes: a reset, which fails a blocked send, so the test ends either way
   EXPECT_TRUE(returned) << "Post blocked on a full socket";
   EXPECT_EQ(posting.get(), 256);
   server.reset();
-  ::close(raw);
 }
 
 // Frames the posting thread could not send whole are finished by the sender, in order: a
-// receiver that reads nothing for a while (it polls later) gets every WRITE intact.
+// receiver that reads nothing for a while (it polls later) gets every WRITE intact, plain and
+// strided (every third WRITE gathers its two halves as two periods of one entry).
 TEST_F(TcpReceiveInPollTest, FramesLeftByAFullSocketArriveWholeAndInOrder) {
   constexpr size_t kWrite = 60u << 10;
   constexpr int kWrites = 200;  // 12 MB: the sockets fill long before the last one
@@ -332,11 +332,22 @@ TEST_F(TcpReceiveInPollTest, FramesLeftByAFullSocketArriveWholeAndInOrder) {
   LocalRegion local = Allocate(server_.get(), kWrite * kWrites, kLocalOnly);
   RemoteRegion remote = client_->Describe(target);
   for (int i = 0; i < kWrites; i++) FillPattern(local.addr + i * kWrite, kWrite, uint32_t(i + 1));
-  for (int i = 0; i < kWrites; i++) {
-    Sge sge{local.addr + i * kWrite, uint32_t(kWrite), local.lkey};
-    WorkRequest wr = Request(Opcode::kWrite, uint64_t(i), &sge, remote, i * kWrite);
-    ASSERT_TRUE(server_->Post(&wr, 1).ok()) << i;
-  }
+  auto posting = std::async(std::launch::async, [&] {
+    for (int i = 0; i < kWrites; i++) {
+      const bool strided = i % 3 == 0;
+      Sge sge{local.addr + i * kWrite, uint32_t(strided ? kWrite / 2 : kWrite), local.lkey};
+      WorkRequest wr = Request(Opcode::kWrite, uint64_t(i), &sge, remote, i * kWrite);
+      if (strided) {
+        wr.repeat = 2;
+        wr.repeat_stride = kWrite / 2;
+      }
+      Status s = server_->Post(&wr, 1);
+      if (!s.ok()) return i;
+    }
+    return kWrites;
+  });
+  // Posting must not wait for the client, which reads nothing yet (a liveness bound).
+  bool posted = posting.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
   // Only now does the client read (its Poll handles the frames and ACKs them).
   std::atomic<bool> done{false};
   std::thread reader([&] {
@@ -349,6 +360,8 @@ TEST_F(TcpReceiveInPollTest, FramesLeftByAFullSocketArriveWholeAndInOrder) {
   std::vector<Completion> completions = PollN(server_.get(), kWrites, 12 * kTimeoutMs);
   done = true;
   reader.join();
+  EXPECT_TRUE(posted) << "Post blocked on a full socket";
+  ASSERT_EQ(posting.get(), kWrites);
   ASSERT_EQ(completions.size(), size_t(kWrites));
   for (int i = 0; i < kWrites; i++) {
     EXPECT_EQ(completions[i].wr_id, uint64_t(i));

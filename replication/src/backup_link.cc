@@ -168,11 +168,11 @@ Status BackupLink::Append(uint32_t buffer, const char* image, uint32_t from, uin
   wr[n].rkey = b.remote.rkey;
   wr[n].fence = !one_write;
   n++;
-  // Too many in flight: let some complete, for the RPC timeout at most. A backup that is
+  // Too many in flight: let some complete, for append_timeout_ms at most. A backup that is
   // alive and acknowledges nothing (its process stopped) would otherwise hold the caller for
   // as long as it stays so: the shipper, under the lock every commit's placement takes.
   const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.rpc_timeout_ms);
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.append_timeout_ms);
   Status s = connection_->Post(wr, n);
   while (s.code() == Status::Code::kWouldBlock) {
     if (std::chrono::steady_clock::now() > deadline) {

@@ -581,7 +581,7 @@ TEST_P(Protocol, APruneSparesOpenBuffersAndThePrimaryGoesOn) {
 
 // A backup whose process stops (SIGSTOP: alive, its sockets open, acknowledging nothing) is
 // given up by a shipper that goes on appending: once the transport's queue is full, Append
-// waits for completions rpc_timeout_ms at most and the link fails. It used to wait for as long
+// waits for completions append_timeout_ms at most and the link fails. It used to wait for as long
 // as the process stayed stopped, and the shipper in PostgreSQL with it, under the lock every
 // commit's placement takes. Over tcp only: over shm a WRITE needs nothing of the backup.
 TEST(ProtocolTcp, AShipperGivesUpABackupWhoseProcessStopped) {
@@ -606,11 +606,17 @@ TEST(ProtocolTcp, AShipperGivesUpABackupWhoseProcessStopped) {
   ::close(pipe_fds[0]);
   const std::string address = said.substr(0, said.find('\n'));
   const std::string dir = said.substr(said.find('\n') + 1, said.rfind('\n') - said.find('\n') - 1);
-  auto end_child = [&] {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, nullptr, 0);
-    if (!dir.empty()) std::filesystem::remove_all(dir);
+  // Ends the backup process and removes its directory, on every way out of the test.
+  struct ChildGuard {
+    pid_t pid;
+    std::string dir;
+    ~ChildGuard() {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      if (!dir.empty()) std::filesystem::remove_all(dir);
+    }
   };
+  std::unique_ptr<ChildGuard> guard(new ChildGuard{child, dir});
   ASSERT_FALSE(address.empty()) << "the backup process did not start";
 
   LinkOptions o;
@@ -618,10 +624,9 @@ TEST(ProtocolTcp, AShipperGivesUpABackupWhoseProcessStopped) {
   o.transport = Transport("tcp");
   o.version = 1;
   o.primary = "p1";
-  o.rpc_timeout_ms = 500;
+  o.append_timeout_ms = 500;
   std::unique_ptr<BackupLink> link;
   Status connected = BackupLink::Connect(o, &link);
-  if (!connected.ok()) end_child();
   ASSERT_TRUE(connected.ok()) << connected.ToString();
   StreamShipper shipper(kWal, 1, 0, {link.get()});
   std::string chunk(16, 'w');  // small appends: the queue fills long before the buffer
@@ -638,10 +643,9 @@ TEST(ProtocolTcp, AShipperGivesUpABackupWhoseProcessStopped) {
     }
     return Status::OK();
   });
-  // A liveness bound, not a speed one: the link fails after rpc_timeout_ms (half a second).
+  // A liveness bound, not a speed one: the link fails after append_timeout_ms (half a second).
   bool returned = appending.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
-  ::kill(child, SIGCONT);
-  end_child();  // lets a blocked Append fail, so that the test ends either way
+  guard.reset();  // lets a blocked Append fail, so that the test ends either way
   ASSERT_TRUE(returned) << "Append waited on a stopped backup";
   Status s = appending.get();
   EXPECT_FALSE(s.ok());

@@ -26,6 +26,9 @@ struct LinkOptions {
   std::string primary;    // this primary's name
   uint32_t timeline = 0;  // the WAL timeline it writes (0: not a PostgreSQL primary)
   int rpc_timeout_ms = 5000;
+  // How long Append waits for a completion when the transport's queue is full: a backup that
+  // acknowledges none of its WRITEs in flight for this long fails the link.
+  int append_timeout_ms = 5000;
 };
 
 class ControlPort;
@@ -58,7 +61,7 @@ class BackupLink {
   // Writes image[from, checksum_at) and then, fenced, the checksum entry at
   // image[checksum_at, to) into the buffer at the same offsets. `image` is the primary's copy
   // of the whole buffer. Placement of [0, to) is reported by placed() once it completes.
-  // With the transport's queue full it waits for completions, rpc_timeout_ms at most: a
+  // With the transport's queue full it waits for completions, append_timeout_ms at most: a
   // backup that acknowledges nothing for that long fails the link (Timeout).
   Status Append(uint32_t buffer, const char* image, uint32_t from, uint32_t checksum_at,
                 uint32_t to);
