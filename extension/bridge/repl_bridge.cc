@@ -4,11 +4,13 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <type_traits>
 
 #include "bridge_internal.h"
@@ -98,6 +100,15 @@ struct SsBackupConn {
   std::unique_ptr<repl::StreamShipper> index;  // the index stream (Send-Index backups)
 };
 
+// A connect on a thread of its own (ss_backup_connect_begin): status and conn are the
+// thread's until it sets done, then the shipper's.
+struct SsBackupConnecting {
+  std::thread thread;
+  std::atomic<bool> done{false};
+  repl::Status status;
+  std::unique_ptr<SsBackupConn> conn;
+};
+
 namespace {
 
 // A standby replays only what its backup server has persisted into pg_wal: open buffers are
@@ -105,7 +116,8 @@ namespace {
 constexpr uint32_t kStandbyPersistIntervalMs = 100;
 
 // How long the shipper's connect (and authentication) to a backup may take: a backup on this
-// network answers in milliseconds.
+// network answers in milliseconds. The connect runs on a thread of its own, so a backup that
+// does not answer (a host that is down, a process that is stopped) holds up no other backup.
 constexpr int kShipperConnectTimeoutMs = 1000;
 
 // How long the shipper's append waits for a backup that acknowledges none of the WRITEs in
@@ -303,30 +315,73 @@ bool ss_backup_server_prune(SsBackupServer* server, uint64_t upto, uint64_t* rem
   });
 }
 
-bool ss_backup_connect(const char* address, const char* transport, const char* secret,
-                       uint64_t system_id, uint32_t timeline, uint64_t version, const char* primary,
-                       SsBackupConn** conn, uint64_t* resume, char* error) {
-  BlockSignals blocked;
+bool ss_backup_connect_begin(const char* address, const char* transport, const char* secret,
+                             uint64_t system_id, uint32_t timeline, uint64_t version,
+                             const char* primary, SsBackupConnecting** attempt, char* error) {
+  *attempt = nullptr;
+  BlockSignals blocked;  // the attempt's thread, and the link's threads after it, inherit it
   return Guard(error, [&] {
     repl::LinkOptions o;
     o.address = address;
     o.transport.backend = transport;
     o.transport.secret = secret;
-    // The shipper connects on its own thread: a backup that stalls (its TCP port still accepts,
-    // its server never answers) holds every other backup's rotations for this long per attempt.
     o.transport.connect_timeout_ms = kShipperConnectTimeoutMs;
     o.append_timeout_ms = kShipperAppendTimeoutMs;
     o.system_id = system_id;
     o.timeline = timeline;
     o.version = version;
     o.primary = primary;
-    auto c = std::make_unique<SsBackupConn>();
-    repl::Status s = repl::BackupLink::Connect(o, &c->link);
-    if (!s.ok()) return s;
-    *resume = c->link->resume();
-    *conn = c.release();
+    auto a = std::make_unique<SsBackupConnecting>();
+    SsBackupConnecting* raw = a.get();
+    raw->thread = std::thread([raw, o] {
+      auto c = std::make_unique<SsBackupConn>();
+      repl::Status s;
+      try {
+        s = repl::BackupLink::Connect(o, &c->link);
+      } catch (const std::exception& e) {
+        s = repl::Status::IOError(std::string("internal error: ") + e.what());
+      } catch (...) {
+        s = repl::Status::IOError("internal error");
+      }
+      raw->status = s;
+      if (s.ok()) raw->conn = std::move(c);
+      raw->done.store(true, std::memory_order_release);
+    });
+    *attempt = a.release();
     return repl::Status::OK();
   });
+}
+
+int ss_backup_connect_poll(SsBackupConnecting* attempt, SsBackupConn** conn, uint64_t* resume,
+                           char* error) {
+  *conn = nullptr;
+  *resume = 0;
+  if (!attempt->done.load(std::memory_order_acquire)) return 0;
+  int ended = -1;
+  try {
+    attempt->thread.join();  // it has set done: it is leaving
+    if (attempt->status.ok()) {
+      *resume = attempt->conn->link->resume();
+      *conn = attempt->conn.release();
+      ended = 1;
+    } else {
+      SetError(error, attempt->status.ToString());
+    }
+  } catch (const std::exception& e) {
+    SetError(error, std::string("internal error: ") + e.what());
+  } catch (...) {
+    SetError(error, "internal error");
+  }
+  ss_backup_connect_abandon(attempt);
+  return ended;
+}
+
+void ss_backup_connect_abandon(SsBackupConnecting* attempt) {
+  try {
+    if (attempt->thread.joinable()) attempt->thread.join();
+    delete attempt;  // with a connection it made, if nobody took it
+  } catch (...) {
+  }
 }
 
 bool ss_backup_start(SsBackupConn* conn, uint64_t start_lsn, char* error) {

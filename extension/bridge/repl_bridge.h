@@ -102,15 +102,30 @@ extern bool ss_backup_server_prune(SsBackupServer *server, uint64_t upto,
 
 typedef struct SsBackupConn SsBackupConn;
 
+typedef struct SsBackupConnecting SsBackupConnecting;
+
 /*
- * Connects to a backup and says hello (with the WAL timeline this primary writes, which a
- * backup replaying another refuses); *resume gets where the backup's durable copy of this
- * primary's WAL ends (0: it holds none). Nothing is shipped before ss_backup_start.
+ * Starts connecting to a backup, on a thread of its own, so that a backup that does not answer
+ * holds the caller up for no time at all: the connection says hello (with the WAL timeline this
+ * primary writes, which a backup replaying another refuses). ss_backup_connect_poll takes the
+ * result. False (with an error) when no attempt could be started.
  */
-extern bool ss_backup_connect(const char *address, const char *transport, const char *secret,
-							  uint64_t system_id, uint32_t timeline, uint64_t version,
-							  const char *primary, SsBackupConn **conn, uint64_t *resume,
-							  char *error);
+extern bool ss_backup_connect_begin(const char *address, const char *transport,
+									const char *secret, uint64_t system_id, uint32_t timeline,
+									uint64_t version, const char *primary,
+									SsBackupConnecting **attempt, char *error);
+/*
+ * Whether the attempt ended: 0 not yet; 1 connected (*conn, and *resume where the backup's
+ * durable copy of this primary's WAL ends, 0 if it holds none); -1 failed (error). The attempt
+ * is freed once it ended. Nothing is shipped before ss_backup_start.
+ */
+extern int	ss_backup_connect_poll(SsBackupConnecting *attempt, SsBackupConn **conn,
+								   uint64_t *resume, char *error);
+/*
+ * Gives an attempt up (its backup was dropped or replaced, or the shipper leaves): waits for
+ * its thread, which the connect timeout bounds, and frees it and any connection it made.
+ */
+extern void ss_backup_connect_abandon(SsBackupConnecting *attempt);
 /* Starts the WAL stream at `start_lsn` (once, after ss_backup_connect). */
 extern bool ss_backup_start(SsBackupConn *conn, uint64_t start_lsn, char *error);
 /* Ships WAL bytes [lsn, lsn + len) (lsn must be where the last call ended). */

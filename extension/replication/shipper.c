@@ -51,6 +51,7 @@ PGDLLEXPORT void ss_backup_worker_main(Datum arg);
 typedef struct ShipLink
 {
 	SsBackupConn *conn;
+	SsBackupConnecting *connecting;	/* a connect under way (conn is NULL meanwhile) */
 	uint32		generation;
 	TimestampTz next_attempt;
 	/* This round's progress, between collect_from and finish_collect. */
@@ -166,11 +167,16 @@ advance_ship_slot(XLogRecPtr oldest)
 
 /*
  * Ends the connection of slot i, after committing backends have stopped appending to its
- * buffer (its cursor is cleared under the lock they append under).
+ * buffer (its cursor is cleared under the lock they append under), or gives up its connect.
  */
 static void
 drop_link(int i)
 {
+	if (links[i].connecting != NULL)
+	{
+		ss_backup_connect_abandon(links[i].connecting);
+		links[i].connecting = NULL;
+	}
 	LWLockAcquire(ss_repl->place_lock, LW_EXCLUSIVE);
 	ss_direct_cursor_clear(&ss_repl->backups[i].direct);
 	LWLockRelease(ss_repl->place_lock);
@@ -277,31 +283,58 @@ ask_for_seed(int i)
 }
 
 /*
- * Connects slot i and starts its WAL stream where the backup's durable copy ends (its resume
- * position); a backup that holds none starts where it left off, or at the current WAL segment.
+ * Starts connecting slot i, on a thread of the bridge's: a backup that does not answer (a host
+ * that is down, a process that is stopped) holds up neither the other backups' rounds nor the
+ * commits they place. A later round takes the result (finish_connect).
  */
 static void
-connect_link(int i)
+begin_connect(int i)
 {
 	SsBackupSlot copy;
-	XLogRecPtr	flush = GetFlushRecPtr(NULL);
-	XLogRecPtr	start;
-	uint64		resume = 0;
 	char		error[SS_REPL_ERROR_SIZE];
 
 	LWLockAcquire(ss_repl->lock, LW_SHARED);
 	copy = ss_repl->backups[i];
 	LWLockRelease(ss_repl->lock);
 	links[i].generation = copy.generation;
-	if (!ss_backup_connect(copy.address, copy.transport, copy.secret, GetSystemIdentifier(),
-						   GetWALInsertionTimeLine(), copy.version, ss_repl_primary_name(),
-						   &links[i].conn, &resume, error))
+	if (!ss_backup_connect_begin(copy.address, copy.transport, copy.secret,
+								 GetSystemIdentifier(), GetWALInsertionTimeLine(), copy.version,
+								 ss_repl_primary_name(), &links[i].connecting, error))
+	{
+		links[i].connecting = NULL;
+		link_failed(i, error);
+	}
+}
+
+/*
+ * Once slot i's connect has ended, starts its WAL stream where the backup's durable copy ends
+ * (its resume position); a backup that holds none starts where it left off, or at the current
+ * WAL segment. A failed connect is recorded as the link's failure.
+ */
+static void
+finish_connect(int i)
+{
+	SsBackupSlot copy;
+	XLogRecPtr	flush = GetFlushRecPtr(NULL);
+	XLogRecPtr	start;
+	uint64		resume = 0;
+	char		error[SS_REPL_ERROR_SIZE];
+	int			ended;
+
+	ended = ss_backup_connect_poll(links[i].connecting, &links[i].conn, &resume, error);
+	if (ended == 0)
+		return;
+	links[i].connecting = NULL;
+	if (ended < 0)
 	{
 		links[i].conn = NULL;
 		link_failed(i, error);
 		return;
 	}
 	links_changed++;
+	LWLockAcquire(ss_repl->lock, LW_SHARED);
+	copy = ss_repl->backups[i];
+	LWLockRelease(ss_repl->lock);
 	if (resume != InvalidXLogRecPtr)
 	{
 		/* Anywhere else leaves a gap in its copy, or ships again what it has. */
@@ -643,32 +676,6 @@ describe_placed_buffer(int i)
 	release_cursor(i, ok, error);
 }
 
-/*
- * A connect may block for its timeout (a backup that stalls accepts the TCP connection and
- * never answers): before one, the other tcp links' buffers are described to the committing
- * backends, waiting briefly for the shipper's own appends to them to be acknowledged, so that
- * the backends place their commits on those backups meanwhile.
- */
-static void
-describe_before_connecting(void)
-{
-	for (int i = 0; i < SS_MAX_BACKUPS; i++)
-	{
-		char		error[SS_REPL_ERROR_SIZE];
-		ShipLink   *link = &links[i];
-
-		if (link->conn == NULL || ss_backup_wait_fd(link->conn) < 0)
-			continue;
-		if (link->placed < ss_backup_sent(link->conn) &&
-			!ss_backup_poll(link->conn, 50, &link->placed, &link->durable, error))
-		{
-			link_failed(i, error);
-			continue;
-		}
-		describe_placed_buffer(i);
-	}
-}
-
 /* Reads the answer to a FLUSH collect_from sent, then publishes the backup's progress. */
 static void
 finish_collect(int i)
@@ -746,6 +753,21 @@ wait_for_round(long timeout_ms)
 	ResetLatch(MyLatch);
 }
 
+/*
+ * On any way out of the shipper (an ERROR, the postmaster's death): connects still under way
+ * are waited for, so that no thread of the bridge's runs while the process exits.
+ */
+static void
+abandon_connects(int code, Datum arg)
+{
+	for (int i = 0; i < SS_MAX_BACKUPS; i++)
+		if (links[i].connecting != NULL)
+		{
+			ss_backup_connect_abandon(links[i].connecting);
+			links[i].connecting = NULL;
+		}
+}
+
 /* The shipper's main loop. */
 void
 ss_shipper_main(Datum arg)
@@ -756,6 +778,7 @@ ss_shipper_main(Datum arg)
 	CurrentResourceOwner = ResourceOwnerCreate(NULL, "slipstream shipper");
 	ss_repl->shipper_pgprocno = MyProc->pgprocno;
 	memset(links, 0, sizeof(links));
+	before_shmem_exit(abandon_connects, (Datum) 0);
 	if (!ss_wal_reader_init(&wal_reader, SS_SHIP_CHUNK))
 		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
 	/* A shipper that restarts has no link: no cursor may describe the old ones' buffers. */
@@ -791,15 +814,16 @@ ss_shipper_main(Datum arg)
 			in_use = ss_repl->backups[i].in_use;
 			generation = ss_repl->backups[i].generation;
 			LWLockRelease(ss_repl->lock);
-			if (links[i].conn != NULL && (!in_use || generation != links[i].generation))
+			if ((links[i].conn != NULL || links[i].connecting != NULL) &&
+				(!in_use || generation != links[i].generation))
 				drop_link(i);	/* dropped or replaced */
 			if (!in_use)
 				continue;
-			if (links[i].conn == NULL && now >= links[i].next_attempt)
-			{
-				describe_before_connecting();
-				connect_link(i);
-			}
+			if (links[i].conn == NULL && links[i].connecting == NULL &&
+				now >= links[i].next_attempt)
+				begin_connect(i);
+			if (links[i].connecting != NULL)
+				finish_connect(i);
 			if (links[i].conn != NULL)
 				ship_to(i, flush, tli);
 		}
@@ -868,7 +892,7 @@ ss_shipper_main(Datum arg)
 		}
 	}
 	for (int i = 0; i < SS_MAX_BACKUPS; i++)
-		if (links[i].conn != NULL)
+		if (links[i].conn != NULL || links[i].connecting != NULL)
 			drop_link(i);
 	ss_repl->shipper_pgprocno = -1;
 	/*
