@@ -80,6 +80,29 @@ constexpr size_t kOrderedTailBytes = 16;
 // 512 KiB 1.18-1.47x, 1-2 MiB 1.13-1.56x (docs/benchmarks.md).
 constexpr uint64_t kGatherChunkBytes = 512u << 10;
 
+// Appends `payload_limit` bytes of a gather list to an iovec array, an entry per piece.
+void AppendPayload(const std::vector<Sge>& sges, uint64_t payload_limit, std::vector<iovec>* iov) {
+  for (const Sge& sge : sges) {
+    if (payload_limit == 0) break;
+    size_t piece = static_cast<size_t>(std::min<uint64_t>(sge.length, payload_limit));
+    if (piece > 0) iov->push_back(iovec{const_cast<void*>(sge.addr), piece});
+    payload_limit -= piece;
+  }
+}
+
+// Skips `sent` bytes of iov[*first...]: whole entries move *first on, a partly sent entry is
+// advanced in place.
+void SkipSent(std::vector<iovec>* iov, size_t* first, size_t sent) {
+  while (*first < iov->size() && sent >= (*iov)[*first].iov_len) {
+    sent -= (*iov)[*first].iov_len;
+    (*first)++;
+  }
+  if (sent > 0) {
+    (*iov)[*first].iov_base = static_cast<char*>((*iov)[*first].iov_base) + sent;
+    (*iov)[*first].iov_len -= sent;
+  }
+}
+
 // An anonymous mapping; unmapped when the last holder lets go.
 struct Mapping {
   char* addr = nullptr;
@@ -799,16 +822,7 @@ bool TcpConnection::SendVector(std::vector<iovec>& iov, bool use_ring) {
       if (errno == EINTR || errno == EAGAIN) continue;
       return false;
     }
-    // Skip what went out; a partly sent iovec is advanced in place.
-    size_t left = static_cast<size_t>(sent);
-    while (first < iov.size() && left >= iov[first].iov_len) {
-      left -= iov[first].iov_len;
-      first++;
-    }
-    if (left > 0) {
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
-      iov[first].iov_len -= left;
-    }
+    SkipSent(&iov, &first, static_cast<size_t>(sent));
   }
   return true;
 }
@@ -819,12 +833,7 @@ bool TcpConnection::SendFrame(const TcpFrameHeader& header, const std::vector<Sg
   iov.reserve(sges.size() + 1);
   iov.push_back(iovec{reinterpret_cast<char*>(const_cast<TcpFrameHeader*>(&header)) + header_sent,
                       sizeof(header) - header_sent});
-  for (const Sge& sge : sges) {
-    if (payload_limit == 0) break;
-    size_t piece = static_cast<size_t>(std::min<uint64_t>(sge.length, payload_limit));
-    if (piece > 0) iov.push_back(iovec{const_cast<void*>(sge.addr), piece});
-    payload_limit -= piece;
-  }
+  AppendPayload(sges, payload_limit, &iov);
   return SendVector(iov, use_ring);
 }
 
@@ -841,12 +850,7 @@ bool TcpConnection::SendFrameWithoutBlocking(const TcpFrameHeader& header,
                  gather_chunk_.data());
     if (payload_limit > 0) iov.push_back(iovec{gather_chunk_.data(), payload_limit});
   } else {
-    for (const Sge& sge : request.sges) {
-      if (payload_limit == 0) break;
-      size_t piece = static_cast<size_t>(std::min<uint64_t>(sge.length, payload_limit));
-      if (piece > 0) iov.push_back(iovec{const_cast<void*>(sge.addr), piece});
-      payload_limit -= piece;
-    }
+    AppendPayload(request.sges, payload_limit, &iov);
   }
   size_t first = 0;
   while (first < iov.size()) {
@@ -859,15 +863,7 @@ bool TcpConnection::SendFrameWithoutBlocking(const TcpFrameHeader& header,
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       return false;
     }
-    size_t left = static_cast<size_t>(sent);
-    while (first < iov.size() && left >= iov[first].iov_len) {
-      left -= iov[first].iov_len;
-      first++;
-    }
-    if (left > 0) {
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
-      iov[first].iov_len -= left;
-    }
+    SkipSent(&iov, &first, static_cast<size_t>(sent));
   }
   rest->clear();
   for (; first < iov.size(); first++) {
