@@ -26,10 +26,12 @@ SELECT attname, n_distinct FROM pg_stats WHERE tablename = 'an_big' ORDER BY att
 -- The sample is in row order, as heap's is in page order
 SELECT correlation > 0.99 AS ordered FROM pg_stats WHERE tablename = 'an_big' AND attname = 'id';
 
--- Half deleted: the dead rows are counted too, and the live estimate halves
+-- Half deleted: the dead rows are counted too, and the live estimate halves. 100 ANALYZEs of it
+-- gave 96,619 to 102,133 (standard error about 1,270); one regression run drew one past 5%, so
+-- the range is six standard errors either way.
 DELETE FROM an_big WHERE id % 2 = 0;
 ANALYZE an_big;
-SELECT reltuples BETWEEN 95000 AND 105000 AS live_estimated FROM pg_class WHERE relname = 'an_big';
+SELECT reltuples BETWEEN 92000 AND 108000 AS live_estimated FROM pg_class WHERE relname = 'an_big';
 -- A column's target above the default raises the sample: 300,000 rows, so blocks are read whole
 ALTER TABLE an_big ALTER COLUMN g SET STATISTICS 1000;
 ANALYZE an_big;
