@@ -147,9 +147,10 @@ caught_up "reconnected"
 # their own: the one waiting on b2 gives it up after a second (the links' timeout), marks its
 # placement broken, the shipper drops b2, and b1 places the commits. Resumed, b2 reconnects
 # and catches up. A second round has the shipper place every commit
-# (slipstream.backend_placement = off): it fills b2's socket before its buffer's rotation
-# gives b2 up, and no send may block it there (one did, under place_lock: no commit went
-# through until b2 resumed).
+# (slipstream.backend_placement = off): it fills the queue of WRITEs in flight to b2 long
+# before b2's buffer would rotate, and must give b2 up after a second of no acknowledgement
+# (it used to wait for the queue without a bound, under place_lock: no commit went through
+# until b2 resumed).
 # Not over shm yet: there the shipper's OPEN and CLOSE to the stalled backup wait for their
 # answer under place_lock, so its first rotation stops every commit for the RPC timeout
 # (docs/replication.md, "Where we are").
