@@ -22,7 +22,12 @@ ANALYZE an_big;
 SELECT relpages, reltuples BETWEEN 184000 AND 216000 AS total_estimated,
        reltuples <> 200000 AS not_every_row
   FROM pg_class WHERE relname = 'an_big';
-SELECT attname, n_distinct FROM pg_stats WHERE tablename = 'an_big' ORDER BY attname;
+-- c's 256 values are seen about 12 times each in the 3,000 sampled rows, but not always all of
+-- them: 1 of 200 ANALYZEs missed one (255), and a value seen once makes the estimate a little
+-- over 256 (Haas and Stokes). g and id come out exact in every sample.
+SELECT attname, CASE WHEN attname = 'c' THEN (n_distinct BETWEEN 250 AND 262)::text
+                     ELSE n_distinct::text END AS n_distinct
+  FROM pg_stats WHERE tablename = 'an_big' ORDER BY attname;
 -- The sample is in row order, as heap's is in page order
 SELECT correlation > 0.99 AS ordered FROM pg_stats WHERE tablename = 'an_big' AND attname = 'id';
 
