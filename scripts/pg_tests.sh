@@ -132,6 +132,12 @@ done
 
 echo "== PostgreSQL tests: $(($(date +%s) - suite_start)) s, $jobs at a time"
 if [ ${#failed[@]} -gt 0 ]; then
+  # CI keeps only the end of the output, and the tests that ended after a failure push its log
+  # out of it: the lines that say what failed are repeated here, last.
+  for name in "${failed[@]}"; do
+    echo "== what failed in $name:" >&2
+    grep -E 'FAILED|failed|FAIL:|not ok|^[-+][^-+]|ERROR|PANIC|Assert' "$logs/$name.log" | tail -n 15 >&2
+  done
   echo "FAILED: ${failed[*]} (logs in $logs)" >&2
   [ "$next" -lt ${#names[@]} ] && echo "not run after the failure: ${names[*]:$next}" >&2
   exit 1
