@@ -2,6 +2,7 @@
 #include "arena_layout.h"
 
 #include "memtable_pool.h"
+#include "row_cache.h"
 #include "shared_state.h"
 
 namespace slipstream::engine {
@@ -31,6 +32,8 @@ ArenaLayout ArenaLayout::For(const Options& o) {
   off += size_t(kL0LogBuffers) * o.segment_size;
   l.large_buffers = off;
   off += size_t(kLargeLogBuffers) * o.segment_size;
+  l.row_cache = off;
+  off += RowCache::RegionBytes(o.row_cache_size);
   l.total = off;
   return l;
 }

@@ -17,6 +17,7 @@ struct ArenaLayout {
   size_t memtable_header;  // bytes before a slot's data area
   size_t l0_buffers;       // kL0LogBuffers segment images
   size_t large_buffers;    // kLargeLogBuffers segment images
+  size_t row_cache;        // RowCache::RegionBytes(row_cache_size) bytes (maybe none)
   size_t total;
 
   static ArenaLayout For(const Options& options);

@@ -88,10 +88,12 @@ Status EngineImpl::OpenOrAttach() {
         shared_->node_size != options_.node_size || shared_->l0_size != options_.l0_size ||
         shared_->max_levels != options_.max_levels ||
         shared_->memtables.count != options_.memtables ||
-        shared_->max_segments != options_.max_device_size / options_.segment_size) {
+        shared_->max_segments != options_.max_device_size / options_.segment_size ||
+        shared_->row_cache_size != options_.row_cache_size) {
       return Status::InvalidArgument("options differ from those the arena was opened with");
     }
   }
+  row_cache_.Attach(arena_ + ArenaLayout::For(options_).row_cache, options_.row_cache_size);
   Status s = device_.Open(options_.directory + "/segments", options_.segment_size,
                           options_.max_device_size);
   // Without room for the cache every read checks every node, as with no cache at all.
@@ -121,6 +123,7 @@ void EngineImpl::FormatArena() {
   s->max_levels = options_.max_levels;
   s->l0_size = options_.l0_size;
   s->max_segments = options_.max_device_size / options_.segment_size;
+  s->row_cache_size = options_.row_cache_size;
   s->write_mu.Init();
   s->compaction_mu.Init();
   background_.Format();
@@ -226,6 +229,10 @@ Status EngineImpl::GetNear(ReadFinger* finger, KeyspaceId ks, std::string_view k
   if (key.size() > options_.max_key_size)
     return Status::InvalidArgument("key exceeds max_key_size");
   std::string ikey = MakeInternalKey(ks, key);
+  // The ticket comes before the snapshot below: a write published after the snapshot was
+  // taken invalidates after it published, so it moves the bucket past the ticket.
+  RowCache::Ticket ticket;
+  if (row_cache_.Lookup(ikey, value, &ticket)) return Status::OK();
   // Memtable versions past the published LSN are skipped, as iterators skip them: a writer
   // inserts before it publishes, and a read that saw such a version could be followed by an
   // iterator, snapshotted at the published LSN, that shows the older one.
@@ -250,7 +257,11 @@ Status EngineImpl::GetNear(ReadFinger* finger, KeyspaceId ks, std::string_view k
   Status s = FindEntry(*v, ikey, snapshot, &found, &entry, finger, past_memtables);
   if (!s.ok()) return s;
   if (!found || entry.kind == ValueKind::kTombstone) return Status::NotFound();
-  return logs_.ReadValue(ikey, entry, value);
+  s = logs_.ReadValue(ikey, entry, value);
+  // A read past the memtables may have passed a newer version there: only a full read's
+  // answer is the newest.
+  if (s.ok() && !past_memtables) row_cache_.Install(ikey, *value, ticket);
+  return s;
 }
 
 // One seek in each memtable instead of a hash probe per key: an index range scan asks once
@@ -346,6 +357,10 @@ Stats EngineImpl::GetStats() {
   st.compaction_filters_rebuilt = c.compaction_filters_rebuilt;
   st.gc_runs = c.gc_runs;
   st.large_patches = c.large_patches;
+  RowCacheStats rc = row_cache_.Stats();
+  st.row_cache_hits = rc.hits;
+  st.row_cache_misses = rc.misses;
+  st.row_cache_installs = rc.installs;
   st.gc_bytes_relocated = c.gc_bytes_relocated;
   st.gc_reclaimed_bytes = c.gc_reclaimed_bytes;
   st.stall_count = c.stall_count;

@@ -32,6 +32,7 @@
 #include "memtable_pool.h"
 #include "node_check_cache.h"
 #include "reclaim.h"
+#include "row_cache.h"
 #include "segment_table.h"
 #include "shared_state.h"
 #include "slipstream/engine/engine.h"
@@ -221,6 +222,7 @@ class EngineImpl final : public Engine {
   Reclaimer reclaimer_;
   LogSet logs_;
   LevelSet levels_;
+  RowCache row_cache_;
   std::unique_ptr<Import> import_;  // the compaction being imported (process-local)
 };
 

@@ -395,6 +395,7 @@ Status EngineImpl::InstallImport(const CompactionInstalledEvent& event, uint64_t
   for (uint32_t seg : retired_segments) reclaimer_.Retire(RetiredItem::kSegment, seg);
   shared_->counters.compactions++;
   reclaimer_.Reclaim();
+  row_cache_.InvalidateAll();  // the levels changed under the cached values
   return Status::OK();
 }
 
@@ -449,6 +450,7 @@ Status EngineImpl::ImportLevels(const std::vector<uint32_t>& level_trees) {
   for (uint32_t tree : retired_trees) reclaimer_.Retire(RetiredItem::kTree, tree);
   for (uint32_t seg : retired_segments) reclaimer_.Retire(RetiredItem::kSegment, seg);
   reclaimer_.Reclaim();
+  row_cache_.InvalidateAll();  // the levels changed under the cached values
   return Status::OK();
 }
 

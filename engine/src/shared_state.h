@@ -20,7 +20,7 @@ constexpr uint64_t kArenaMagic = 0x414e455241535353ull;  // "SSSARENA"
 // headers carry a generation and count descents, and keep insert counters off lookups' line;
 // 5: memtable index slots placed by MemTable::HomeOf (16 row ids a line), which a process of
 // version 4 would probe elsewhere and find keys absent.
-constexpr uint32_t kArenaVersion = 5;
+constexpr uint32_t kArenaVersion = 6;
 constexpr int kMaxLevels = 12;
 constexpr int kMaxReaders = 1024;
 constexpr int kL0LogBuffers = 4;
@@ -261,7 +261,7 @@ struct SharedState {
   uint64_t arena_size;
   // Copy of the options that fix the layout; attachers must agree.
   uint32_t segment_size, node_size, max_levels, pad0;
-  uint64_t l0_size, max_segments;
+  uint64_t l0_size, max_segments, row_cache_size;
 
   SharedMutex write_mu;       // log appends, memtable inserts, memtable switches, keyspaces
   SharedMutex compaction_mu;  // compaction, GC, manifest writes, reclamation

@@ -89,6 +89,7 @@ Status EngineImpl::DropKeyspace(KeyspaceId id) {
     slot->state.store(KeyspaceSlot::kDropped);
     AppendKeyspaceRecord(LogRecordType::kKeyspaceDrop, id, 0, &lsn);
   }
+  row_cache_.InvalidateAll();  // the keyspace's id may come back for another tag
   shared_->reclaim_pending.store(1);
   background_.Wake();
   return logs_.Sync(lsn);
@@ -424,7 +425,14 @@ Status EngineImpl::WriteOps(std::vector<WriteOp>& ops, Lsn* lsn, bool may_stall)
   while (true) {
     bool again = false;
     Status s = WriteOpsOnce(ops, lsn, may_stall, &again);
-    if (!again) return s;  // (a batch goes again at most once: its patches became puts)
+    if (again) continue;  // (a batch goes again at most once: its patches became puts)
+    // Whatever of the batch was applied is published by now, a failed batch's part too: a
+    // lookup that began before may hold an older value, and the invalidation keeps it from
+    // installing it (row_cache.h).
+    for (const WriteOp& op : ops) {
+      if (op.type != WriteOp::kRelocate) row_cache_.Invalidate(op.ikey);
+    }
+    return s;
   }
 }
 
@@ -539,8 +547,11 @@ Lsn EngineImpl::TEST_InsertUnpublished(KeyspaceId ks, std::string_view key,
 
 // The second half: what WriteOps does after each insert.
 void EngineImpl::TEST_Publish(Lsn lsn) {
-  std::lock_guard<SharedMutex> lock(shared_->write_mu);
-  logs_.set_last_lsn(lsn);
+  {
+    std::lock_guard<SharedMutex> lock(shared_->write_mu);
+    logs_.set_last_lsn(lsn);
+  }
+  row_cache_.InvalidateAll();  // the key is not known here
 }
 
 }  // namespace slipstream::engine

@@ -160,7 +160,13 @@ int DamageValueInLeaves(const std::string& path, uint32_t node_size, const std::
 // damage out under a fresh checksum), and any other process or attachment, whose cache starts
 // empty. verify_checksums = false still means never checking at all.
 TEST(NodeCheckCacheEngine, ChecksumCheckedOncePerProcess) {
-  TestEngine t;
+  // Without the row cache: it would answer the reads below from its copies of the values, and
+  // this test is about what reads of the device check.
+  TestEngine t([](const std::string& dir) {
+    Options o = SmallOptions(dir);
+    o.row_cache_size = 0;
+    return o;
+  });
   KeyspaceId ks;
   ASSERT_TRUE(t->CreateKeyspace(1, &ks).ok());
   constexpr int kKeys = 2000;

@@ -255,6 +255,9 @@ slipstream_engine_stats(PG_FUNCTION_ARGS)
 	put_stat(st, d, "compaction_filters_rebuilt", s.compaction_filters_rebuilt);
 	put_stat(st, d, "gc_runs", s.gc_runs);
 	put_stat(st, d, "large_patches", s.large_patches);
+	put_stat(st, d, "row_cache_hits", s.row_cache_hits);
+	put_stat(st, d, "row_cache_misses", s.row_cache_misses);
+	put_stat(st, d, "row_cache_installs", s.row_cache_installs);
 	put_stat(st, d, "gc_bytes_relocated", s.gc_bytes_relocated);
 	put_stat(st, d, "gc_reclaimed_bytes", s.gc_reclaimed_bytes);
 	put_stat(st, d, "stalls", s.stall_count);

@@ -386,6 +386,9 @@ SsCode ss_stats(SsStats* out) {
     out->compaction_filters_rebuilt = s.compaction_filters_rebuilt;
     out->gc_runs = s.gc_runs;
     out->large_patches = s.large_patches;
+    out->row_cache_hits = s.row_cache_hits;
+    out->row_cache_misses = s.row_cache_misses;
+    out->row_cache_installs = s.row_cache_installs;
     out->gc_bytes_relocated = s.gc_bytes_relocated;
     out->gc_reclaimed_bytes = s.gc_reclaimed_bytes;
     out->stall_count = s.stall_count;

@@ -103,6 +103,9 @@ typedef struct SsStats {
 	uint64_t	compaction_filters_rebuilt;
 	uint64_t	gc_runs;
 	uint64_t	large_patches;
+	uint64_t	row_cache_hits;
+	uint64_t	row_cache_misses;
+	uint64_t	row_cache_installs;
 	uint64_t	gc_bytes_relocated;
 	uint64_t	gc_reclaimed_bytes;
 	uint64_t	stall_count;

@@ -38,6 +38,10 @@ struct Stats {
   uint64_t compaction_filters_rebuilt = 0;
   // header changes of large values written as patches naming the stored record
   uint64_t large_patches = 0;
+  // point reads the row cache answered, those it did not, and values it took in
+  uint64_t row_cache_hits = 0;
+  uint64_t row_cache_misses = 0;
+  uint64_t row_cache_installs = 0;
   uint64_t gc_runs = 0;
   uint64_t gc_bytes_relocated = 0;
   uint64_t gc_reclaimed_bytes = 0;
