@@ -8,7 +8,7 @@
 #
 #   bench/module_ab.sh --a=OLD.so --b=NEW.so [--workload=update|read|scan|rmw] [--mix=SD|L]
 #       [--records=100000] [--seconds=10] [--rounds=3] [--clients=1] [--separate]
-#       [--scratch=DIR] [--port=55490]
+#       [--scratch=DIR] [--port=55490] [--a-set='name = value']... [--b-set=...]... [--churn=S]
 #
 # Workloads over a YCSB-like table of `records` rows (values of 20, 300 and 1500 bytes in
 # YCSB's SD mix, or all of 1500 bytes in the L mix; zipfian keys, as bench/ycsb_pg.sh), with
@@ -17,12 +17,18 @@
 # order), `rmw` (YCSB F's write: SELECT ... FOR UPDATE, then the UPDATE, in one transaction).
 # --separate gives each build a cluster of its own, loaded by it, for builds whose engine
 # formats differ (a build cannot open what a newer one wrote); otherwise both share one.
+# --a-set and --b-set give a side server settings of its own (written to postgresql.auto.conf
+# before each start), so that one build can be measured against itself with a setting changed
+# (--a=X.so --b=X.so --a-set='slipstream.row_cache_size = 0'). --churn=S runs S seconds of
+# `update` on the loaded table first, so that reads find version chains, as YCSB's E finds them
+# after A-D.
 # Build the two modules first (e.g. `make install` on each commit, copying
 # /usr/lib/postgresql/15/lib/slipstream.so aside). B stays installed afterwards. Run as root
 # (it installs the modules); the cluster runs as the postgres user.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-a="" b="" workload=update records=100000 seconds=10 rounds=3 clients=1 mix=SD separate=0
+a="" b="" workload=update records=100000 seconds=10 rounds=3 clients=1 mix=SD separate=0 churn=0
+a_settings=() b_settings=()
 scratch=${SLIPSTREAM_SCRATCH:-/tmp/slipstream-module-ab}
 port=55490
 for arg in "$@"; do
@@ -32,6 +38,9 @@ for arg in "$@"; do
     --workload=*) workload=${arg#*=} ;;
     --mix=*) mix=${arg#*=} ;;
     --separate) separate=1 ;;
+    --a-set=*) a_settings+=("${arg#*=}") ;;
+    --b-set=*) b_settings+=("${arg#*=}") ;;
+    --churn=*) churn=${arg#*=} ;;
     --records=*) records=${arg#*=} ;;
     --seconds=*) seconds=${arg#*=} ;;
     --rounds=*) rounds=${arg#*=} ;;
@@ -61,6 +70,11 @@ use_module() {
   for c in "${cluster_of[@]}"; do "$pg" stop "$c" >/dev/null 2>&1 || true; done
   install -m 755 "$module" "$libdir/slipstream.so"
   cluster=${cluster_of[$1]}
+  if [ "$1" = A ]; then
+    printf '%s\n' ${a_settings[@]+"${a_settings[@]}"} >"$cluster/data/postgresql.auto.conf"
+  else
+    printf '%s\n' ${b_settings[@]+"${b_settings[@]}"} >"$cluster/data/postgresql.auto.conf"
+  fi
   "$pg" start "$cluster"
 }
 trap 'for c in "${cluster_of[@]}"; do "$pg" stop "$c" >/dev/null 2>&1 || true; done
@@ -76,6 +90,14 @@ for side in $sides; do
   load_usertable "$cluster"
 done
 write_workload_script "$workload" "$scratch/script.sql"
+if [ "$churn" != 0 ]; then
+  write_workload_script update "$scratch/churn.sql"
+  for side in $sides; do
+    use_module "$side"
+    "$pgbench" -h "$cluster/sock" -p "$port" -U postgres -n -c 2 -j 2 -T "$churn" -M prepared \
+      -f "$scratch/churn.sql" postgres >/dev/null 2>&1
+  done
+fi
 
 # CPU ticks of the postmaster, its children and their reaped children.
 cluster_ticks() {
@@ -98,7 +120,7 @@ done
 
 declare -A tx_sum=([A]=0 [B]=0) ticks_sum=([A]=0 [B]=0)
 hz=$(getconf CLK_TCK)
-echo "== $workload, $mix mix, $records records, $clients client(s), ${seconds}s x $rounds rounds; A=$a B=$b (clusters: $([ "$separate" = 1 ] && echo one each || echo one shared))"
+echo "== $workload, $mix mix, $records records, $clients client(s), ${seconds}s x $rounds rounds; A=$a ${a_settings[*]+(${a_settings[*]}) }B=$b ${b_settings[*]+(${b_settings[*]}) }(clusters: $([ "$separate" = 1 ] && echo one each || echo one shared))"
 for round in $(seq 1 "$rounds"); do
   # A goes first in odd rounds and B in even ones: whichever runs first in a round was
   # measured 7-12% faster (it finds the table as the previous round's compactions left it).

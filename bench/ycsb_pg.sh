@@ -27,7 +27,8 @@
 #
 #   bench/ycsb_pg.sh [--mixes=SD,...|all] [--workloads=load,a,...] [--records=N]
 #                    [--seconds=S] [--clients=C] [--rounds=N] [--load-chunks=K]
-#                    [--scratch=DIR] [--port=P]
+#                    [--scratch=DIR] [--port=P] [--set='name = value']...
+# --set adds a server setting (repeatable), e.g. --set='slipstream.row_cache_size = 0'.
 # Needs the extension installed (make install); `make bench-pg` does both.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,8 +41,10 @@ rounds=1
 load_chunks=10
 scratch=${SLIPSTREAM_SCRATCH:-/tmp/slipstream-ycsb}
 port=55470
+extra_settings=()
 for arg in "$@"; do
   case "$arg" in
+    --set=*) extra_settings+=("${arg#*=}") ;;
     --mixes=*) mixes=${arg#*=} ;;
     --workloads=*) workloads=${arg#*=} ;;
     --records=*) records=${arg#*=} ;;
@@ -199,7 +202,7 @@ run_load() {
 
 echo "== private PostgreSQL 15 cluster in $cluster (port $port); $records records, $clients clients, ${seconds}s per workload"
 "$pg" init "$cluster" "$port" "slipstream.l0_size = 32MB" "shared_buffers = 1GB" "max_wal_size = 4GB" \
-  "checkpoint_timeout = 30min"
+  "checkpoint_timeout = 30min" ${extra_settings[@]+"${extra_settings[@]}"}
 "$pg" start "$cluster"
 trap '"$pg" stop "$cluster" >/dev/null 2>&1 || true' EXIT
 psql_c -c "CREATE EXTENSION slipstream"

@@ -13,6 +13,22 @@ SELECT slipstream.compact('st');
 SELECT sum(entries) >= 20000 AS compacted FROM slipstream.levels;
 SELECT value >= 1 AS compactions FROM slipstream.engine WHERE name = 'compactions';
 SELECT check_name, ok FROM slipstream.verify('st');
+-- The row cache: index fetches of rows read before are answered from it, and see every update
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+SELECT sum(length(v)) FROM st WHERE id BETWEEN 1001 AND 1500;
+SELECT value AS hits_before FROM slipstream.engine WHERE name = 'row_cache_hits' \gset
+SELECT sum(length(v)) FROM st WHERE id BETWEEN 1001 AND 1500;
+SELECT value - :hits_before >= 500 AS cached FROM slipstream.engine WHERE name = 'row_cache_hits';
+UPDATE st SET v = 'changed' WHERE id = 1007;
+SELECT v FROM st WHERE id = 1007;
+BEGIN;
+DELETE FROM st WHERE id = 1008;
+SELECT count(*) FROM st WHERE id BETWEEN 1007 AND 1008;
+ROLLBACK;
+SELECT id, length(v) FROM st WHERE id BETWEEN 1007 AND 1008 ORDER BY id;
+RESET enable_seqscan;
+RESET enable_bitmapscan;
 
 -- ANALYZE and VACUUM give the planner honest numbers; VACUUM removes dead rows
 DELETE FROM st WHERE id % 4 = 0;

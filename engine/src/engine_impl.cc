@@ -217,6 +217,14 @@ Status EngineImpl::FindEntry(const Version& v, std::string_view ikey, uint64_t m
   return Status::OK();
 }
 
+// Whether a memtable of `v` holds a version of ikey, published or not.
+bool EngineImpl::InMemtables(const Version& v, std::string_view ikey) const {
+  for (int m : {v.active_memtable, v.immutable_memtable}) {
+    if (m >= 0 && memtables_.Get(m).Find(ikey, UINT64_MAX) != nullptr) return true;
+  }
+  return false;
+}
+
 Status EngineImpl::Get(KeyspaceId ks, std::string_view key, std::string* value) {
   return GetNear(nullptr, ks, key, value);
 }
@@ -258,9 +266,12 @@ Status EngineImpl::GetNear(ReadFinger* finger, KeyspaceId ks, std::string_view k
   if (!s.ok()) return s;
   if (!found || entry.kind == ValueKind::kTombstone) return Status::NotFound();
   s = logs_.ReadValue(ikey, entry, value);
-  // A read past the memtables may have passed a newer version there: only a full read's
-  // answer is the newest.
-  if (s.ok() && !past_memtables) row_cache_.Install(ikey, *value, ticket);
+  if (s.ok() && row_cache_.enabled() && (!past_memtables || !InMemtables(*v, ikey))) {
+    // A read past the memtables may have passed a newer version there; its answer is the
+    // newest only if they hold none. They hold every write published before the ticket that
+    // the levels of `v` lack, and writes published after it refuse the install.
+    row_cache_.Install(ikey, *value, ticket);
+  }
   return s;
 }
 

@@ -159,6 +159,7 @@ class EngineImpl final : public Engine {
   // `max_lsn` in memtables. Views point into shared memory or the device mapping. With a
   // finger (filled by earlier reads of the same version), a level whose remembered leaf spans
   // the key is searched in that leaf alone. past_memtables looks in the levels only.
+  bool InMemtables(const Version& v, std::string_view ikey) const;
   Status FindEntry(const Version& v, std::string_view ikey, uint64_t max_lsn, bool* found,
                    LeafEntry* entry, ReadFinger* finger = nullptr, bool past_memtables = false);
 

@@ -212,8 +212,9 @@ TEST_F(RowCacheEngine, ReadsSeeEveryWrite) {
 }
 
 // A read past the memtables answers from the levels, which may hold an older version than a
-// memtable does: that answer is not the key's newest and must not be cached as it.
-TEST_F(RowCacheEngine, ReadsPastTheMemtablesInstallNothing) {
+// memtable does: that answer is not the key's newest and must not be cached as it. A key no
+// memtable holds is cached from such a read.
+TEST_F(RowCacheEngine, ReadsPastTheMemtablesInstallOnlyTheNewest) {
   Open(1 << 20);
   KeyspaceId ks;
   ASSERT_TRUE(engine_->CreateKeyspace(1, &ks).ok());
@@ -229,6 +230,16 @@ TEST_F(RowCacheEngine, ReadsPastTheMemtablesInstallNothing) {
   // Once cached, the newest answers a read past the memtables too.
   ASSERT_TRUE(reader->GetPastMemtables(ks, "r", &value).ok());
   EXPECT_EQ(value, "in the memtable");
+
+  ASSERT_TRUE(engine_->Put(ks, "q", "quiet").ok());
+  ASSERT_TRUE(engine_->CompactAll().ok());
+  uint64_t installs = engine_->GetStats().row_cache_installs;
+  ASSERT_TRUE(reader->GetPastMemtables(ks, "q", &value).ok());
+  EXPECT_EQ(value, "quiet");
+  EXPECT_EQ(engine_->GetStats().row_cache_installs, installs + 1);
+  uint64_t hits = engine_->GetStats().row_cache_hits;
+  EXPECT_EQ(Get(ks, "q"), "quiet");
+  EXPECT_EQ(engine_->GetStats().row_cache_hits, hits + 1);
 }
 
 // With the cache off, reads are as before.
