@@ -2,7 +2,7 @@
 // a point read of a key read before costs one bucket probe and a copy instead of memtable
 // probes, a B+-tree descent per level and a log read (docs/engine.md, "The row cache").
 //
-// Layout: a header, an array of buckets (a cache line each: a version and 7 slots) and a ring
+// Layout: a header, an array of buckets (two cache lines each: a version and 15 slots) and a ring
 // of entries. An entry (its absolute ring position, the epoch it was read in, the internal key
 // and the value) is written once where the ring's head was, and the ring overwrites its oldest
 // entries as the head goes round. A slot names an entry by a 16-bit tag of the key's hash and

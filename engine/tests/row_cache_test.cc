@@ -132,7 +132,7 @@ TEST(RowCache, TheRingGoesRoundWithoutMixingValues) {
   EXPECT_TRUE(cache.Lookup(Key(kKeys - 1), &value, &ticket));
 }
 
-// Keys that share a bucket (the smallest cache has 16 buckets of 7 slots) never answer for each
+// Keys that share a bucket (the smallest cache has 16 buckets of 15 slots) never answer for each
 // other, and evict each other's slots as they come and go.
 TEST(RowCache, KeysSharingABucketStayApart) {
   Region region(64 << 10);
