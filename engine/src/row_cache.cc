@@ -94,6 +94,7 @@ void Pause(int spins) {
 struct RowCache::Header {
   alignas(64) std::atomic<uint64_t> head;  // bytes ever reserved in the ring
   alignas(64) std::atomic<uint64_t> epoch;
+  alignas(64) std::atomic<uint64_t> marks;  // bits set in `seen` since it was last cleared
   struct alignas(64) Stripe {
     std::atomic<uint64_t> counters[kCounters];
   };
@@ -105,8 +106,6 @@ struct alignas(128) RowCache::Bucket {
   std::atomic<uint64_t> slots[kSlots];
 };
 
-static_assert(sizeof(RowCache::Ticket) == 24);
-
 size_t RowCache::RegionBytes(uint64_t bytes) {
   if (bytes < kMinBytes) return 0;
   return AlignUp(bytes, kPage);
@@ -117,14 +116,19 @@ void RowCache::Attach(char* base, uint64_t bytes) {
   if (base == nullptr || region == 0) return;
   size_t header = AlignUp(sizeof(Header), kPage);
   // A sixteenth of the rest for buckets (15 slots of 8.5 bytes each for about 136 ring bytes,
-  // the entry of a row of some 100 bytes), as a power of two; the rest is ring.
+  // the entry of a row of some 100 bytes), as a power of two; 16 bits of `seen` a bucket, about
+  // one a slot, two bytes a bucket of 128; the rest is ring.
   uint64_t buckets = 1;
   while (buckets * 2 * sizeof(Bucket) <= (region - header) / 16) buckets *= 2;
+  uint64_t seen_words = buckets * 16 / 64 > 0 ? buckets * 16 / 64 : 1;
   header_ = reinterpret_cast<Header*>(base);
-  buckets_ = reinterpret_cast<Bucket*>(base + header);
+  seen_ = reinterpret_cast<std::atomic<uint64_t>*>(base + header);
+  seen_bits_ = seen_words * 64;
+  size_t before_buckets = header + AlignUp(seen_words * 8, 128);
+  buckets_ = reinterpret_cast<Bucket*>(base + before_buckets);
   bucket_mask_ = buckets - 1;
-  ring_ = base + header + buckets * sizeof(Bucket);
-  ring_size_ = (region - header - buckets * sizeof(Bucket)) / 8 * 8;
+  ring_ = base + before_buckets + buckets * sizeof(Bucket);
+  ring_size_ = (region - before_buckets - buckets * sizeof(Bucket)) / 8 * 8;
 }
 
 void RowCache::Count(int counter, uint64_t stripe) {
@@ -152,6 +156,28 @@ bool RowCache::Lookup(std::string_view ikey, std::string* value, Ticket* ticket)
     }
   }
   Count(kMisses, ticket->bucket);
+  ticket->admit = Admit(place.bucket_hash, tag);
+  return false;
+}
+
+// Whether a key that missed may be installed. Until the ring has come round once an install
+// evicts nothing, so every one may; after that only a key that missed before since `seen` was
+// last cleared may. A range scan of cold rows (YCSB E on a table larger than the cache) reads
+// most of its rows once: installing each would push out the rows read again and again. The
+// bits are cleared when half of them are set, so a key must miss twice within about as many
+// misses of other keys as the cache has slots (a doorkeeper, after TinyLFU's).
+bool RowCache::Admit(uint64_t bucket_hash, uint16_t tag) {
+  if (header_->head.load(std::memory_order_relaxed) < ring_size_) return true;
+  uint64_t bit = Mix(bucket_hash ^ (uint64_t(tag) << 32)) % seen_bits_;
+  std::atomic<uint64_t>& word = seen_[bit / 64];
+  uint64_t mask = uint64_t(1) << (bit % 64);
+  if ((word.load(std::memory_order_relaxed) & mask) != 0) return true;
+  if ((word.fetch_or(mask, std::memory_order_relaxed) & mask) != 0) return true;
+  if (header_->marks.fetch_add(1, std::memory_order_relaxed) + 1 == seen_bits_ / 2) {
+    // Two clearers at once, or a mark lost to a clear, only make the filter a little looser.
+    for (uint64_t i = 0; i < seen_bits_ / 64; i++) seen_[i].store(0, std::memory_order_relaxed);
+    header_->marks.store(0, std::memory_order_relaxed);
+  }
   return false;
 }
 
@@ -191,7 +217,8 @@ uint64_t RowCache::Reserve(uint64_t size) {
 }
 
 void RowCache::Install(std::string_view ikey, std::string_view value, const Ticket& ticket) {
-  if (!enabled() || (ticket.version & 1) != 0 || value.size() > kMaxValueSize) return;
+  if (!enabled() || !ticket.admit || (ticket.version & 1) != 0 || value.size() > kMaxValueSize)
+    return;
   uint64_t size = EntrySize(ikey.size(), value.size());
   if (size > ring_size_ / 8) return;
   if (header_->epoch.load(std::memory_order_acquire) != ticket.epoch) return;
