@@ -18,6 +18,8 @@ constexpr uint64_t kPositionBits = 48;
 constexpr uint64_t kPositionMask = (uint64_t(1) << kPositionBits) - 1;
 // The smallest cache worth having: below it RegionBytes gives 0 and the cache is off.
 constexpr uint64_t kMinBytes = 64 << 10;
+// Entries up to this size are installed at a key's first miss; larger ones pass Admit first.
+constexpr uint64_t kFreeEntry = 1024;
 
 enum Counter { kHits, kMisses, kInstalls, kCounters };
 
@@ -156,19 +158,20 @@ bool RowCache::Lookup(std::string_view ikey, std::string* value, Ticket* ticket)
     }
   }
   Count(kMisses, ticket->bucket);
-  ticket->admit = Admit(place.bucket_hash, tag);
   return false;
 }
 
-// Whether a key that missed may be installed. Until the ring has come round once an install
-// evicts nothing, so every one may; after that only a key that missed before since `seen` was
-// last cleared may. A range scan of cold rows (YCSB E on a table larger than the cache) reads
-// most of its rows once: installing each would push out the rows read again and again. The
-// bits are cleared when half of them are set, so a key must miss twice within about as many
-// misses of other keys as the cache has slots (a doorkeeper, after TinyLFU's).
-bool RowCache::Admit(uint64_t bucket_hash, uint16_t tag) {
+// Whether an entry of more than kFreeEntry bytes may be installed for ikey. Until the ring has
+// come round once an install evicts nothing, so every one may; after that only one whose key
+// missed before since `seen` was last cleared may. A range scan of rows larger than a kilobyte
+// on a table far larger than the cache (YCSB E with 1.5-kB rows) reads most rows once, and
+// installing each would push out many rows read again and again. Smaller entries go in at
+// once: on the SD mix that keeps E's ranges, read again within the ring's memory, hitting. The
+// bits are cleared when half of them are set (a doorkeeper, after TinyLFU's).
+bool RowCache::Admit(std::string_view ikey) {
   if (header_->head.load(std::memory_order_relaxed) < ring_size_) return true;
-  uint64_t bit = Mix(bucket_hash ^ (uint64_t(tag) << 32)) % seen_bits_;
+  Place place = PlaceOf(ikey);
+  uint64_t bit = Mix(place.bucket_hash ^ (uint64_t(place.tag) << 32)) % seen_bits_;
   std::atomic<uint64_t>& word = seen_[bit / 64];
   uint64_t mask = uint64_t(1) << (bit % 64);
   if ((word.load(std::memory_order_relaxed) & mask) != 0) return true;
@@ -217,14 +220,14 @@ uint64_t RowCache::Reserve(uint64_t size) {
 }
 
 void RowCache::Install(std::string_view ikey, std::string_view value, const Ticket& ticket) {
-  if (!enabled() || !ticket.admit || (ticket.version & 1) != 0 || value.size() > kMaxValueSize)
-    return;
+  if (!enabled() || (ticket.version & 1) != 0 || value.size() > kMaxValueSize) return;
   uint64_t size = EntrySize(ikey.size(), value.size());
   if (size > ring_size_ / 8) return;
   if (header_->epoch.load(std::memory_order_acquire) != ticket.epoch) return;
   Bucket& bucket = buckets_[ticket.bucket];
   // Cheap refusal first: an invalidation since the lookup makes the install pointless.
   if (bucket.version.load(std::memory_order_relaxed) != ticket.version) return;
+  if (size > kFreeEntry && !Admit(ikey)) return;
   uint64_t position = Reserve(size);
   char* at = ring_ + position % ring_size_;
   EntryHeader entry{position, ticket.epoch, uint32_t(ikey.size()), uint32_t(value.size())};

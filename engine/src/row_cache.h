@@ -41,7 +41,6 @@ class RowCache {
     uint64_t bucket = 0;
     uint64_t version = 1;  // odd: no install
     uint64_t epoch = 0;
-    bool admit = false;  // the key missed before, or the cache has room (RowCache::Admit)
   };
 
   // Values larger than this are never cached (they would flush the ring).
@@ -61,7 +60,7 @@ class RowCache {
   bool Lookup(std::string_view ikey, std::string* value, Ticket* ticket);
 
   // Caches `value` as ikey's newest, unless an invalidation reached its bucket since `ticket`
-  // or the lookup did not admit the key (once the ring is full, only a key's second miss does).
+  // or, for a value over a kilobyte once the ring is full, this is the key's first miss.
   void Install(std::string_view ikey, std::string_view value, const Ticket& ticket);
 
   // Forgets ikey's entry; called after a write of ikey is published.
@@ -77,7 +76,7 @@ class RowCache {
   struct Bucket;
 
   bool ReadEntry(uint64_t slot, std::string_view ikey, uint64_t epoch, std::string* value) const;
-  bool Admit(uint64_t bucket_hash, uint16_t tag);
+  bool Admit(std::string_view ikey);
   uint64_t Reserve(uint64_t size);
   void LockBucket(Bucket* bucket, uint64_t* version);
   void Count(int counter, uint64_t stripe);
