@@ -18,8 +18,6 @@ constexpr uint64_t kPositionBits = 48;
 constexpr uint64_t kPositionMask = (uint64_t(1) << kPositionBits) - 1;
 // The smallest cache worth having: below it RegionBytes gives 0 and the cache is off.
 constexpr uint64_t kMinBytes = 64 << 10;
-// Entries up to this size are installed at a key's first miss; larger ones pass Admit first.
-constexpr uint64_t kFreeEntry = 1024;
 
 enum Counter { kHits, kMisses, kInstalls, kCounters };
 
@@ -96,7 +94,6 @@ void Pause(int spins) {
 struct RowCache::Header {
   alignas(64) std::atomic<uint64_t> head;  // bytes ever reserved in the ring
   alignas(64) std::atomic<uint64_t> epoch;
-  alignas(64) std::atomic<uint64_t> marks;  // bits set in `seen` since it was last cleared
   struct alignas(64) Stripe {
     std::atomic<uint64_t> counters[kCounters];
   };
@@ -108,6 +105,8 @@ struct alignas(128) RowCache::Bucket {
   std::atomic<uint64_t> slots[kSlots];
 };
 
+static_assert(sizeof(RowCache::Ticket) == 24);
+
 size_t RowCache::RegionBytes(uint64_t bytes) {
   if (bytes < kMinBytes) return 0;
   return AlignUp(bytes, kPage);
@@ -118,19 +117,14 @@ void RowCache::Attach(char* base, uint64_t bytes) {
   if (base == nullptr || region == 0) return;
   size_t header = AlignUp(sizeof(Header), kPage);
   // A sixteenth of the rest for buckets (15 slots of 8.5 bytes each for about 136 ring bytes,
-  // the entry of a row of some 100 bytes), as a power of two; 16 bits of `seen` a bucket, about
-  // one a slot, two bytes a bucket of 128; the rest is ring.
+  // the entry of a row of some 100 bytes), as a power of two; the rest is ring.
   uint64_t buckets = 1;
   while (buckets * 2 * sizeof(Bucket) <= (region - header) / 16) buckets *= 2;
-  uint64_t seen_words = buckets * 16 / 64 > 0 ? buckets * 16 / 64 : 1;
   header_ = reinterpret_cast<Header*>(base);
-  seen_ = reinterpret_cast<std::atomic<uint64_t>*>(base + header);
-  seen_bits_ = seen_words * 64;
-  size_t before_buckets = header + AlignUp(seen_words * 8, 128);
-  buckets_ = reinterpret_cast<Bucket*>(base + before_buckets);
+  buckets_ = reinterpret_cast<Bucket*>(base + header);
   bucket_mask_ = buckets - 1;
-  ring_ = base + before_buckets + buckets * sizeof(Bucket);
-  ring_size_ = (region - before_buckets - buckets * sizeof(Bucket)) / 8 * 8;
+  ring_ = base + header + buckets * sizeof(Bucket);
+  ring_size_ = (region - header - buckets * sizeof(Bucket)) / 8 * 8;
 }
 
 void RowCache::Count(int counter, uint64_t stripe) {
@@ -158,29 +152,6 @@ bool RowCache::Lookup(std::string_view ikey, std::string* value, Ticket* ticket)
     }
   }
   Count(kMisses, ticket->bucket);
-  return false;
-}
-
-// Whether an entry of more than kFreeEntry bytes may be installed for ikey. Until the ring has
-// come round once an install evicts nothing, so every one may; after that only one whose key
-// missed before since `seen` was last cleared may. A range scan of rows larger than a kilobyte
-// on a table far larger than the cache (YCSB E with 1.5-kB rows) reads most rows once, and
-// installing each would push out many rows read again and again. Smaller entries go in at
-// once: on the SD mix that keeps E's ranges, read again within the ring's memory, hitting. The
-// bits are cleared when half of them are set (a doorkeeper, after TinyLFU's).
-bool RowCache::Admit(std::string_view ikey) {
-  if (header_->head.load(std::memory_order_relaxed) < ring_size_) return true;
-  Place place = PlaceOf(ikey);
-  uint64_t bit = Mix(place.bucket_hash ^ (uint64_t(place.tag) << 32)) % seen_bits_;
-  std::atomic<uint64_t>& word = seen_[bit / 64];
-  uint64_t mask = uint64_t(1) << (bit % 64);
-  if ((word.load(std::memory_order_relaxed) & mask) != 0) return true;
-  if ((word.fetch_or(mask, std::memory_order_relaxed) & mask) != 0) return true;
-  if (header_->marks.fetch_add(1, std::memory_order_relaxed) + 1 == seen_bits_ / 2) {
-    // Two clearers at once, or a mark lost to a clear, only make the filter a little looser.
-    for (uint64_t i = 0; i < seen_bits_ / 64; i++) seen_[i].store(0, std::memory_order_relaxed);
-    header_->marks.store(0, std::memory_order_relaxed);
-  }
   return false;
 }
 
@@ -227,7 +198,6 @@ void RowCache::Install(std::string_view ikey, std::string_view value, const Tick
   Bucket& bucket = buckets_[ticket.bucket];
   // Cheap refusal first: an invalidation since the lookup makes the install pointless.
   if (bucket.version.load(std::memory_order_relaxed) != ticket.version) return;
-  if (size > kFreeEntry && !Admit(ikey)) return;
   uint64_t position = Reserve(size);
   char* at = ring_ + position % ring_size_;
   EntryHeader entry{position, ticket.epoch, uint32_t(ikey.size()), uint32_t(value.size())};

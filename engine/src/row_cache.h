@@ -2,12 +2,12 @@
 // a point read of a key read before costs one bucket probe and a copy instead of memtable
 // probes, a B+-tree descent per level and a log read (docs/engine.md, "The row cache").
 //
-// Layout: a header, the doorkeeper's bits (Admit), an array of buckets (two cache lines each: a
-// version and 15 slots) and a ring of entries. An entry (its absolute ring position, the epoch it
-// was read in, the internal key and the value) is written once where the ring's head was, and the
-// ring overwrites its oldest entries as the head goes round. A slot names an entry by a 16-bit tag
-// of the key's hash and the entry's position. Nothing ever moves: a reader copies an entry, then
-// checks that the head has not come round over it meanwhile and that the bucket did not change.
+// Layout: a header, an array of buckets (two cache lines each: a version and 15 slots) and a ring
+// of entries. An entry (its absolute ring position, the epoch it was read in, the internal key
+// and the value) is written once where the ring's head was, and the ring overwrites its oldest
+// entries as the head goes round. A slot names an entry by a 16-bit tag of the key's hash and
+// the entry's position. Nothing ever moves: a reader copies an entry, then checks that the head
+// has not come round over it meanwhile and that the bucket did not change.
 //
 // Coherence: the bucket's version is a seqlock. Installing a slot and invalidating a key both
 // lock the bucket (odd version) and leave it one version later. A read takes a ticket (the
@@ -59,8 +59,7 @@ class RowCache {
   // then allows Install after a read of the engine.
   bool Lookup(std::string_view ikey, std::string* value, Ticket* ticket);
 
-  // Caches `value` as ikey's newest, unless an invalidation reached its bucket since `ticket`
-  // or, for a value over a kilobyte once the ring is full, this is the key's first miss.
+  // Caches `value` as ikey's newest, unless an invalidation reached its bucket since `ticket`.
   void Install(std::string_view ikey, std::string_view value, const Ticket& ticket);
 
   // Forgets ikey's entry; called after a write of ikey is published.
@@ -76,14 +75,11 @@ class RowCache {
   struct Bucket;
 
   bool ReadEntry(uint64_t slot, std::string_view ikey, uint64_t epoch, std::string* value) const;
-  bool Admit(std::string_view ikey);
   uint64_t Reserve(uint64_t size);
   void LockBucket(Bucket* bucket, uint64_t* version);
   void Count(int counter, uint64_t stripe);
 
   Header* header_ = nullptr;
-  std::atomic<uint64_t>* seen_ = nullptr;  // the doorkeeper's bits (Admit)
-  uint64_t seen_bits_ = 0;
   Bucket* buckets_ = nullptr;
   uint64_t bucket_mask_ = 0;
   char* ring_ = nullptr;

@@ -19,9 +19,8 @@ constexpr uint64_t kArenaMagic = 0x414e455241535353ull;  // "SSSARENA"
 // 2: the header split into per-owner parts; 3: memtable nodes carry a back link; 4: memtable
 // headers carry a generation and count descents, and keep insert counters off lookups' line;
 // 5: memtable index slots placed by MemTable::HomeOf (16 row ids a line), which a process of
-// version 4 would probe elsewhere and find keys absent; 6: a row cache region; 7: the row cache's
-// doorkeeper bits between its header and its buckets.
-constexpr uint32_t kArenaVersion = 7;
+// version 4 would probe elsewhere and find keys absent.
+constexpr uint32_t kArenaVersion = 6;
 constexpr int kMaxLevels = 12;
 constexpr int kMaxReaders = 1024;
 constexpr int kL0LogBuffers = 4;

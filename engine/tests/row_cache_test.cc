@@ -34,16 +34,11 @@ std::string Key(int i) {
   return "key-" + std::to_string(i);
 }
 
-// Looks `key` up, and on a miss installs `value` with the lookup's ticket; once the ring is full
-// a value over a kilobyte is admitted at its key's second miss, so a refused install is tried
-// once more.
+// Looks `key` up, and on a miss installs `value` with the lookup's ticket.
 void Fill(RowCache& cache, const std::string& key, const std::string& value) {
-  for (int attempt = 0; attempt < 2; attempt++) {
-    std::string got;
-    RowCache::Ticket ticket;
-    if (cache.Lookup(key, &got, &ticket)) return;
-    cache.Install(key, value, ticket);
-  }
+  std::string got;
+  RowCache::Ticket ticket;
+  if (!cache.Lookup(key, &got, &ticket)) cache.Install(key, value, ticket);
 }
 
 TEST(RowCache, MissInstallHitInvalidate) {
@@ -135,41 +130,6 @@ TEST(RowCache, TheRingGoesRoundWithoutMixingValues) {
   RowCache::Ticket ticket;
   EXPECT_FALSE(cache.Lookup(Key(0), &value, &ticket));
   EXPECT_TRUE(cache.Lookup(Key(kKeys - 1), &value, &ticket));
-}
-
-// Once the ring has come round, a row over a kilobyte read once is not installed and one read
-// twice is, so a scan of cold large rows leaves the ring (and the hot row in it) alone; a small
-// row goes in at its first miss.
-TEST(RowCache, ColdLargeRowsReadOnceDoNotPushOutHotOnes) {
-  Region region(256 << 10);
-  RowCache& cache = region.cache();
-  for (int i = 0; i < 3000; i++) Fill(cache, Key(i), Value(2000, i));  // the ring comes round
-  Fill(cache, "hot", "h");
-  std::string value;
-  RowCache::Ticket ticket;
-  ASSERT_TRUE(cache.Lookup("hot", &value, &ticket));
-  EXPECT_EQ(value, "h");
-  uint64_t installs = cache.Stats().installs;
-  // Their entries (about 2 kB each) would go round the ring (240 kB) more than once and take the
-  // hot row's entry with them; fewer than half of them (the bits are cleared when half are set)
-  // fit in what the ring holds after it.
-  const int kCold = 200;
-  for (int i = 0; i < kCold; i++) {
-    std::string key = "cold-" + std::to_string(i);
-    if (!cache.Lookup(key, &value, &ticket)) cache.Install(key, Value(2000, i), ticket);
-  }
-  // Only cold keys whose bit another key had set get in: the bits are cleared when half are set.
-  EXPECT_LT(cache.Stats().installs - installs, uint64_t(kCold / 2));
-  ASSERT_TRUE(cache.Lookup("hot", &value, &ticket));
-  EXPECT_EQ(value, "h");
-  // A large row read twice is in; a small one is in at once.
-  Fill(cache, "large-again", Value(2000, 1));
-  ASSERT_TRUE(cache.Lookup("large-again", &value, &ticket));
-  EXPECT_EQ(value, Value(2000, 1));
-  EXPECT_FALSE(cache.Lookup("small", &value, &ticket));
-  cache.Install("small", "s", ticket);
-  ASSERT_TRUE(cache.Lookup("small", &value, &ticket));
-  EXPECT_EQ(value, "s");
 }
 
 // Keys that share a bucket (the smallest cache has 16 buckets of 15 slots) never answer for each
