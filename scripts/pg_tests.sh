@@ -7,7 +7,7 @@
 # is printed whole when the test ends, with its time; after a failure no further test starts,
 # the running ones finish, and the script fails.
 #
-# What runs: pg_regress and the isolation specs; the preload, maintenance-report, big-table,
+# What runs: pg_regress and the isolation specs; the preload, device-size, maintenance-report, big-table,
 # contention, visibility-map churn, SIGKILL crash and pinned-stall tests; a restart whose
 # durable horizon lies past the WAL that survived the kill; the replication kill tests (a primary and
 # a backup, tcp and shm, 6 rounds each; a backup killed under load; a seeded streaming
@@ -77,6 +77,7 @@ tests=(
   "restart-partial-wal|tests/pg_restart_partial_wal_test.sh"
   "seed-crash|tests/pg_seed_crash_test.sh"
   "preload|tests/pg_preload_test.sh"
+  "device-size|tests/pg_device_size_test.sh"
 )
 
 names=() commands=()

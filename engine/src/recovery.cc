@@ -37,10 +37,12 @@ Status EngineImpl::Recover() {
   s = levels_.ReadManifest(&image);
   if (s.IsNotFound()) {
     // No manifest was ever written, so no write was ever acknowledged: start fresh.
+    // 64 segments to start with, or all that max_device_size allows if fewer.
+    uint64_t initial = std::min<uint64_t>(64, options_.max_device_size / options_.segment_size);
     s = device_.Truncate();
-    if (s.ok()) s = device_.Grow(64);
+    if (s.ok()) s = device_.Grow(initial);
     if (!s.ok()) return s;
-    segments_.set_count(64);
+    segments_.set_count(initial);
     segments_.info(0).kind = uint8_t(SegmentKind::kReserved);
     return ReplayLogs(std::string());
   }

@@ -73,6 +73,15 @@ ss_define_settings(void)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("slipstream.small_threshold (%d) must be below slipstream.large_threshold (%d)",
 						guc_small_threshold, guc_large_threshold)));
+	/* The engine's unit of allocation: a device size between two segments could not be used. */
+	if (((uint64) ss_max_device_size_mb << 20) % ((uint64) guc_segment_size << 10) != 0 ||
+		((uint64) ss_max_device_size_mb << 20) / ((uint64) guc_segment_size << 10) < 16)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("slipstream.max_device_size (%d MB) must be a multiple of "
+						"slipstream.segment_size (%d kB), and at least 16 segments",
+						ss_max_device_size_mb, guc_segment_size),
+				 errhint("Set slipstream.max_device_size to a multiple of slipstream.segment_size.")));
 }
 
 /* The engine options from the GUCs (each in bytes or milliseconds, as the engine counts). */
@@ -87,6 +96,6 @@ ss_fill_options(SsOptions *o)
 #define SS_SETTING(NAME, FIELD, KIND, UNIT, DEFAULT, MIN, MAX, CONTEXT, DESCRIPTION) \
 	o->FIELD = SS_SETTING_VALUE_##KIND(guc_##FIELD, SS_SCALE_##UNIT);
 #include "slipstream/engine/settings.def"
-	o->max_device_size = UINT64CONST(1) << 40;
+	o->max_device_size = (uint64) ss_max_device_size_mb << 20;
 	o->max_value_size = Min(o->segment_size / 2, 1u << 20);
 }
