@@ -42,8 +42,10 @@ done
 for n in "$records" "$count" "$base"; do
   [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "--records, --count and --base are positive numbers" >&2; exit 2; }
 done
-command -v valgrind >/dev/null || SUDO=$([ "$(id -u)" = 0 ] || echo sudo) &&
-  command -v valgrind >/dev/null || $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
+if ! command -v valgrind >/dev/null; then
+  SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
+fi
 cluster="$scratch/cluster"
 out="$scratch/callgrind"
 pg="$root/scripts/pg_cluster.sh"
