@@ -72,8 +72,9 @@ TEST(ValueCompression, ThreadsKeepTheirOwnStreams) {
         std::string block(size_t(LZ4_compressBound(int(value.size()))), '\0');
         int n = CompressValue(value.data(), value.size(), block.data(), block.size(), 1);
         std::string out(value.size(), '\0');
-        if (n <= 0 || LZ4_decompress_safe(block.data(), out.data(), n, int(out.size())) !=
-                          int(value.size()) ||
+        if (n <= 0 ||
+            LZ4_decompress_safe(block.data(), out.data(), n, int(out.size())) !=
+                int(value.size()) ||
             out != value)
           failures[size_t(t)]++;
       }
