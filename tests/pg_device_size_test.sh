@@ -15,7 +15,7 @@ cluster="$scratch/cluster"
 pg="$root/scripts/pg_cluster.sh"
 conf="$cluster/data/postgresql.conf"
 sql() { "$pg" psql "$cluster" -qAt "$@"; }
-set_size() { echo "slipstream.max_device_size = '$1'" | runuser -u postgres -- tee -a "$conf" >/dev/null; }
+set_size() { echo "slipstream.max_device_size = '$1'" >>"$conf"; }
 
 "$pg" init "$cluster" "$port" "slipstream.l0_size = 4MB"
 trap '"$pg" stop "$cluster" immediate >/dev/null 2>&1 || true' EXIT
