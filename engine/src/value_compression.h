@@ -1,5 +1,5 @@
 // CompressValue: LZ4 compression of large values on the writer's thread, without the 16 KB
-// hash table reset that LZ4_compress_fast pays on every call (docs/engine.md, "Large values").
+// hash table reset that LZ4_compress_fast pays on every call (docs/engine.md, "Logs").
 
 #ifndef SLIPSTREAM_ENGINE_VALUE_COMPRESSION_H_
 #define SLIPSTREAM_ENGINE_VALUE_COMPRESSION_H_

@@ -51,6 +51,9 @@
 void
 ss_define_settings(void)
 {
+	uint64		device_bytes;
+	uint64		segment_bytes;
+
 #define SS_SETTING(NAME, FIELD, KIND, UNIT, DEFAULT, MIN, MAX, CONTEXT, DESCRIPTION) \
 	SS_DEFINE_GUC_##KIND(NAME, guc_##FIELD, DEFAULT, MIN, MAX, CONTEXT, UNIT, DESCRIPTION, NULL);
 #define SS_SETTING_HOST(NAME, FIELD, KIND, UNIT, DEFAULT, MIN, MAX, HOST_DEFAULT, HOST_MIN, \
@@ -74,8 +77,9 @@ ss_define_settings(void)
 				 errmsg("slipstream.small_threshold (%d) must be below slipstream.large_threshold (%d)",
 						guc_small_threshold, guc_large_threshold)));
 	/* The engine's unit of allocation: a device size between two segments could not be used. */
-	if (((uint64) ss_max_device_size_mb << 20) % ((uint64) guc_segment_size << 10) != 0 ||
-		((uint64) ss_max_device_size_mb << 20) / ((uint64) guc_segment_size << 10) < 16)
+	device_bytes = (uint64) ss_max_device_size_mb << 20;
+	segment_bytes = (uint64) guc_segment_size << 10;
+	if (device_bytes % segment_bytes != 0 || device_bytes / segment_bytes < 16)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("slipstream.max_device_size (%d MB) must be a multiple of "
