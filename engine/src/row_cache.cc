@@ -64,7 +64,24 @@ struct Place {
   uint16_t tag;  // never 0, so that no slot word of a real entry is 0
 };
 
+// Keys of 8 to 16 bytes (a row key, 12 with its keyspace, is every hot one) are hashed from
+// two overlapping 8-byte loads with one finaliser: the general path below costs four times the
+// instructions, a tenth of a cached read. The tag is the low 3 bits of the last byte under 13
+// bits of the bucket's hash: the 8 keys a bucket line groups never share one.
+Place PlaceOfShort(std::string_view ikey) {
+  const uint64_t head = DecodeFixed64(ikey.data());
+  // Little-endian: the key's last byte is the top byte of the last 8.
+  const uint64_t tail = DecodeFixed64(ikey.data() + ikey.size() - 8);
+  const uint64_t last = tail >> 56;
+  const uint64_t grouped = tail & ~(uint64_t(7) << 56);
+  uint64_t h = Mix(head * 0x9e3779b97f4a7c15ull ^ (grouped + ikey.size()) * 0xc6a4a7935bd1e995ull);
+  uint16_t high = uint16_t(h >> 51);  // 13 bits, never 0 so that no tag is
+  if (high == 0) high = 1;
+  return {h, uint16_t((high << 3) | (last & 7))};
+}
+
 Place PlaceOf(std::string_view ikey) {
+  if (ikey.size() >= 8 && ikey.size() <= 16) return PlaceOfShort(ikey);
   if (ikey.empty()) return {Mix(HashKey(ikey)), 1};
   uint64_t prefix = HashKey(ikey.substr(0, ikey.size() - 1));
   uint8_t last = uint8_t(ikey.back());

@@ -152,6 +152,36 @@ TEST(RowCache, KeysSharingABucketStayApart) {
   EXPECT_GT(cache.Stats().hits, 0u);
 }
 
+// A 12-byte internal key as the table AM's rows have: a keyspace, then a big-endian row id.
+std::string RowKey(uint32_t keyspace, uint64_t rowid) {
+  std::string key(12, '\0');
+  std::memcpy(key.data(), &keyspace, 4);
+  for (int i = 0; i < 8; i++) key[4 + i] = char(rowid >> (56 - 8 * i));
+  return key;
+}
+
+// The short-key hash groups 8 consecutive row ids in one bucket; their tags must still differ,
+// or each install would take the slot of the one before and only the last would hit.
+TEST(RowCache, ConsecutiveRowKeysAllStayCached) {
+  Region region(4 << 20);
+  RowCache& cache = region.cache();
+  // Group by group, so that only the group's own keys compete for its bucket's 15 slots (an
+  // install evicts the oldest entry, never one of the 7 installed just before).
+  for (uint64_t group = 0; group < 64; group++) {
+    for (uint64_t row = group * 8; row < group * 8 + 8; row++) {
+      Fill(cache, RowKey(7, row), "row" + std::to_string(row));
+    }
+    for (uint64_t row = group * 8; row < group * 8 + 8; row++) {
+      std::string value;
+      RowCache::Ticket ticket;
+      ASSERT_TRUE(cache.Lookup(RowKey(7, row), &value, &ticket)) << row;
+      EXPECT_EQ(value, "row" + std::to_string(row));
+      // Another keyspace's row of the same id is another key.
+      EXPECT_FALSE(cache.Lookup(RowKey(8, row), &value, &ticket)) << row;
+    }
+  }
+}
+
 class RowCacheEngine : public ::testing::Test {
  protected:
   void Open(uint64_t row_cache_size) {
