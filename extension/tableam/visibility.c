@@ -31,6 +31,14 @@ typedef enum XidState
 static XidState
 xid_state(TransactionId xid, Snapshot snapshot)
 {
+	/*
+	 * Below the snapshot's xmin, an xid is neither running for it nor ours: every xid of this
+	 * transaction came after a snapshot it took, or was running (so not below xmin) when it was
+	 * taken. Only the commit log is left to ask: this skips the two calls that would say so,
+	 * half of what the check of a loaded row's xmin costs.
+	 */
+	if (snapshot != NULL && TransactionIdPrecedes(xid, snapshot->xmin))
+		return TransactionIdDidCommit(xid) ? XID_COMMITTED : XID_ABORTED;
 	if (TransactionIdIsCurrentTransactionId(xid))
 		return XID_CURRENT;
 	if (snapshot != NULL)
