@@ -28,6 +28,7 @@
 #include "access/tableam.h"
 #include "fmgr.h"
 #include "port/atomics.h"
+#include "port/pg_bswap.h"
 #include "storage/itemptr.h"
 #include "storage/lwlock.h"
 #include "storage/condition_variable.h"
@@ -70,21 +71,19 @@ ss_tid_valid(ItemPointer tid)
 static inline void
 ss_encode_key(uint64 rowid, char *key)
 {
-	for (int i = SS_KEY_SIZE - 1; i >= 0; i--)
-	{
-		key[i] = (char) (rowid & 0xff);
-		rowid >>= 8;
-	}
+	uint64		big_endian = pg_hton64(rowid);
+
+	StaticAssertStmt(SS_KEY_SIZE == sizeof(uint64), "a row key is one big-endian uint64");
+	memcpy(key, &big_endian, SS_KEY_SIZE);
 }
 
 static inline uint64
 ss_decode_key(const char *key)
 {
-	uint64		rowid = 0;
+	uint64		big_endian;
 
-	for (int i = 0; i < SS_KEY_SIZE; i++)
-		rowid = (rowid << 8) | (uint8) key[i];
-	return rowid;
+	memcpy(&big_endian, key, SS_KEY_SIZE);
+	return pg_ntoh64(big_endian);
 }
 
 /* The engine tag of a relation file node. */

@@ -628,6 +628,7 @@ typedef struct SsIndexFetchData
 {
 	IndexFetchTableData base;
 	uint32		keyspace;
+	GlobalVisState *vistest;	/* the relation's horizons (a static of procarray.c's) */
 	SsChainWalk walk;			/* the chain a fetch with a non-MVCC snapshot goes on along */
 	SsQuietRange quiet;			/* row ids no memtable held (tableam/quiet_ranges.c) */
 } SsIndexFetchData;
@@ -640,6 +641,7 @@ ss_index_fetch_begin(Relation rel)
 
 	fetch->base.rel = rel;
 	fetch->keyspace = ss_rel_keyspace(rel);
+	fetch->vistest = NULL;		/* looked up at the first fetch, under its snapshot */
 	fetch->walk.next = SS_NO_ROWID;
 	ss_quiet_reset(&fetch->quiet);
 	return &fetch->base;
@@ -675,7 +677,7 @@ ss_index_fetch_tuple(IndexFetchTableData *sscan, ItemPointer tid, Snapshot snaps
 {
 	SsIndexFetchData *fetch = (SsIndexFetchData *) sscan;
 	Relation	rel = fetch->base.rel;
-	GlobalVisState *vistest = GlobalVisTestFor(rel);
+	GlobalVisState *vistest;
 	bool		first_call = !*call_again;
 	HeapTuple	root_tuple = NULL;
 	HeapTuple	tuple;
@@ -685,6 +687,10 @@ ss_index_fetch_tuple(IndexFetchTableData *sscan, ItemPointer tid, Snapshot snaps
 	*call_again = false;
 	if (all_dead)
 		*all_dead = false;
+	/* Which horizons apply depends on the relation alone: one lookup serves every fetch. */
+	if (fetch->vistest == NULL)
+		fetch->vistest = GlobalVisTestFor(rel);
+	vistest = fetch->vistest;
 	old = MemoryContextSwitchTo(slot->tts_mcxt);
 	if (first_call)
 	{
