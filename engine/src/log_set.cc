@@ -88,7 +88,9 @@ Status LogSet::Rotate(LogKind kind) {
   nb.sequence = sequence;
   nb.written = 0;
   nb.pins = 0;
-  std::memset(Buffer(nb), 0, options_.segment_size);
+  // The buffer keeps its earlier use's bytes past the cursor: nothing reads them (write-outs
+  // and the observer take [written, appended), readers follow pointers to appended records),
+  // the device segment was zeroed above, and the new nonce keeps stale records off the chain.
   StartLogSegment(Buffer(nb), options_.segment_size, kind, sequence, segment, RandomNonce(),
                   &log->cursor);
   nb.appended.store(log->cursor.pos, std::memory_order_release);
