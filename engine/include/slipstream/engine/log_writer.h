@@ -17,7 +17,9 @@ struct LogCursor {
   uint32_t chain = 0;  // running CRC32C over entry headers since the segment start
 };
 
-// Writes the segment header into a zeroed buffer and points the cursor after it.
+// Writes the segment header and points the cursor after it. Bytes past the cursor may be left
+// from an earlier use: the header's fresh nonce keeps them off the checksum chain, but a
+// buffer whose image is scanned or shipped whole must be zeroed first.
 void StartLogSegment(char* base, uint32_t segment_size, LogKind kind, uint64_t sequence,
                      uint32_t segment, uint64_t nonce, LogCursor* cursor);
 
