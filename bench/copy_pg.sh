@@ -11,6 +11,7 @@
 # ratio (docs/benchmarks.md, "ANALYZE of big tables").
 #
 #   bench/copy_pg.sh [--scales=10,20,40] [--scratch=DIR] [--port=P]
+#                     [--huge-pages=auto|on|off]
 #
 # Runs as root (it reads the worker's /proc/PID/io); the cluster runs as postgres.
 set -euo pipefail
@@ -23,6 +24,7 @@ for arg in "$@"; do
     --scales=*) scales=${arg#*=} ;;
     --scratch=*) scratch=${arg#*=} ;;
     --port=*) port=${arg#*=} ;;
+    --huge-pages=*) huge_pages=${arg#*=} ;;
     *) echo "unknown argument $arg (see the header of $0)" >&2; exit 2 ;;
   esac
 done

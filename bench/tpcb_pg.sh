@@ -8,6 +8,7 @@
 # printed.
 #
 #   bench/tpcb_pg.sh [--scale=N] [--seconds=S] [--clients=C] [--rounds=R] [--scratch=DIR] [--port=P]
+#                     [--huge-pages=auto|on|off]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 scale=10
@@ -24,6 +25,7 @@ for arg in "$@"; do
     --rounds=*) rounds=${arg#*=} ;;
     --scratch=*) scratch=${arg#*=} ;;
     --port=*) port=${arg#*=} ;;
+    --huge-pages=*) huge_pages=${arg#*=} ;;
     *) echo "unknown argument $arg (see the header of $0)" >&2; exit 2 ;;
   esac
 done

@@ -28,7 +28,10 @@
 #   bench/ycsb_pg.sh [--mixes=SD,...|all] [--workloads=load,a,...] [--records=N]
 #                    [--seconds=S] [--clients=C] [--rounds=N] [--load-chunks=K]
 #                    [--scratch=DIR] [--port=P] [--set='name = value']...
+#                    [--huge-pages=auto|on|off]
 # --set adds a server setting (repeatable), e.g. --set='slipstream.row_cache_size = 0'.
+# --huge-pages chooses the shared memory's page size (bench/huge_pages.sh; auto by default:
+# 2-MB pages when they can be reserved).
 # Needs the extension installed (make install); `make bench-pg` does both.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,6 +45,7 @@ load_chunks=10
 scratch=${SLIPSTREAM_SCRATCH:-/tmp/slipstream-ycsb}
 port=55470
 extra_settings=()
+huge_pages=auto
 for arg in "$@"; do
   case "$arg" in
     --set=*) extra_settings+=("${arg#*=}") ;;
@@ -54,6 +58,7 @@ for arg in "$@"; do
     --load-chunks=*) load_chunks=${arg#*=} ;;
     --scratch=*) scratch=${arg#*=} ;;
     --port=*) port=${arg#*=} ;;
+    --huge-pages=*) huge_pages=${arg#*=} ;;
     *) echo "unknown argument $arg (see the header of $0)" >&2; exit 2 ;;
   esac
 done
@@ -63,6 +68,7 @@ done
 cluster="$scratch/cluster"
 pg="$root/scripts/pg_cluster.sh"
 pgbench=/usr/lib/postgresql/15/bin/pgbench
+. "$root/bench/huge_pages.sh"
 
 # Small/medium/large percentages of a mix.
 mix_shares() {
@@ -200,11 +206,13 @@ run_load() {
     "$(percentiles ut_heap)" "$(percentiles ut_slipstream)"
 }
 
-echo "== private PostgreSQL 15 cluster in $cluster (port $port); $records records, $clients clients, ${seconds}s per workload"
 "$pg" init "$cluster" "$port" "slipstream.l0_size = 32MB" "shared_buffers = 1GB" "max_wal_size = 4GB" \
   "checkpoint_timeout = 30min" ${extra_settings[@]+"${extra_settings[@]}"}
+trap '"$pg" stop "$cluster" >/dev/null 2>&1 || true; huge_pages_release' EXIT
+huge_pages_prepare "$cluster" "$huge_pages"
+echo "== private PostgreSQL 15 cluster in $cluster (port $port); $records records, $clients clients," \
+  "${seconds}s per workload; shared memory on huge pages: $huge_pages_in_use"
 "$pg" start "$cluster"
-trap '"$pg" stop "$cluster" >/dev/null 2>&1 || true' EXIT
 psql_c -c "CREATE EXTENSION slipstream"
 rm -rf "$scratch/log"
 

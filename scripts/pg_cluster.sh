@@ -26,6 +26,11 @@ case "$cmd" in
   init)
     port=${3:?port}
     shift 3
+    # A server still running in DIR would outlive its removed directory and, when it noticed,
+    # unlink the socket of the new one at the same path.
+    if [ -f "$dir/data/postmaster.pid" ]; then
+      as_postgres "$PGBIN/pg_ctl" -D "$dir/data" -m immediate -w -t 60 stop >/dev/null 2>&1 || true
+    fi
     rm -rf "$dir"
     mkdir -p "$dir/sock"
     [ "$(id -u)" = 0 ] && chown -R postgres: "$dir"
