@@ -243,7 +243,7 @@ for mix in ${mixes//,/ }; do
       # Workloads without a Load step run over a bulk-loaded table.
       for am in heap slipstream; do
         psql_c -c "INSERT INTO ut_$am SELECT k, $(value_sql k) FROM generate_series(1, $records) k" \
-          -c "SELECT setval('ut_${am}_seq', $records)"
+          -c "SELECT setval('ut_${am}_seq', $records)" >/dev/null
       done
       loaded=1
     fi
