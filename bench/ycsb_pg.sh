@@ -28,10 +28,13 @@
 #   bench/ycsb_pg.sh [--mixes=SD,...|all] [--workloads=load,a,...] [--records=N]
 #                    [--seconds=S] [--clients=C] [--rounds=N] [--load-chunks=K]
 #                    [--scratch=DIR] [--port=P] [--set='name = value']...
-#                    [--huge-pages=auto|on|off]
+#                    [--huge-pages=auto|on|off] [--keep]
 # --set adds a server setting (repeatable), e.g. --set='slipstream.row_cache_size = 0'.
 # --huge-pages chooses the shared memory's page size (bench/huge_pages.sh; auto by default:
 # 2-MB pages when they can be reserved).
+# --keep leaves the cluster running, its tables as the last workload left them, to look at
+# afterwards (scripts/pg_cluster.sh psql SCRATCH/cluster; stop it with pg_cluster.sh stop, and
+# give back huge pages the run reserved with sysctl -w vm.nr_hugepages=0 as root).
 # Needs the extension installed (make install); `make bench-pg` does both.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -46,6 +49,7 @@ scratch=${SLIPSTREAM_SCRATCH:-/tmp/slipstream-ycsb}
 port=55470
 extra_settings=()
 huge_pages=auto
+keep=0
 for arg in "$@"; do
   case "$arg" in
     --set=*) extra_settings+=("${arg#*=}") ;;
@@ -59,6 +63,7 @@ for arg in "$@"; do
     --scratch=*) scratch=${arg#*=} ;;
     --port=*) port=${arg#*=} ;;
     --huge-pages=*) huge_pages=${arg#*=} ;;
+    --keep) keep=1 ;;
     *) echo "unknown argument $arg (see the header of $0)" >&2; exit 2 ;;
   esac
 done
@@ -208,7 +213,7 @@ run_load() {
 
 "$pg" init "$cluster" "$port" "slipstream.l0_size = 32MB" "shared_buffers = 1GB" "max_wal_size = 4GB" \
   "checkpoint_timeout = 30min" ${extra_settings[@]+"${extra_settings[@]}"}
-trap '"$pg" stop "$cluster" >/dev/null 2>&1 || true; huge_pages_release' EXIT
+[ "$keep" = 1 ] || trap '"$pg" stop "$cluster" >/dev/null 2>&1 || true; huge_pages_release' EXIT
 huge_pages_prepare "$cluster" "$huge_pages"
 echo "== private PostgreSQL 15 cluster in $cluster (port $port); $records records, $clients clients," \
   "${seconds}s per workload; shared memory on huge pages: $huge_pages_in_use"
